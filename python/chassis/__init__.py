@@ -1,0 +1,55 @@
+"""Chassis: an embedded vector index in one memory-mapped file.
+
+    >>> import numpy as np, chassis
+    >>> with chassis.VectorIndex("vectors.chassis", 128) as index:   # doctest: +SKIP
+    ...     index.add_batch(np.random.rand(1000, 128).astype(np.float32))
+    ...     hits = index.search(np.random.rand(128).astype(np.float32), k=5)
+
+`VectorIndex` is the writer (one process at a time per file), `IndexOptions`
+holds construction and search parameters. Every error is a `ChassisError` and
+also the built-in exception it is a kind of (`ValueError`, `OSError`, ...).
+"""
+
+from chassis._chassis import (
+    ChassisError,
+    CorruptIndexError,
+    DimensionMismatchError,
+    IdInUseError,
+    IdNotFoundError,
+    IndexClosedError,
+    IndexFullError,
+    IndexLockedError,
+    IndexNotFoundError,
+    IndexOptions,
+    InvalidArgumentError,
+    InvalidPathError,
+    NotAnIndexError,
+    OptionsMismatchError,
+    ReadOnlyError,
+    SearchResult,
+    VectorIndex,
+    __version__,
+    cpu_info,
+)
+
+__all__ = [
+    "ChassisError",
+    "CorruptIndexError",
+    "DimensionMismatchError",
+    "IdInUseError",
+    "IdNotFoundError",
+    "IndexClosedError",
+    "IndexFullError",
+    "IndexLockedError",
+    "IndexNotFoundError",
+    "IndexOptions",
+    "InvalidArgumentError",
+    "InvalidPathError",
+    "NotAnIndexError",
+    "OptionsMismatchError",
+    "ReadOnlyError",
+    "SearchResult",
+    "VectorIndex",
+    "__version__",
+    "cpu_info",
+]

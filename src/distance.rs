@@ -1,0 +1,372 @@
+//! Distance kernels: squared L2 and dot product of an f32 query against a stored vector in f32
+//! or f16. One set is chosen at run time from the CPU's features (AVX-512, AVX2+FMA+F16C, NEON,
+//! scalar); `CHASSIS_KERNEL=scalar|avx2|avx512|neon` forces a lower level, for tests.
+//!
+//! Metrics on top: euclidean ranks by squared L2 inside searches and reports its square root;
+//! cosine stores normalised vectors and uses `1 - dot`; inner product uses `-dot`.
+
+use crate::format::{Metric, Precision};
+use std::sync::OnceLock;
+
+/// `kernel(query, stored, dims)`: the query is `dims` f32s; `stored` is `dims` f32s or f16s.
+///
+/// # Safety
+/// Both pointers must be valid for `dims` elements of their type and suitably aligned
+/// (f32: 4 bytes, f16: 2 bytes); the CPU must have the kernel's features.
+pub type Kernel = unsafe fn(*const f32, *const u8, usize) -> f32;
+
+#[derive(Clone, Copy)]
+pub struct KernelSet {
+    pub level: &'static str,
+    pub l2_f32: Kernel,
+    pub dot_f32: Kernel,
+    pub l2_f16: Kernel,
+    pub dot_f16: Kernel,
+}
+
+impl KernelSet {
+    /// The kernel and the affine map `bias + sign * kernel` that gives the metric's distance
+    /// (squared for euclidean).
+    pub fn for_metric(&self, metric: Metric, precision: Precision) -> (Kernel, f32, f32) {
+        let (l2, dot) = match precision {
+            Precision::Full => (self.l2_f32, self.dot_f32),
+            Precision::Half => (self.l2_f16, self.dot_f16),
+        };
+        match metric {
+            Metric::Euclidean => (l2, 0.0, 1.0),
+            Metric::Cosine => (dot, 1.0, -1.0),
+            Metric::InnerProduct => (dot, 0.0, -1.0),
+        }
+    }
+}
+
+pub const SCALAR: KernelSet =
+    KernelSet { level: "scalar", l2_f32: scalar::l2_f32, dot_f32: scalar::dot_f32, l2_f16: scalar::l2_f16, dot_f16: scalar::dot_f16 };
+
+/// Every kernel set this CPU can run, best first, ending with scalar.
+pub fn available() -> Vec<KernelSet> {
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+            v.push(x86::AVX512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            v.push(x86::AVX2);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        v.push(neon::NEON);
+    }
+    v.push(SCALAR);
+    v
+}
+
+/// The kernel set in use: the best available, or the one `CHASSIS_KERNEL` names if it is
+/// available (an unknown or unavailable name falls back to the best).
+pub fn kernels() -> &'static KernelSet {
+    static K: OnceLock<KernelSet> = OnceLock::new();
+    K.get_or_init(|| {
+        let all = available();
+        if let Ok(want) = std::env::var("CHASSIS_KERNEL") {
+            if let Some(k) = all.iter().find(|k| k.level == want.trim()) {
+                return *k;
+            }
+        }
+        all[0]
+    })
+}
+
+/// Normalise in place; returns false for a zero (or non-finite-norm) vector.
+pub fn normalize(v: &mut [f32]) -> bool {
+    let n = v.iter().map(|x| (*x as f64) * (*x as f64)).sum::<f64>().sqrt();
+    if !(n > 0.0 && n.is_finite()) {
+        return false;
+    }
+    for x in v {
+        *x = (*x as f64 / n) as f32;
+    }
+    true
+}
+
+pub mod scalar {
+    //! The reference kernels: plain loops with four accumulators (so that the compiler can
+    //! keep them in registers) and no intrinsics.
+
+    #[inline(always)]
+    unsafe fn f16_at(p: *const u8, i: usize) -> f32 {
+        half::f16::from_bits((p as *const u16).add(i).read_unaligned()).to_f32()
+    }
+
+    /// # Safety
+    /// See [`super::Kernel`].
+    pub unsafe fn l2_f32(q: *const f32, v: *const u8, n: usize) -> f32 {
+        let v = v as *const f32;
+        let mut acc = [0f32; 4];
+        let mut i = 0;
+        while i + 4 <= n {
+            for j in 0..4 {
+                let d = *q.add(i + j) - *v.add(i + j);
+                acc[j] += d * d;
+            }
+            i += 4;
+        }
+        while i < n {
+            let d = *q.add(i) - *v.add(i);
+            acc[0] += d * d;
+            i += 1;
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+
+    /// # Safety
+    /// See [`super::Kernel`].
+    pub unsafe fn dot_f32(q: *const f32, v: *const u8, n: usize) -> f32 {
+        let v = v as *const f32;
+        let mut acc = [0f32; 4];
+        let mut i = 0;
+        while i + 4 <= n {
+            for j in 0..4 {
+                acc[j] += *q.add(i + j) * *v.add(i + j);
+            }
+            i += 4;
+        }
+        while i < n {
+            acc[0] += *q.add(i) * *v.add(i);
+            i += 1;
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+
+    /// # Safety
+    /// See [`super::Kernel`].
+    pub unsafe fn l2_f16(q: *const f32, v: *const u8, n: usize) -> f32 {
+        let mut acc = 0f32;
+        for i in 0..n {
+            let d = *q.add(i) - f16_at(v, i);
+            acc += d * d;
+        }
+        acc
+    }
+
+    /// # Safety
+    /// See [`super::Kernel`].
+    pub unsafe fn dot_f16(q: *const f32, v: *const u8, n: usize) -> f32 {
+        let mut acc = 0f32;
+        for i in 0..n {
+            acc += *q.add(i) * f16_at(v, i);
+        }
+        acc
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::KernelSet;
+    use std::arch::x86_64::*;
+
+    pub const AVX2: KernelSet = KernelSet { level: "avx2", l2_f32: l2_f32_avx2, dot_f32: dot_f32_avx2, l2_f16: l2_f16_avx2, dot_f16: dot_f16_avx2 };
+    pub const AVX512: KernelSet =
+        KernelSet { level: "avx512", l2_f32: l2_f32_avx512, dot_f32: dot_f32_avx512, l2_f16: l2_f16_avx512, dot_f16: dot_f16_avx512 };
+
+    #[inline(always)]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// One kernel body for the four AVX2 kernels: `$load` reads 8 stored values as f32 at
+    /// element `i`, `$elem` is the stored element size, `$tail` is the scalar kernel for the
+    /// remainder, `$op` folds a pair.
+    macro_rules! avx2_kernel {
+        ($name:ident, $load:ident, $elem:expr, $tail:path, $op:ident) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn $name(q: *const f32, v: *const u8, n: usize) -> f32 {
+                let load = $load;
+                let mut a = [_mm256_setzero_ps(); 4];
+                let mut i = 0;
+                while i + 32 <= n {
+                    for j in 0..4 {
+                        a[j] = $op(_mm256_loadu_ps(q.add(i + 8 * j)), load(v, i + 8 * j), a[j]);
+                    }
+                    i += 32;
+                }
+                while i + 8 <= n {
+                    a[0] = $op(_mm256_loadu_ps(q.add(i)), load(v, i), a[0]);
+                    i += 8;
+                }
+                let s = hsum256(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+                s + $tail(q.add(i), v.add(i * $elem), n - i)
+            }
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn l2_step(x: __m256, y: __m256, acc: __m256) -> __m256 {
+        let d = _mm256_sub_ps(x, y);
+        _mm256_fmadd_ps(d, d, acc)
+    }
+    #[inline(always)]
+    unsafe fn dot_step(x: __m256, y: __m256, acc: __m256) -> __m256 {
+        _mm256_fmadd_ps(x, y, acc)
+    }
+    #[inline(always)]
+    unsafe fn load_f32(v: *const u8, i: usize) -> __m256 {
+        _mm256_loadu_ps((v as *const f32).add(i))
+    }
+    #[inline(always)]
+    unsafe fn load_f16(v: *const u8, i: usize) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128((v as *const u16).add(i) as *const __m128i))
+    }
+    avx2_kernel!(l2_f32_avx2, load_f32, 4, super::scalar::l2_f32, l2_step);
+    avx2_kernel!(dot_f32_avx2, load_f32, 4, super::scalar::dot_f32, dot_step);
+    avx2_kernel!(l2_f16_avx2, load_f16, 2, super::scalar::l2_f16, l2_step);
+    avx2_kernel!(dot_f16_avx2, load_f16, 2, super::scalar::dot_f16, dot_step);
+
+    /// AVX-512: 16 lanes, four accumulators, and a masked load for the tail (no scalar loop).
+    macro_rules! avx512_kernel {
+        ($name:ident, $load:ident, $op:ident) => {
+            #[target_feature(enable = "avx512f,avx512bw")]
+            unsafe fn $name(q: *const f32, v: *const u8, n: usize) -> f32 {
+                let mut a = [_mm512_setzero_ps(); 4];
+                let mut i = 0;
+                while i + 64 <= n {
+                    for j in 0..4 {
+                        a[j] = $op(_mm512_loadu_ps(q.add(i + 16 * j)), $load(v, i + 16 * j, 0xffff), a[j]);
+                    }
+                    i += 64;
+                }
+                while i + 16 <= n {
+                    a[0] = $op(_mm512_loadu_ps(q.add(i)), $load(v, i, 0xffff), a[0]);
+                    i += 16;
+                }
+                if i < n {
+                    let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
+                    a[1] = $op(_mm512_maskz_loadu_ps(m, q.add(i)), $load(v, i, m), a[1]);
+                }
+                _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])))
+            }
+        };
+    }
+    #[inline(always)]
+    unsafe fn l2_step512(x: __m512, y: __m512, acc: __m512) -> __m512 {
+        let d = _mm512_sub_ps(x, y);
+        _mm512_fmadd_ps(d, d, acc)
+    }
+    #[inline(always)]
+    unsafe fn dot_step512(x: __m512, y: __m512, acc: __m512) -> __m512 {
+        _mm512_fmadd_ps(x, y, acc)
+    }
+    #[inline(always)]
+    unsafe fn load512_f32(v: *const u8, i: usize, m: __mmask16) -> __m512 {
+        _mm512_maskz_loadu_ps(m, (v as *const f32).add(i))
+    }
+    #[inline(always)]
+    unsafe fn load512_f16(v: *const u8, i: usize, m: __mmask16) -> __m512 {
+        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (v as *const i16).add(i) as *const _))
+    }
+    avx512_kernel!(l2_f32_avx512, load512_f32, l2_step512);
+    avx512_kernel!(dot_f32_avx512, load512_f32, dot_step512);
+    avx512_kernel!(l2_f16_avx512, load512_f16, l2_step512);
+    avx512_kernel!(dot_f16_avx512, load512_f16, dot_step512);
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::KernelSet;
+    use std::arch::aarch64::*;
+
+    pub const NEON: KernelSet = KernelSet { level: "neon", l2_f32, dot_f32, l2_f16: super::scalar::l2_f16, dot_f16: super::scalar::dot_f16 };
+
+    unsafe fn l2_f32(q: *const f32, v: *const u8, n: usize) -> f32 {
+        let v = v as *const f32;
+        let mut a = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for j in 0..4 {
+                let d = vsubq_f32(vld1q_f32(q.add(i + 4 * j)), vld1q_f32(v.add(i + 4 * j)));
+                a[j] = vfmaq_f32(a[j], d, d);
+            }
+            i += 16;
+        }
+        let s = vaddvq_f32(vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3])));
+        s + super::scalar::l2_f32(q.add(i), v.add(i) as *const u8, n - i)
+    }
+
+    unsafe fn dot_f32(q: *const f32, v: *const u8, n: usize) -> f32 {
+        let v = v as *const f32;
+        let mut a = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for j in 0..4 {
+                a[j] = vfmaq_f32(a[j], vld1q_f32(q.add(i + 4 * j)), vld1q_f32(v.add(i + 4 * j)));
+            }
+            i += 16;
+        }
+        let s = vaddvq_f32(vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3])));
+        s + super::scalar::dot_f32(q.add(i), v.add(i) as *const u8, n - i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+            })
+            .collect()
+    }
+
+    fn exact_l2(a: &[f32], b: &[f32]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum()
+    }
+    fn exact_dot(a: &[f32], b: &[f32]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
+    }
+
+    #[test]
+    fn every_available_kernel_matches_exact_math_at_every_length() {
+        for k in available() {
+            for n in (0..=70).chain([127, 128, 129, 383, 384, 385, 1536, 1537]) {
+                let q = data(n, 1 + n as u64);
+                let v = data(n, 1000 + n as u64);
+                let h: Vec<u16> = v.iter().map(|x| half::f16::from_f32(*x).to_bits()).collect();
+                let vh: Vec<f32> = h.iter().map(|b| half::f16::from_bits(*b).to_f32()).collect();
+                let tol = |x: f64| 1e-4 * (1.0 + x.abs());
+                // SAFETY: vectors of n elements; the set comes from `available()`.
+                unsafe {
+                    let got = (k.l2_f32)(q.as_ptr(), v.as_ptr() as *const u8, n) as f64;
+                    assert!((got - exact_l2(&q, &v)).abs() < tol(got), "{} l2_f32 n={n}", k.level);
+                    let got = (k.dot_f32)(q.as_ptr(), v.as_ptr() as *const u8, n) as f64;
+                    assert!((got - exact_dot(&q, &v)).abs() < tol(got), "{} dot_f32 n={n}", k.level);
+                    let got = (k.l2_f16)(q.as_ptr(), h.as_ptr() as *const u8, n) as f64;
+                    assert!((got - exact_l2(&q, &vh)).abs() < tol(got), "{} l2_f16 n={n}", k.level);
+                    let got = (k.dot_f16)(q.as_ptr(), h.as_ptr() as *const u8, n) as f64;
+                    assert!((got - exact_dot(&q, &vh)).abs() < tol(got), "{} dot_f16 n={n}", k.level);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn normalize_refuses_zero_and_makes_unit_vectors() {
+        let mut z = vec![0.0f32; 5];
+        assert!(!normalize(&mut z));
+        let mut v = vec![3.0f32, 4.0];
+        assert!(normalize(&mut v));
+        assert!((v[0] - 0.6).abs() < 1e-7 && (v[1] - 0.8).abs() < 1e-7);
+    }
+}

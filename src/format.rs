@@ -1,0 +1,668 @@
+//! The on-disk format, in one place. Everything is little-endian.
+//!
+//! ```text
+//! file offset
+//! 0        header copy 0 (64 KiB)  } double-buffered: each copy is checksummed and carries
+//! 64 KiB   header copy 1 (64 KiB)  } a sequence number; the valid copy with the higher one is current
+//! 128 KiB  regions, appended in allocation order and never moved once written:
+//!          - segments: [vectors | slot headers | level-0 records] for a run of slots
+//!          - heap chunks: upper-layer neighbor lists
+//! ```
+//!
+//! A flush writes the *older* header copy with `seq + 1`, so the current copy is never being
+//! overwritten; a torn or damaged copy fails its checksum and the other one is used (and the
+//! damage reported). Each copy is decoded on its own: a damaged field in one copy never makes
+//! the other unusable.
+//!
+//! **Segments.** Segment `k` holds `1024 << k` slots until that reaches [`Geometry::cap_slots`]
+//! (about 256 MiB of vectors), then every segment holds `cap_slots`. A segment whose vectors
+//! fill at least 2 MiB starts on a 2 MiB boundary of the file, and its vectors come first, so
+//! that whole 2 MiB pieces hold nothing but vectors (ADR-0016 asks for huge pages only for
+//! those). Each vector starts on a 64-byte boundary (`stride` is a multiple of 64 from 64 bytes
+//! up; shorter vectors get the next power of two so none straddles a cache line).
+//!
+//! **Slot header** (32 bytes, four little-endian u64 words):
+//! `id | upper (heap reference of the upper-layer lists, or NONE) | deleted_seq (0 = live) |
+//! vec_crc (low 32 bits) + hdr_crc (high 32 bits)`. `vec_crc` is the checksum of the stored
+//! vector bytes; `hdr_crc` covers id, upper, deleted_seq and vec_crc.
+//!
+//! **Level-0 record** (`2 + 2M` u32 words): `count (low 16 bits) | level (bits 16..24)`,
+//! `list_crc`, then `2M` neighbor slots. Unused entries hold [`EMPTY`].
+//!
+//! **Upper lists** live in heap chunks: a node of level `L >= 1` owns `L` consecutive lists of
+//! `2 + M` u32 words (`count`, `list_crc`, `M` slots), for layers 1..=L. A heap reference is
+//! `(chunk_number << 40) | byte offset in the chunk`.
+//!
+//! **Crash consistency.** Slots at or past the committed count are ignored by readers and
+//! reused by the next writer. Lists of committed nodes are changed in place, so before the
+//! first change after a commit the writer appends the node's old lists to `<path>.undo`
+//! (see `undo.rs`); a writer that opens a file whose undo log belongs to the committed
+//! sequence puts them back.
+
+use crate::error::{Error, ErrorKind, Result};
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+
+pub const MAGIC: [u8; 8] = *b"CHASSIS\x1a";
+pub const FORMAT_VERSION: u32 = 1;
+pub const HEADER_COPY_SIZE: usize = 64 * 1024;
+/// Offset of the first region.
+pub const DATA_START: u64 = 2 * HEADER_COPY_SIZE as u64;
+/// Fixed part of a header copy; the region table follows it.
+pub const HEADER_FIXED: usize = 128;
+pub const REGION_ENTRY: usize = 24;
+pub const MAX_REGIONS: usize = (HEADER_COPY_SIZE - HEADER_FIXED - 8) / REGION_ENTRY;
+/// Regions are aligned to this (a multiple of every page size in use: 4, 16 and 64 KiB).
+pub const REGION_ALIGN: u64 = 64 * 1024;
+pub const HUGE_PAGE: u64 = 2 * 1024 * 1024;
+pub const SLOT_HEADER: usize = 32;
+/// An unused neighbor entry; also "no entry point".
+pub const EMPTY: u32 = u32::MAX;
+/// No heap reference (a node of level 0).
+pub const NO_UPPER: u64 = u64::MAX;
+/// The one id callers may not use: it pads missing results.
+pub const RESERVED_ID: u64 = u64::MAX;
+pub const FIRST_SEGMENT_SLOTS: u64 = 1024;
+pub const FIRST_HEAP_CHUNK: u64 = 1 << 20;
+pub const MAX_HEAP_CHUNK: u64 = 64 << 20;
+/// Target size of a full segment's vectors.
+const SEGMENT_VECTOR_BYTES: u64 = 256 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    Euclidean = 1,
+    Cosine = 2,
+    InnerProduct = 3,
+}
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Euclidean => "euclidean",
+            Metric::Cosine => "cosine",
+            Metric::InnerProduct => "inner_product",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Metric> {
+        match s {
+            "euclidean" | "l2" => Ok(Metric::Euclidean),
+            "cosine" => Ok(Metric::Cosine),
+            "inner_product" | "ip" | "dot" => Ok(Metric::InnerProduct),
+            _ => Err(Error::invalid(
+                format!("unknown metric {s:?}"),
+                "use \"euclidean\", \"cosine\" or \"inner_product\"",
+            )),
+        }
+    }
+    fn from_u8(v: u8) -> Option<Metric> {
+        match v {
+            1 => Some(Metric::Euclidean),
+            2 => Some(Metric::Cosine),
+            3 => Some(Metric::InnerProduct),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 storage.
+    Full = 1,
+    /// f16 storage, f32 queries.
+    Half = 2,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Full => "full",
+            Precision::Half => "half",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Precision> {
+        match s {
+            "full" | "f32" | "float32" => Ok(Precision::Full),
+            "half" | "f16" | "float16" => Ok(Precision::Half),
+            _ => Err(Error::invalid(format!("unknown precision {s:?}"), "use \"full\" or \"half\"")),
+        }
+    }
+    pub fn bytes(self) -> usize {
+        match self {
+            Precision::Full => 4,
+            Precision::Half => 2,
+        }
+    }
+    fn from_u8(v: u8) -> Option<Precision> {
+        match v {
+            1 => Some(Precision::Full),
+            2 => Some(Precision::Half),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegionKind {
+    Segment = 1,
+    Heap = 2,
+}
+
+/// One entry of the region table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionEntry {
+    pub kind: RegionKind,
+    /// Heap chunks: bytes in use. Segments: 0.
+    pub used: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// One header copy, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub seq: u64,
+    pub dims: u32,
+    pub metric: Metric,
+    pub precision: Precision,
+    pub max_connections: u32,
+    pub ef_construction: u32,
+    pub ef_search: u32,
+    pub page_size: u32,
+    /// Committed slots (live and deleted).
+    pub slots: u64,
+    /// Committed live vectors.
+    pub live: u64,
+    /// Default id of the next add (max id + 1).
+    pub next_id: u64,
+    pub entry: u32,
+    pub max_level: u32,
+    pub user_version: u64,
+    pub regions: Vec<RegionEntry>,
+}
+
+impl Header {
+    /// Where region number `regions.len()` goes: after the last one, aligned.
+    pub fn end_of_regions(&self) -> u64 {
+        self.regions.last().map(|r| r.offset + r.len).unwrap_or(DATA_START)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let n = self.regions.len();
+        let body = HEADER_FIXED + n * REGION_ENTRY;
+        let mut b = vec![0u8; body + 8];
+        b[0..8].copy_from_slice(&MAGIC);
+        put_u32(&mut b, 8, FORMAT_VERSION);
+        put_u32(&mut b, 12, body as u32);
+        put_u64(&mut b, 16, self.seq);
+        put_u32(&mut b, 24, self.dims);
+        b[28] = self.metric as u8;
+        b[29] = self.precision as u8;
+        put_u32(&mut b, 32, self.max_connections);
+        put_u32(&mut b, 36, self.ef_construction);
+        put_u32(&mut b, 40, self.ef_search);
+        put_u32(&mut b, 44, self.page_size);
+        put_u64(&mut b, 48, self.slots);
+        put_u64(&mut b, 56, self.live);
+        put_u64(&mut b, 64, self.next_id);
+        put_u32(&mut b, 72, self.entry);
+        put_u32(&mut b, 76, self.max_level);
+        put_u64(&mut b, 80, self.user_version);
+        put_u32(&mut b, 88, n as u32);
+        for (i, r) in self.regions.iter().enumerate() {
+            let o = HEADER_FIXED + i * REGION_ENTRY;
+            put_u32(&mut b, o, r.kind as u32);
+            put_u32(&mut b, o + 4, r.used);
+            put_u64(&mut b, o + 8, r.offset);
+            put_u64(&mut b, o + 16, r.len);
+        }
+        let crc = xxh3_64(&b[..body]);
+        put_u64(&mut b, body, crc);
+        b
+    }
+
+    /// Decode one copy. `Err(why)` says what is wrong with it, for the report.
+    pub fn decode(b: &[u8]) -> std::result::Result<Header, CopyDamage> {
+        if b.len() < HEADER_FIXED + 8 || b[0..8] != MAGIC {
+            return Err(CopyDamage::NoMagic);
+        }
+        let body = get_u32(b, 12) as usize;
+        let n = get_u32(b, 88) as usize;
+        if body < HEADER_FIXED || body + 8 > b.len() || n > MAX_REGIONS || body != HEADER_FIXED + n * REGION_ENTRY {
+            return Err(CopyDamage::Checksum);
+        }
+        if xxh3_64(&b[..body]) != get_u64(b, body) {
+            return Err(CopyDamage::Checksum);
+        }
+        let version = get_u32(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(CopyDamage::Version(version));
+        }
+        let bad = |what: &str| CopyDamage::Invalid(what.to_string());
+        let metric = Metric::from_u8(b[28]).ok_or_else(|| bad("metric"))?;
+        let precision = Precision::from_u8(b[29]).ok_or_else(|| bad("precision"))?;
+        let mut regions = Vec::with_capacity(n);
+        let mut end = DATA_START;
+        for i in 0..n {
+            let o = HEADER_FIXED + i * REGION_ENTRY;
+            let kind = match get_u32(b, o) {
+                1 => RegionKind::Segment,
+                2 => RegionKind::Heap,
+                _ => return Err(bad("region kind")),
+            };
+            let r = RegionEntry { kind, used: get_u32(b, o + 4), offset: get_u64(b, o + 8), len: get_u64(b, o + 16) };
+            if r.offset < end || r.offset % REGION_ALIGN != 0 || r.len == 0 || (r.used as u64) > r.len {
+                return Err(bad("region table"));
+            }
+            end = r.offset.checked_add(r.len).ok_or_else(|| bad("region table"))?;
+            regions.push(r);
+        }
+        let h = Header {
+            seq: get_u64(b, 16),
+            dims: get_u32(b, 24),
+            metric,
+            precision,
+            max_connections: get_u32(b, 32),
+            ef_construction: get_u32(b, 36),
+            ef_search: get_u32(b, 40),
+            page_size: get_u32(b, 44),
+            slots: get_u64(b, 48),
+            live: get_u64(b, 56),
+            next_id: get_u64(b, 64),
+            entry: get_u32(b, 72),
+            max_level: get_u32(b, 76),
+            user_version: get_u64(b, 80),
+            regions,
+        };
+        if h.dims == 0 || h.max_connections < 2 || h.max_connections > MAX_M as u32 || h.live > h.slots {
+            return Err(bad("parameters"));
+        }
+        let geo = Geometry::new(h.dims as usize, h.precision, h.max_connections as usize);
+        let segs = h.regions.iter().filter(|r| r.kind == RegionKind::Segment).count();
+        if h.slots > geo.slots_in_segments(segs) || (h.slots > 0) != (h.entry != EMPTY) || (h.entry != EMPTY && h.entry as u64 >= h.slots) {
+            return Err(bad("slot count"));
+        }
+        Ok(h)
+    }
+}
+
+/// Why one header copy cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyDamage {
+    NoMagic,
+    Checksum,
+    Version(u32),
+    Invalid(String),
+}
+
+impl std::fmt::Display for CopyDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CopyDamage::NoMagic => write!(f, "no Chassis magic"),
+            CopyDamage::Checksum => write!(f, "checksum mismatch"),
+            CopyDamage::Version(v) => write!(f, "format version {v} (this build reads {FORMAT_VERSION})"),
+            CopyDamage::Invalid(what) => write!(f, "invalid {what}"),
+        }
+    }
+}
+
+/// The outcome of reading both header copies.
+#[derive(Debug, Clone)]
+pub struct HeaderChoice {
+    pub header: Header,
+    /// Which copy (0 or 1) is current.
+    pub copy: usize,
+    /// What is wrong with the other copy, if anything. A fresh file's second copy is valid.
+    pub other_damage: Option<CopyDamage>,
+}
+
+/// Choose the current header from the first `2 * HEADER_COPY_SIZE` bytes of a file
+/// (fewer if the file is shorter).
+pub fn choose_header(bytes: &[u8], path: &std::path::Path) -> Result<HeaderChoice> {
+    let copy = |i: usize| -> std::result::Result<Header, CopyDamage> {
+        let start = i * HEADER_COPY_SIZE;
+        if bytes.len() <= start {
+            return Err(CopyDamage::NoMagic);
+        }
+        Header::decode(&bytes[start..bytes.len().min(start + HEADER_COPY_SIZE)])
+    };
+    let (a, b) = (copy(0), copy(1));
+    let pick = match (&a, &b) {
+        (Ok(x), Ok(y)) => Some(if y.seq > x.seq { 1 } else { 0 }),
+        (Ok(_), Err(_)) => Some(0),
+        (Err(_), Ok(_)) => Some(1),
+        _ => None,
+    };
+    if let Some(i) = pick {
+        let (h, other) = if i == 0 { (a.unwrap(), b) } else { (b.unwrap(), a) };
+        return Ok(HeaderChoice { header: h, copy: i, other_damage: other.err() });
+    }
+    let (da, db) = (a.unwrap_err(), b.unwrap_err());
+    let p = path.display();
+    if bytes.len() < 8 || (da == CopyDamage::NoMagic && db == CopyDamage::NoMagic) {
+        if bytes.is_empty() {
+            return Err(Error::new(ErrorKind::NotAnIndex, format!("{p} is empty, not a Chassis index"),
+                "pass the path of an index, or a new path to create one"));
+        }
+        return Err(Error::new(ErrorKind::NotAnIndex, format!("{p} is not a Chassis index (no Chassis header)"),
+            "pass the path of an index, or a new path to create one"));
+    }
+    if let (CopyDamage::Version(v), _) | (_, CopyDamage::Version(v)) = (&da, &db) {
+        if *v > FORMAT_VERSION {
+            return Err(Error::new(ErrorKind::NotAnIndex,
+                format!("{p} has Chassis format version {v}; this version of chassis reads {FORMAT_VERSION}"),
+                "upgrade chassis-index to open it"));
+        }
+    }
+    Err(Error::corrupt(format!("{p}: both header copies are damaged (copy 0: {da}; copy 1: {db})")))
+}
+
+pub const MAX_M: usize = 256;
+
+/// Sizes and offsets of everything inside segments and heap chunks, derived from the
+/// parameters fixed at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub dims: usize,
+    pub precision: Precision,
+    /// M: upper layers keep M neighbors, layer 0 keeps 2M.
+    pub m: usize,
+    /// Bytes of one stored vector.
+    pub vec_bytes: usize,
+    /// Distance between consecutive vectors (64-byte aligned from 64 bytes up).
+    pub stride: usize,
+    /// u32 words in a level-0 record: count/level, crc, 2M slots.
+    pub l0_words: usize,
+    /// u32 words in one upper-layer list: count, crc, M slots.
+    pub upper_words: usize,
+    /// Slots in a full segment (a power of two, at least 1024).
+    pub cap_slots: u64,
+    cap_log2: u32,
+}
+
+impl Geometry {
+    pub fn new(dims: usize, precision: Precision, m: usize) -> Geometry {
+        let vec_bytes = dims * precision.bytes();
+        let stride = if vec_bytes >= 64 { vec_bytes.div_ceil(64) * 64 } else { vec_bytes.next_power_of_two().max(4) };
+        let want = (SEGMENT_VECTOR_BYTES / stride as u64).max(FIRST_SEGMENT_SLOTS);
+        let cap_log2 = 63 - want.leading_zeros();
+        Geometry {
+            dims,
+            precision,
+            m,
+            vec_bytes,
+            stride,
+            l0_words: 2 + 2 * m,
+            upper_words: 2 + m,
+            cap_slots: 1 << cap_log2,
+            cap_log2,
+        }
+    }
+
+    /// Slots in segment `k`.
+    pub fn segment_slots(&self, k: usize) -> u64 {
+        if (k as u32) < self.cap_log2 - 10 {
+            FIRST_SEGMENT_SLOTS << k
+        } else {
+            self.cap_slots
+        }
+    }
+
+    /// Total slots in the first `n` segments.
+    pub fn slots_in_segments(&self, n: usize) -> u64 {
+        (0..n).map(|k| self.segment_slots(k)).sum()
+    }
+
+    /// Segment number and index inside it of a slot.
+    #[inline]
+    pub fn locate(&self, slot: u64) -> (usize, u64) {
+        let doubling_end = self.cap_slots - FIRST_SEGMENT_SLOTS; // slots in the doubling segments
+        if slot < doubling_end {
+            let k = 63 - (slot / FIRST_SEGMENT_SLOTS + 1).leading_zeros();
+            (k as usize, slot - FIRST_SEGMENT_SLOTS * ((1u64 << k) - 1))
+        } else {
+            let rest = slot - doubling_end;
+            ((self.cap_log2 - 10) as usize + (rest >> self.cap_log2) as usize, rest & (self.cap_slots - 1))
+        }
+    }
+
+    /// Layout of a segment of `slots` slots, relative to its start.
+    pub fn segment_layout(&self, slots: u64) -> SegmentLayout {
+        let vectors = 0u64;
+        let headers = align_up(vectors + slots * self.stride as u64, 4096);
+        let l0 = align_up(headers + slots * SLOT_HEADER as u64, 4096);
+        let end = l0 + slots * (self.l0_words as u64 * 4);
+        SegmentLayout { slots, vectors, headers, l0, len: align_up(end, REGION_ALIGN) }
+    }
+
+    /// Where a new segment of `slots` slots starts if the regions end at `end`: on a 2 MiB
+    /// boundary when its vectors fill at least one huge page, so whole huge pages hold only
+    /// vectors.
+    pub fn segment_start(&self, end: u64, slots: u64) -> u64 {
+        if slots * self.stride as u64 >= HUGE_PAGE {
+            align_up(end, HUGE_PAGE)
+        } else {
+            align_up(end, REGION_ALIGN)
+        }
+    }
+
+    /// Bytes of the upper lists of a node of level `level`.
+    pub fn upper_bytes(&self, level: usize) -> u64 {
+        (level * self.upper_words * 4) as u64
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentLayout {
+    pub slots: u64,
+    pub vectors: u64,
+    pub headers: u64,
+    pub l0: u64,
+    pub len: u64,
+}
+
+pub fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+/// Checksum of a stored vector's bytes.
+#[inline]
+pub fn vector_crc(bytes: &[u8]) -> u32 {
+    xxh3_64(bytes) as u32
+}
+
+/// Checksum of a slot header's fields (everything but the checksum word's high half).
+#[inline]
+pub fn header_crc(id: u64, upper: u64, deleted_seq: u64, vec_crc: u32) -> u32 {
+    let mut b = [0u8; 28];
+    b[0..8].copy_from_slice(&id.to_le_bytes());
+    b[8..16].copy_from_slice(&upper.to_le_bytes());
+    b[16..24].copy_from_slice(&deleted_seq.to_le_bytes());
+    b[24..28].copy_from_slice(&vec_crc.to_le_bytes());
+    xxh3_64(&b) as u32
+}
+
+/// Checksum of a neighbor list: its head word and its `count` entries, seeded with the slot
+/// and layer so that a list copied to the wrong place fails too.
+#[inline]
+pub fn list_crc(slot: u32, layer: usize, head: u32, entries: &[u32]) -> u32 {
+    let mut buf = [0u8; 4 * (2 * MAX_M + 1)];
+    buf[0..4].copy_from_slice(&head.to_le_bytes());
+    for (i, e) in entries.iter().enumerate() {
+        buf[4 + 4 * i..8 + 4 * i].copy_from_slice(&e.to_le_bytes());
+    }
+    xxh3_64_with_seed(&buf[..4 + 4 * entries.len()], ((slot as u64) << 8) | layer as u64) as u32
+}
+
+/// Level-0 head word: count in the low 16 bits, level in bits 16..24.
+#[inline]
+pub fn l0_head(count: usize, level: usize) -> u32 {
+    (count as u32 & 0xffff) | ((level as u32) << 16)
+}
+
+#[inline]
+pub fn heap_ref(chunk: usize, offset: u64) -> u64 {
+    ((chunk as u64) << 40) | offset
+}
+
+#[inline]
+pub fn heap_ref_parts(r: u64) -> (usize, u64) {
+    ((r >> 40) as usize, r & ((1 << 40) - 1))
+}
+
+fn put_u32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn get_u32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn get_u64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+#[cfg(target_endian = "big")]
+compile_error!("the Chassis file format is little-endian; big-endian targets are not supported");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        Header {
+            seq: 7,
+            dims: 128,
+            metric: Metric::Cosine,
+            precision: Precision::Half,
+            max_connections: 16,
+            ef_construction: 200,
+            ef_search: 50,
+            page_size: 4096,
+            slots: 1500,
+            live: 1500,
+            next_id: 1500,
+            entry: 3,
+            max_level: 2,
+            user_version: 9,
+            regions: vec![
+                RegionEntry { kind: RegionKind::Segment, used: 0, offset: DATA_START, len: 4 * REGION_ALIGN },
+                RegionEntry { kind: RegionKind::Heap, used: 100, offset: DATA_START + 4 * REGION_ALIGN, len: REGION_ALIGN },
+                RegionEntry { kind: RegionKind::Segment, used: 0, offset: DATA_START + 5 * REGION_ALIGN, len: 8 * REGION_ALIGN },
+            ],
+        }
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let h = sample();
+        assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+    }
+
+    #[test]
+    fn any_flipped_byte_fails_the_checksum() {
+        let b = sample().encode();
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0x10;
+            assert!(Header::decode(&c).is_err(), "flip at {i} accepted");
+        }
+    }
+
+    fn file_with(a: Option<&Header>, b: Option<&Header>) -> Vec<u8> {
+        let mut f = vec![0u8; 2 * HEADER_COPY_SIZE];
+        if let Some(a) = a {
+            let e = a.encode();
+            f[..e.len()].copy_from_slice(&e);
+        }
+        if let Some(b) = b {
+            let e = b.encode();
+            f[HEADER_COPY_SIZE..HEADER_COPY_SIZE + e.len()].copy_from_slice(&e);
+        }
+        f
+    }
+
+    #[test]
+    fn newest_valid_copy_wins_and_damage_is_reported() {
+        let old = sample();
+        let mut new = sample();
+        new.seq = 8;
+        new.slots = 1600;
+        let p = std::path::Path::new("x");
+        let c = choose_header(&file_with(Some(&old), Some(&new)), p).unwrap();
+        assert_eq!((c.copy, c.header.seq, c.other_damage), (1, 8, None));
+        let mut f = file_with(Some(&old), Some(&new));
+        f[HEADER_COPY_SIZE + 20] ^= 1; // damage the newest copy's seq
+        let c = choose_header(&f, p).unwrap();
+        assert_eq!((c.copy, c.header.seq), (0, 7));
+        assert_eq!(c.other_damage, Some(CopyDamage::Checksum));
+    }
+
+    #[test]
+    fn damaged_version_in_one_copy_leaves_the_other_usable() {
+        let old = sample();
+        let mut new = sample();
+        new.seq = 8;
+        let mut f = file_with(Some(&old), Some(&new));
+        f[8] = 0xee; // copy 0's version field
+        let c = choose_header(&f, std::path::Path::new("x")).unwrap();
+        assert_eq!(c.header.seq, 8);
+        assert!(c.other_damage.is_some());
+    }
+
+    #[test]
+    fn both_copies_damaged_is_corrupt_and_no_magic_is_not_an_index() {
+        let h = sample();
+        let mut f = file_with(Some(&h), Some(&h));
+        f[30] ^= 1;
+        f[HEADER_COPY_SIZE + 30] ^= 1;
+        let e = choose_header(&f, std::path::Path::new("x")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::CorruptIndex);
+        let e = choose_header(b"hello world", std::path::Path::new("x")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotAnIndex);
+        let e = choose_header(b"", std::path::Path::new("x")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotAnIndex);
+    }
+
+    #[test]
+    fn segments_double_then_stay_at_the_cap_and_locate_agrees() {
+        let g = Geometry::new(128, Precision::Full, 16); // 512-byte stride: cap 2^19 slots
+        assert_eq!(g.stride, 512);
+        assert_eq!(g.cap_slots, 1 << 19);
+        let mut start = 0u64;
+        for k in 0..14 {
+            let n = g.segment_slots(k);
+            assert_eq!(g.locate(start), (k, 0), "first slot of segment {k}");
+            assert_eq!(g.locate(start + n - 1), (k, n - 1), "last slot of segment {k}");
+            start += n;
+        }
+        assert_eq!(g.slots_in_segments(14), start);
+    }
+
+    #[test]
+    fn stride_is_64_byte_aligned_and_big_segments_start_on_huge_pages() {
+        for dims in [1usize, 3, 15, 16, 17, 100, 384, 1536] {
+            for p in [Precision::Full, Precision::Half] {
+                let g = Geometry::new(dims, p, 16);
+                assert!(g.stride >= g.vec_bytes);
+                if g.vec_bytes >= 64 {
+                    assert_eq!(g.stride % 64, 0);
+                } else {
+                    assert!(g.stride.is_power_of_two());
+                }
+                let slots = g.cap_slots;
+                assert_eq!(g.segment_start(DATA_START + 1, slots) % HUGE_PAGE, 0);
+                let l = g.segment_layout(slots);
+                assert!(l.headers >= slots * g.stride as u64 && l.l0 > l.headers && l.len % REGION_ALIGN == 0);
+            }
+        }
+    }
+
+    #[test]
+    fn list_crc_depends_on_place_and_content() {
+        let a = list_crc(5, 0, l0_head(2, 1), &[1, 2]);
+        assert_ne!(a, list_crc(6, 0, l0_head(2, 1), &[1, 2]));
+        assert_ne!(a, list_crc(5, 1, l0_head(2, 1), &[1, 2]));
+        assert_ne!(a, list_crc(5, 0, l0_head(2, 1), &[2, 1]));
+        assert_eq!(a, list_crc(5, 0, l0_head(2, 1), &[1, 2]));
+    }
+}

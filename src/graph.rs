@@ -1,0 +1,514 @@
+//! HNSW over the mapped storage: the search loop, insertion with the neighbor-selection
+//! heuristic of the HNSW paper, and the list read/write helpers.
+//!
+//! Lists are read without locks through atomics: a list being rewritten may be seen half old,
+//! half new, but every entry is a slot that existed when it was written and is bounds-checked
+//! against `limit` before use, so a search can only route differently, never go out of bounds.
+//! Writers of a list hold its stripe lock.
+
+use crate::cpu;
+use crate::distance::Kernel;
+use crate::error::Result;
+use crate::format::{self, list_crc, EMPTY, NO_UPPER};
+use crate::storage::Storage;
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+pub const MAX_LEVEL: usize = 15;
+pub const LOCK_STRIPES: usize = 1 << 14;
+
+/// Write a list: entries first, then its checksum, then the head word (count, and the level
+/// for layer 0) with release ordering, so a reader that sees the new count sees the entries.
+pub fn write_list(list: &[AtomicU32], slot: u32, layer: usize, entries: &[u32], level: usize) {
+    debug_assert!(entries.len() <= list.len() - 2);
+    for (i, e) in entries.iter().enumerate() {
+        list[2 + i].store(*e, Relaxed);
+    }
+    let head = if layer == 0 { format::l0_head(entries.len(), level) } else { entries.len() as u32 };
+    list[1].store(list_crc(slot, layer, head, entries), Relaxed);
+    list[0].store(head, Release);
+}
+
+/// Number of entries of a list, clamped to its capacity (a damaged count cannot overrun).
+#[inline(always)]
+pub fn list_len(list: &[AtomicU32]) -> usize {
+    ((list[0].load(Acquire) & 0xffff) as usize).min(list.len() - 2)
+}
+
+/// The level stored in a slot's level-0 head.
+#[inline(always)]
+pub fn level_of(st: &Storage, slot: u32) -> usize {
+    ((st.l0(slot)[0].load(Relaxed) >> 16) & 0xff) as usize
+}
+
+/// The list of `slot` at `layer`, or None when the node has no such layer (or its heap
+/// reference is damaged).
+#[inline(always)]
+pub fn list_of(st: &Storage, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+    if layer == 0 {
+        return Some(st.l0(slot));
+    }
+    if level_of(st, slot) < layer {
+        return None;
+    }
+    let r = st.header(slot)[1].load(Relaxed);
+    if r == NO_UPPER {
+        return None;
+    }
+    st.upper_checked(r, layer)
+}
+
+/// Every word of a node's lists (level 0, then layers 1..=level), for undo and savepoints.
+pub fn snapshot_lists(st: &Storage, slot: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = st.l0(slot).iter().map(|w| w.load(Relaxed)).collect();
+    for layer in 1..=level_of(st, slot) {
+        if let Some(l) = list_of(st, slot, layer) {
+            out.extend(l.iter().map(|w| w.load(Relaxed)));
+        }
+    }
+    out
+}
+
+/// Put back what `snapshot_lists` took.
+pub fn restore_lists(st: &Storage, slot: u32, words: &[u32]) {
+    let l0 = st.l0(slot);
+    let n0 = l0.len().min(words.len());
+    for (w, v) in l0[1..n0].iter().zip(&words[1..n0]) {
+        w.store(*v, Relaxed);
+    }
+    l0[0].store(words[0], Release);
+    let mut rest = &words[n0..];
+    let mut layer = 1;
+    while !rest.is_empty() {
+        let Some(l) = list_of(st, slot, layer) else { break };
+        let n = l.len().min(rest.len());
+        for (w, v) in l.iter().zip(&rest[..n]) {
+            w.store(*v, Relaxed);
+        }
+        rest = &rest[n..];
+        layer += 1;
+    }
+}
+
+/// A level for a new node, from its slot number alone (so that builds are reproducible and a
+/// reused slot gets the same level): `floor(-ln(u) / ln(M))`, capped.
+pub fn level_for(slot: u64, m: usize) -> usize {
+    let mut z = slot.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let u = ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    ((-u.ln() / (m as f64).ln()) as usize).min(MAX_LEVEL)
+}
+
+/// A distance as a u32 whose unsigned order is the float order (negative values included),
+/// packed with a slot into one u64 heap entry.
+#[inline(always)]
+fn key(d: f32) -> u64 {
+    let b = d.to_bits();
+    (if b & 0x8000_0000 != 0 { !b } else { b | 0x8000_0000 }) as u64
+}
+#[inline(always)]
+fn unkey(k: u64) -> f32 {
+    let b = (k >> 32) as u32;
+    f32::from_bits(if b & 0x8000_0000 != 0 { b & 0x7fff_ffff } else { !b })
+}
+#[inline(always)]
+fn pack(d: f32, slot: u32) -> u64 {
+    (key(d) << 32) | slot as u64
+}
+#[inline(always)]
+fn slot_of(e: u64) -> u32 {
+    e as u32
+}
+
+/// Per-thread buffers, reused across queries: no allocation per search once warm.
+pub struct Scratch {
+    visited: Vec<u16>,
+    epoch: u16,
+    /// Candidates, nearest first (min-heap through inverted keys).
+    cand: BinaryHeap<std::cmp::Reverse<u64>>,
+    /// Results so far, farthest on top.
+    top: BinaryHeap<u64>,
+    buf: Vec<u32>,
+    /// A decoded stored vector (f16 storage) for node-to-node distances.
+    vec_a: Vec<f32>,
+    vec_b: Vec<f32>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Scratch {
+            visited: Vec::new(),
+            epoch: 0,
+            cand: BinaryHeap::new(),
+            top: BinaryHeap::new(),
+            buf: Vec::new(),
+            vec_a: Vec::new(),
+            vec_b: Vec::new(),
+        }
+    }
+    fn new_epoch(&mut self, limit: usize) {
+        if self.visited.len() < limit {
+            self.visited.resize(limit, 0);
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.visited.iter_mut().for_each(|v| *v = 0);
+            self.epoch = 1;
+        }
+    }
+    /// Mark `s` visited; true if it was not already.
+    #[inline(always)]
+    fn visit(&mut self, s: u32) -> bool {
+        // SAFETY: callers check s < limit <= visited.len().
+        let v = unsafe { self.visited.get_unchecked_mut(s as usize) };
+        if *v == self.epoch {
+            false
+        } else {
+            *v = self.epoch;
+            true
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// Run `f` with this thread's scratch buffers.
+pub fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        // Re-entered on this thread (not expected): use fresh buffers rather than fail.
+        Err(_) => f(&mut Scratch::new()),
+    })
+}
+
+/// The graph as one search or insertion sees it.
+pub struct Graph<'a> {
+    pub st: &'a Storage,
+    kernel: Kernel,
+    bias: f32,
+    sign: f32,
+    dims: usize,
+    half: bool,
+    /// Slots below this may be visited (they exist in the mapped segments).
+    pub limit: u32,
+    pf_lines: usize,
+    pf_l1: bool,
+    pub m: usize,
+}
+
+impl<'a> Graph<'a> {
+    pub fn new(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
+        let (kernel, bias, sign) = crate::distance::kernels().for_metric(metric, st.geo.precision);
+        let ci = cpu::info();
+        Graph {
+            st,
+            kernel,
+            bias,
+            sign,
+            dims: st.geo.dims,
+            half: st.geo.precision == format::Precision::Half,
+            limit: limit.min(st.capacity().min(u32::MAX as u64) as u32),
+            pf_lines: ci.prefetch_lines.min(st.geo.vec_bytes.div_ceil(64)).max(1),
+            pf_l1: ci.prefetch_l1,
+            m: st.geo.m,
+        }
+    }
+
+    /// Distance from an f32 query to a stored vector (squared for euclidean).
+    #[inline(always)]
+    pub fn dist(&self, q: &[f32], slot: u32) -> f32 {
+        debug_assert!(q.len() == self.dims && slot < self.limit);
+        // SAFETY: q has `dims` f32s; the stored vector lies in a live mapping (slot < limit);
+        // the kernel set was chosen for this CPU.
+        self.bias + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.st.vector_ptr(slot), self.dims) }
+    }
+
+    /// A stored vector as f32, decoding half precision into `buf`.
+    pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        let bytes = self.st.vector_bytes(slot);
+        if self.half {
+            buf.resize(self.dims, 0.0);
+            for (o, c) in buf.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }
+            buf
+        } else {
+            // SAFETY: full-precision vectors are `dims` little-endian f32s at a 4-byte aligned
+            // address (stride is a multiple of 4); see Storage::vector_bytes for aliasing.
+            unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const f32, self.dims) }
+        }
+    }
+
+    #[inline(always)]
+    fn prefetch_vector(&self, slot: u32) {
+        cpu::prefetch(self.st.vector_ptr(slot), self.pf_lines, self.pf_l1);
+    }
+
+    /// Greedy walk on an upper layer: move to the nearest neighbor until none is nearer.
+    fn greedy(&self, q: &[f32], mut cur: u32, mut cur_d: f32, layer: usize) -> (u32, f32) {
+        loop {
+            let mut changed = false;
+            if let Some(list) = list_of(self.st, cur, layer) {
+                let n = list_len(list);
+                for e in &list[2..2 + n] {
+                    let nb = e.load(Relaxed);
+                    if nb >= self.limit {
+                        continue;
+                    }
+                    let d = self.dist(q, nb);
+                    if d < cur_d {
+                        cur = nb;
+                        cur_d = d;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                return (cur, cur_d);
+            }
+        }
+    }
+
+    /// Beam search of one layer from `entries`, keeping the `ef` nearest nodes that `accept`
+    /// allows (others still route). Leaves the results in `sc.top`.
+    fn search_layer<F: Fn(u32) -> bool>(&self, q: &[f32], entries: &[(f32, u32)], ef: usize, layer: usize, sc: &mut Scratch, accept: &F) {
+        sc.new_epoch(self.limit as usize);
+        sc.top.clear();
+        sc.cand.clear();
+        for &(d, e) in entries {
+            if e >= self.limit || !sc.visit(e) {
+                continue;
+            }
+            if accept(e) {
+                sc.top.push(pack(d, e));
+            }
+            sc.cand.push(std::cmp::Reverse(pack(d, e)));
+        }
+        let mut bound = sc.top.peek().map(|t| unkey(*t)).unwrap_or(f32::INFINITY);
+        while let Some(std::cmp::Reverse(c)) = sc.cand.pop() {
+            let cd = unkey(c);
+            if cd > bound && sc.top.len() >= ef {
+                break;
+            }
+            if let Some(std::cmp::Reverse(next)) = sc.cand.peek() {
+                if layer == 0 {
+                    cpu::prefetch(self.st.l0(slot_of(*next)).as_ptr() as *const u8, 2, false);
+                }
+            }
+            let Some(list) = list_of(self.st, slot_of(c), layer) else { continue };
+            let n = list_len(list);
+            sc.buf.clear();
+            for e in &list[2..2 + n] {
+                let nb = e.load(Relaxed);
+                if nb < self.limit && sc.visit(nb) {
+                    self.prefetch_vector(nb);
+                    sc.buf.push(nb);
+                }
+            }
+            for i in 0..sc.buf.len() {
+                let nb = sc.buf[i];
+                let d = self.dist(q, nb);
+                if sc.top.len() < ef || d < bound {
+                    sc.cand.push(std::cmp::Reverse(pack(d, nb)));
+                    if accept(nb) {
+                        sc.top.push(pack(d, nb));
+                        if sc.top.len() > ef {
+                            sc.top.pop();
+                        }
+                    }
+                    if let Some(t) = sc.top.peek() {
+                        bound = unkey(*t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `k` nearest accepted nodes to `q`, nearest first, as (distance, slot).
+    pub fn knn<F: Fn(u32) -> bool>(&self, q: &[f32], k: usize, ef: usize, entry: u32, max_level: usize, accept: &F) -> Vec<(f32, u32)> {
+        if entry == EMPTY || entry >= self.limit {
+            return Vec::new();
+        }
+        with_scratch(|sc| {
+            let mut cur = entry;
+            let mut cd = self.dist(q, entry);
+            for layer in (1..=max_level).rev() {
+                (cur, cd) = self.greedy(q, cur, cd, layer);
+            }
+            self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
+            let mut out: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
+            out.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            out.truncate(k);
+            out
+        })
+    }
+
+    /// Exact k-NN by scanning every slot below `limit` that `accept` allows.
+    pub fn scan<F: Fn(u32) -> bool>(&self, q: &[f32], k: usize, accept: &F) -> Vec<(f32, u32)> {
+        let mut top: BinaryHeap<u64> = BinaryHeap::with_capacity(k + 1);
+        for s in 0..self.limit {
+            if !accept(s) {
+                continue;
+            }
+            let d = self.dist(q, s);
+            if top.len() < k {
+                top.push(pack(d, s));
+            } else if pack(d, s) < *top.peek().unwrap() {
+                top.pop();
+                top.push(pack(d, s));
+            }
+        }
+        let mut out: Vec<(f32, u32)> = top.into_iter().map(|e| (unkey(e), slot_of(e))).collect();
+        out.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        out
+    }
+
+    /// The heuristic of the HNSW paper (algorithm 4): walk the candidates nearest first and
+    /// keep one only if it is nearer to the base than to every node kept so far.
+    fn select(&self, cands: &[(f32, u32)], m: usize, sc: &mut Scratch) -> Vec<(f32, u32)> {
+        let mut kept: Vec<(f32, u32)> = Vec::with_capacity(m);
+        let mut buf = std::mem::take(&mut sc.vec_b);
+        for &(d, c) in cands {
+            if kept.len() >= m {
+                break;
+            }
+            let cv = self.vector_f32(c, &mut buf);
+            if kept.iter().all(|&(_, r)| self.dist(cv, r) >= d) {
+                kept.push((d, c));
+            }
+        }
+        sc.vec_b = buf;
+        kept
+    }
+
+    /// Link node `slot` (vector, header and empty lists already written, level `level`) into
+    /// the graph. `entry` holds (entry point, max level); `locks` are the list stripe locks;
+    /// `before_modify(n)` is called, under n's lock, before an existing node's lists change.
+    pub fn insert(
+        &self,
+        slot: u32,
+        level: usize,
+        ef_construction: usize,
+        entry: &Mutex<(u32, usize)>,
+        locks: &[Mutex<()>],
+        before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
+    ) -> Result<()> {
+        let (ep, max_level) = *entry.lock();
+        if ep == EMPTY {
+            let mut e = entry.lock();
+            if e.0 == EMPTY {
+                *e = (slot, level);
+                return Ok(());
+            }
+        }
+        let (ep, max_level) = if ep == EMPTY { *entry.lock() } else { (ep, max_level) };
+        with_scratch(|sc| -> Result<()> {
+            let mut qbuf = std::mem::take(&mut sc.vec_a);
+            let q: Vec<f32> = self.vector_f32(slot, &mut qbuf).to_vec();
+            sc.vec_a = qbuf;
+            let mut cur = ep;
+            let mut cd = self.dist(&q, ep);
+            for layer in (level + 1..=max_level).rev() {
+                (cur, cd) = self.greedy(&q, cur, cd, layer);
+            }
+            let mut eps = vec![(cd, cur)];
+            for layer in (0..=level.min(max_level)).rev() {
+                self.search_layer(&q, &eps, ef_construction, layer, sc, &|s| s != slot);
+                let mut cands: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
+                cands.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                let chosen = self.select(&cands, self.m, sc);
+                {
+                    let _g = locks[slot as usize % LOCK_STRIPES].lock();
+                    let ids: Vec<u32> = chosen.iter().map(|c| c.1).collect();
+                    if let Some(list) = list_of(self.st, slot, layer) {
+                        write_list(list, slot, layer, &ids, level);
+                    }
+                }
+                let cap = if layer == 0 { 2 * self.m } else { self.m };
+                for &(d, n) in &chosen {
+                    self.link_back(n, slot, d, layer, cap, locks, before_modify, sc)?;
+                }
+                if !cands.is_empty() {
+                    eps = cands;
+                }
+            }
+            Ok(())
+        })?;
+        if level > max_level {
+            let mut e = entry.lock();
+            if level > e.1 {
+                *e = (slot, level);
+            }
+        }
+        Ok(())
+    }
+
+    /// Add `new` to `n`'s list at `layer`, pruning with the heuristic when it is full.
+    #[allow(clippy::too_many_arguments)]
+    fn link_back(
+        &self,
+        n: u32,
+        new: u32,
+        d_new: f32,
+        layer: usize,
+        cap: usize,
+        locks: &[Mutex<()>],
+        before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let _g = locks[n as usize % LOCK_STRIPES].lock();
+        let Some(list) = list_of(self.st, n, layer) else { return Ok(()) };
+        let count = list_len(list);
+        let mut cur: Vec<u32> = list[2..2 + count].iter().map(|e| e.load(Relaxed)).filter(|&e| e < self.limit).collect();
+        if cur.contains(&new) {
+            return Ok(());
+        }
+        before_modify(n)?;
+        let level = level_of(self.st, n);
+        if cur.len() < cap {
+            cur.push(new);
+            write_list(list, n, layer, &cur, level);
+            return Ok(());
+        }
+        let mut buf = std::mem::take(&mut sc.vec_a);
+        let nv = self.vector_f32(n, &mut buf).to_vec();
+        sc.vec_a = buf;
+        let mut cands: Vec<(f32, u32)> = cur.iter().map(|&e| (self.dist(&nv, e), e)).collect();
+        cands.push((d_new, new));
+        cands.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        let kept: Vec<u32> = self.select(&cands, cap, sc).iter().map(|c| c.1).collect();
+        write_list(list, n, layer, &kept, level);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_order_like_floats() {
+        let v = [-3.5f32, -1.0, -0.0, 0.0, 1e-30, 0.5, 2.0, f32::INFINITY];
+        for w in v.windows(2) {
+            assert!(key(w[0]) <= key(w[1]), "{} {}", w[0], w[1]);
+        }
+        for x in v {
+            assert_eq!(unkey(pack(x, 7)).to_bits(), x.to_bits());
+            assert_eq!(slot_of(pack(x, 7)), 7);
+        }
+    }
+
+    #[test]
+    fn levels_follow_the_geometric_law() {
+        let n = 200_000u64;
+        let above0 = (0..n).filter(|s| level_for(*s, 16) >= 1).count() as f64 / n as f64;
+        assert!((above0 - 1.0 / 16.0).abs() < 0.005, "{above0}");
+        assert!((0..n).all(|s| level_for(s, 16) <= MAX_LEVEL));
+    }
+}

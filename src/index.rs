@@ -1,0 +1,1191 @@
+//! The index: opening and creating files, adds (single and batch, all or nothing), searches,
+//! flush (commit), rollback and close. Python-free; `src/python/` wraps it.
+
+use crate::distance;
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{
+    self, choose_header, Geometry, Header, Metric, Precision, RegionKind, DATA_START, EMPTY, HEADER_COPY_SIZE, NO_UPPER,
+    RESERVED_ID,
+};
+use crate::graph::{self, Graph, LOCK_STRIPES};
+use crate::os;
+use crate::storage::Storage;
+use crate::undo::{undo_path, UndoLog};
+use parking_lot::Mutex;
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+
+/// Largest k and ef a call accepts.
+pub const MAX_K: usize = 1 << 24;
+/// The largest half-precision value.
+const F16_MAX: f32 = 65504.0;
+
+/// Construction and search parameters. `max_connections`, `metric` and `precision` are fixed
+/// when a file is created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub max_connections: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
+    pub metric: Metric,
+    pub precision: Precision,
+    /// ADR-0016: None = let `warm` decide (vectors of 2 KB and more), Some(b) = asked for or not.
+    pub huge_pages: Option<bool>,
+    /// ADR-0019: read the index in on a background thread from opening.
+    pub warm: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_connections: 16,
+            ef_construction: 200,
+            ef_search: 50,
+            metric: Metric::Euclidean,
+            precision: Precision::Full,
+            huge_pages: None,
+            warm: false,
+        }
+    }
+}
+
+impl Options {
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=format::MAX_M).contains(&self.max_connections) {
+            return Err(Error::invalid(
+                format!("max_connections={} is out of range", self.max_connections),
+                format!("use a value from 2 to {} (16 is usual)", format::MAX_M),
+            ));
+        }
+        for (name, v) in [("ef_construction", self.ef_construction), ("ef_search", self.ef_search)] {
+            if !(1..=MAX_K).contains(&v) {
+                return Err(Error::invalid(format!("{name}={v} is out of range"), format!("use a value from 1 to {MAX_K}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Cancellation and progress of a long call, shared with the thread that waits for it.
+#[derive(Default)]
+pub struct Control {
+    pub cancel: AtomicBool,
+    pub done: AtomicU64,
+}
+
+impl Control {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Relaxed)
+    }
+}
+
+/// A hit: caller id and distance (true L2 for euclidean, 1 - cos, -dot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub id: u64,
+    pub distance: f32,
+}
+
+/// What to do when a file is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Open for writing; create when missing (dimensions needed).
+    Write,
+    /// Open read-only, without the lock; the file must exist.
+    Read,
+}
+
+/// A list saved before its first change since a savepoint.
+struct Savepoint {
+    /// Nodes below this existed before the savepoint.
+    start: u32,
+    saved: HashMap<u32, Vec<u32>>,
+}
+
+struct UndoState {
+    log: UndoLog,
+    /// Committed nodes whose lists the log already holds.
+    saved: HashSet<u32>,
+}
+
+/// id -> slot for live slots below `upto`, built on first use (opening stays O(1)).
+#[derive(Default)]
+struct IdMap {
+    map: HashMap<u64, u32>,
+    upto: u64,
+}
+
+pub struct Index {
+    st: Storage,
+    opts: Options,
+    /// The header of the last commit (a reader: of its snapshot).
+    committed: Header,
+    /// Which header copy holds `committed`.
+    copy: usize,
+    read_only: bool,
+    slots: u64,
+    live: u64,
+    next_id: u64,
+    user_version: u64,
+    entry: Mutex<(u32, usize)>,
+    locks: Box<[Mutex<()>]>,
+    undo: Mutex<UndoState>,
+    savepoint: Mutex<Option<Savepoint>>,
+    ids: Mutex<IdMap>,
+    /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
+    poisoned: bool,
+    /// Things the caller should be told about once (a damaged header copy, a replayed log).
+    pub warnings: Vec<String>,
+}
+
+fn pools() -> &'static Mutex<HashMap<usize, Arc<rayon::ThreadPool>>> {
+    static P: std::sync::OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = std::sync::OnceLock::new();
+    P.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Run `f` on a pool of `threads` threads (None: the global pool of one per core).
+pub fn with_threads<R: Send>(threads: Option<usize>, f: impl FnOnce() -> R + Send) -> Result<R> {
+    match threads {
+        None => Ok(f()),
+        Some(0) => Err(Error::invalid("threads=0", "pass a positive number of threads, or None for one per core")),
+        Some(t) if t > 1024 => Err(Error::invalid(format!("threads={t} is too many"), "pass at most 1024")),
+        Some(t) => {
+            let pool = {
+                let mut p = pools().lock();
+                match p.get(&t) {
+                    Some(pool) => pool.clone(),
+                    None => {
+                        let pool = Arc::new(
+                            rayon::ThreadPoolBuilder::new()
+                                .num_threads(t)
+                                .thread_name(|i| format!("chassis-{i}"))
+                                .build()
+                                .map_err(|e| Error::new(ErrorKind::Io, format!("cannot start threads: {e}"), "pass fewer threads"))?,
+                        );
+                        p.insert(t, pool.clone());
+                        pool
+                    }
+                }
+            };
+            Ok(pool.install(f))
+        }
+    }
+}
+
+fn check_k(k: usize) -> Result<()> {
+    if !(1..=MAX_K).contains(&k) {
+        return Err(Error::invalid(format!("k={k} is out of range"), format!("pass k from 1 to {MAX_K}")));
+    }
+    Ok(())
+}
+
+fn tmp_sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    path.with_file_name(format!(".{name}.{what}-{}-{nanos}", std::process::id()))
+}
+
+impl Index {
+    // ------------------------------------------------------------------ opening
+
+    /// Open (or, in write mode, create) the index at `path`.
+    /// `dims`: required to create; checked against the file when given.
+    /// `opts`: fixed fields are checked against the file; tunables apply to this handle.
+    pub fn open(path: &Path, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
+        if let Some(o) = opts {
+            o.validate()?;
+        }
+        if let Some(d) = dims {
+            if d == 0 || d > 1 << 16 {
+                return Err(Error::invalid(format!("dimensions={d} is out of range"), "pass from 1 to 65536 dimensions"));
+            }
+        }
+        if path.as_os_str().is_empty() {
+            return Err(Error::new(ErrorKind::InvalidPath, "the path is empty", "pass a file path such as \"vectors.chassis\""));
+        }
+        if path.is_dir() {
+            return Err(Error::new(
+                ErrorKind::InvalidPath,
+                format!("{} is a directory", path.display()),
+                "pass a file path inside it, such as \"vectors.chassis\"",
+            ));
+        }
+        let mut file = None;
+        if !path.exists() {
+            if mode == Mode::Read {
+                return Err(Error::new(
+                    ErrorKind::IndexNotFound,
+                    format!("no index at {}", path.display()),
+                    "check the path; a writer creates the file (VectorIndex(path, dimensions))",
+                ));
+            }
+            let Some(d) = dims else {
+                return Err(Error::new(
+                    ErrorKind::IndexNotFound,
+                    format!("no index at {}", path.display()),
+                    "pass dimensions to create one: VectorIndex(path, dimensions)",
+                ));
+            };
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(Error::new(
+                    ErrorKind::InvalidPath,
+                    format!("directory {} does not exist", parent.display()),
+                    "create the directory first",
+                ));
+            }
+            file = Self::create(path, d, opts.cloned().unwrap_or_default())?;
+        }
+        let file = match file {
+            Some(f) => f,
+            None => {
+                let f = OpenOptions::new().read(true).write(mode == Mode::Write).open(path).map_err(|e| {
+                    let mut err = Error::io(e, "opening", path);
+                    if err.kind == ErrorKind::IndexNotFound {
+                        err.help = "check the path".into();
+                    }
+                    err
+                })?;
+                if mode == Mode::Write && !os::try_lock_exclusive(&f).map_err(|e| Error::io(e, "locking", path))? {
+                    return Err(Error::new(
+                        ErrorKind::IndexLocked,
+                        format!("{} is open for writing elsewhere (in this or another process)", path.display()),
+                        "close the other writer first, or open with read_only=True to search",
+                    ));
+                }
+                f
+            }
+        };
+        Self::from_file(path, file, dims, opts, mode)
+    }
+
+    /// Create a new file: write it under a temporary name, then link it into place, so that
+    /// nobody ever sees a half-made index. Returns None if someone else created it first.
+    fn create(path: &Path, dims: usize, opts: Options) -> Result<Option<File>> {
+        let tmp = tmp_sibling(path, "creating");
+        let f = OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(|e| Error::io(e, "creating", &tmp))?;
+        let cleanup = |e: Error| {
+            let _ = std::fs::remove_file(&tmp);
+            e
+        };
+        if !os::try_lock_exclusive(&f).map_err(|e| cleanup(Error::io(e, "locking", &tmp)))? {
+            return Err(cleanup(Error::new(ErrorKind::IndexLocked, "could not lock a new file", "retry")));
+        }
+        let mut h = Header {
+            seq: 0,
+            dims: dims as u32,
+            metric: opts.metric,
+            precision: opts.precision,
+            max_connections: opts.max_connections as u32,
+            ef_construction: opts.ef_construction as u32,
+            ef_search: opts.ef_search as u32,
+            page_size: os::page_size() as u32,
+            slots: 0,
+            live: 0,
+            next_id: 0,
+            entry: EMPTY,
+            max_level: 0,
+            user_version: 0,
+            regions: Vec::new(),
+        };
+        use std::os::unix::fs::FileExt;
+        let write = |h: &Header, copy: usize| f.write_all_at(&h.encode(), (copy * HEADER_COPY_SIZE) as u64);
+        write(&h, 1).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
+        h.seq = 1;
+        write(&h, 0).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
+        f.set_len(DATA_START).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
+        f.sync_all().map_err(|e| cleanup(Error::io(e, "syncing", &tmp)))?;
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                let _ = os::sync_dir(path);
+                Ok(Some(f))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(Error::io(e, "creating", path)),
+        }
+    }
+
+    fn from_file(path: &Path, file: File, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
+        let bytes = Storage::read_header_bytes(&file, path)?;
+        let choice = choose_header(&bytes, path)?;
+        let h = choice.header;
+        let mut warnings = Vec::new();
+        if let Some(d) = &choice.other_damage {
+            warnings.push(format!(
+                "{}: header copy {} is damaged ({d}); using copy {} (commit {})",
+                path.display(),
+                1 - choice.copy,
+                choice.copy,
+                h.seq
+            ));
+        }
+        if let Some(d) = dims {
+            if d != h.dims as usize {
+                return Err(Error::new(
+                    ErrorKind::DimensionMismatch,
+                    format!("{} holds {}-dimensional vectors, not {d}", path.display(), h.dims),
+                    format!("pass dimensions={} (or None) to open it", h.dims),
+                ));
+            }
+        }
+        let mut eff = Options {
+            max_connections: h.max_connections as usize,
+            ef_construction: h.ef_construction.max(1) as usize,
+            ef_search: h.ef_search.max(1) as usize,
+            metric: h.metric,
+            precision: h.precision,
+            huge_pages: None,
+            warm: false,
+        };
+        if let Some(o) = opts {
+            let fixed = [
+                ("metric", o.metric.name().to_string(), h.metric.name().to_string()),
+                ("precision", o.precision.name().to_string(), h.precision.name().to_string()),
+                ("max_connections", o.max_connections.to_string(), h.max_connections.to_string()),
+            ];
+            // A read-only open takes metric and precision from the file, as chassisdb does.
+            for (name, want, have) in fixed {
+                if want != have && !(mode == Mode::Read && name != "max_connections") {
+                    return Err(Error::new(
+                        ErrorKind::OptionsMismatch,
+                        format!("{} was created with {name}={have}, not {want}", path.display()),
+                        format!("open it with {name}={have}, or options=None"),
+                    ));
+                }
+            }
+            eff.ef_construction = o.ef_construction;
+            eff.ef_search = o.ef_search;
+            eff.huge_pages = o.huge_pages;
+            eff.warm = o.warm;
+        }
+        let st = Storage::open(path, file, mode == Mode::Write, &h)?;
+        let mut idx = Index {
+            st,
+            opts: eff,
+            copy: choice.copy,
+            read_only: mode == Mode::Read,
+            slots: h.slots,
+            live: h.live,
+            next_id: h.next_id,
+            user_version: h.user_version,
+            entry: Mutex::new((h.entry, h.max_level as usize)),
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            undo: Mutex::new(UndoState { log: UndoLog::new(path), saved: HashSet::new() }),
+            savepoint: Mutex::new(None),
+            ids: Mutex::new(IdMap::default()),
+            poisoned: false,
+            committed: h,
+            warnings,
+        };
+        if mode == Mode::Write {
+            idx.replay_undo()?;
+            idx.remove_leftovers();
+        }
+        Ok(idx)
+    }
+
+    /// A writer opening after a crash: put back the lists the dead writer changed after the
+    /// last commit.
+    fn replay_undo(&mut self) -> Result<()> {
+        let upath = undo_path(&self.st.path);
+        if !upath.exists() {
+            return Ok(());
+        }
+        let records = UndoLog::read(&self.st.path, self.committed.seq)?;
+        let mut n = 0;
+        for (slot, words) in &records {
+            if (*slot as u64) < self.committed.slots && words.len() >= self.st.geo.l0_words {
+                graph::restore_lists(&self.st, *slot, words);
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.st.sync_data()?;
+            self.warnings.push(format!(
+                "{}: the last writer stopped without flushing; its unflushed changes were discarded ({n} lists restored)",
+                self.st.path.display()
+            ));
+        }
+        self.undo.get_mut().log.remove();
+        Ok(())
+    }
+
+    /// Temporary files a killed writer may have left next to the index.
+    fn remove_leftovers(&self) {
+        let Some(dir) = self.st.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }) else { return };
+        let Some(name) = self.st.path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+        let prefix = format!(".{name}.creating-");
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ properties
+
+    pub fn path(&self) -> &Path {
+        &self.st.path
+    }
+    pub fn dims(&self) -> usize {
+        self.st.geo.dims
+    }
+    pub fn metric(&self) -> Metric {
+        self.opts.metric
+    }
+    pub fn precision(&self) -> Precision {
+        self.opts.precision
+    }
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+    pub fn geometry(&self) -> &Geometry {
+        &self.st.geo
+    }
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+    /// Live vectors (a writer counts its unflushed adds).
+    pub fn len(&self) -> u64 {
+        self.live
+    }
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+    /// Slots added since the last flush.
+    pub fn pending(&self) -> u64 {
+        self.slots - self.committed.slots
+    }
+    pub fn committed_seq(&self) -> u64 {
+        self.committed.seq
+    }
+    pub fn set_ef_search(&mut self, ef: usize) -> Result<()> {
+        let mut o = self.opts.clone();
+        o.ef_search = ef;
+        o.validate()?;
+        self.opts = o;
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::new(ErrorKind::ReadOnly, "this index is open read-only", "open it with VectorIndex(path) to write"));
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ reader snapshots
+
+    /// True if a newer commit than this handle's snapshot is on disk (readers only).
+    pub fn has_newer_commit(&self) -> bool {
+        if !self.read_only {
+            return false;
+        }
+        use std::os::unix::fs::FileExt;
+        let mut best = self.committed.seq;
+        for copy in 0..2 {
+            let mut b = [0u8; 24];
+            if self.st.file.read_exact_at(&mut b, (copy * HEADER_COPY_SIZE) as u64).is_ok() && b[0..8] == format::MAGIC {
+                best = best.max(u64::from_le_bytes(b[16..24].try_into().unwrap()));
+            }
+        }
+        best != self.committed.seq
+    }
+
+    /// Move a reader to the newest valid commit, mapping regions added since.
+    pub fn refresh(&mut self) -> Result<()> {
+        if !self.read_only {
+            return Ok(());
+        }
+        let bytes = Storage::read_header_bytes(&self.st.file, &self.st.path)?;
+        let choice = choose_header(&bytes, &self.st.path)?;
+        let h = choice.header;
+        if h.seq <= self.committed.seq {
+            return Ok(());
+        }
+        self.st.map_new_regions(&h)?;
+        self.slots = h.slots;
+        self.live = h.live;
+        self.next_id = h.next_id;
+        self.user_version = h.user_version;
+        *self.entry.get_mut() = (h.entry, h.max_level as usize);
+        self.copy = choice.copy;
+        self.committed = h;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ input checks
+
+    fn check_dims(&self, got: usize, what: &str) -> Result<()> {
+        if got != self.dims() {
+            return Err(Error::new(
+                ErrorKind::DimensionMismatch,
+                format!("{what} has {got} dimensions; this index holds {}", self.dims()),
+                format!("pass vectors of length {}", self.dims()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuse NaN/inf, values beyond half precision, and zero vectors under cosine.
+    fn check_vector(&self, v: &[f32], what: &str) -> Result<()> {
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::invalid(
+                format!("{what} holds {} at position {i}", v[i]),
+                "remove or replace NaN and infinite values before adding or searching",
+            ));
+        }
+        if self.precision() == Precision::Half {
+            if let Some(i) = v.iter().position(|x| x.abs() > F16_MAX) {
+                return Err(Error::invalid(
+                    format!("{what} holds {} at position {i}, beyond half precision's range (+-65504)", v[i]),
+                    "scale the vectors down, or use precision=\"full\"",
+                ));
+            }
+        }
+        if self.metric() == Metric::Cosine && v.iter().all(|x| *x == 0.0) {
+            return Err(Error::invalid(
+                format!("{what} is the zero vector, which has no direction for cosine distance"),
+                "remove zero vectors, or use metric=\"euclidean\"",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A query ready for the kernels: checked, and normalised for cosine (the one copy made).
+    fn prepare_query<'q>(&self, q: &'q [f32], what: &str) -> Result<Cow<'q, [f32]>> {
+        self.check_dims(q.len(), what)?;
+        self.check_vector(q, what)?;
+        if self.metric() == Metric::Cosine {
+            let mut v = q.to_vec();
+            distance::normalize(&mut v);
+            return Ok(Cow::Owned(v));
+        }
+        Ok(Cow::Borrowed(q))
+    }
+
+    /// The bytes to store for `v` (normalised for cosine, rounded for half). Borrowed when the
+    /// input is already in stored form.
+    fn encode<'v>(&self, v: &'v [f32], buf: &'v mut Vec<u8>) -> &'v [u8] {
+        let normalized;
+        let src: &[f32] = if self.metric() == Metric::Cosine {
+            let mut n = v.to_vec();
+            distance::normalize(&mut n);
+            normalized = n;
+            &normalized
+        } else {
+            v
+        };
+        match self.precision() {
+            Precision::Full if self.metric() != Metric::Cosine => {
+                // SAFETY: reinterpreting f32s as their little-endian bytes (the target is LE).
+                unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) }
+            }
+            Precision::Full => {
+                buf.clear();
+                buf.extend(src.iter().flat_map(|x| x.to_le_bytes()));
+                buf
+            }
+            Precision::Half => {
+                buf.clear();
+                buf.extend(src.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()));
+                buf
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ ids
+
+    fn with_ids<R>(&self, f: impl FnOnce(&HashMap<u64, u32>) -> R) -> R {
+        let mut m = self.ids.lock();
+        while m.upto < self.slots {
+            let s = m.upto as u32;
+            if let Some(id) = self.live_id(s) {
+                m.map.insert(id, s);
+            }
+            m.upto += 1;
+        }
+        f(&m.map)
+    }
+
+    /// The id of a live slot whose header checks out; None for deleted or damaged slots.
+    fn live_id(&self, slot: u32) -> Option<u64> {
+        let h = self.st.header(slot);
+        let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Relaxed), h[3].load(Relaxed));
+        if format::header_crc(id, upper, del, crcs as u32) != (crcs >> 32) as u32 {
+            return None;
+        }
+        // A delete marker holds the sequence that commits it; deletes come with the life-cycle
+        // work, and any marker hides the slot until then.
+        if del != 0 {
+            return None;
+        }
+        Some(id)
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.with_ids(|m| m.contains_key(&id))
+    }
+
+    /// The stored vector of `id` (normalised for cosine, rounded for half), checked against
+    /// its checksum.
+    pub fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        let Some(slot) = self.with_ids(|m| m.get(&id).copied()) else { return Ok(None) };
+        let bytes = self.st.vector_bytes(slot);
+        let crc = self.st.header(slot)[3].load(Relaxed) as u32;
+        if format::vector_crc(bytes) != crc {
+            return Err(Error::corrupt(format!(
+                "{}: the stored vector of id {id} (slot {slot}) fails its checksum",
+                self.st.path.display()
+            )));
+        }
+        let g = Graph::new(&self.st, self.metric(), self.slots as u32);
+        let mut buf = Vec::new();
+        Ok(Some(g.vector_f32(slot, &mut buf).to_vec()))
+    }
+
+    /// Live ids in insertion (slot) order.
+    pub fn ids(&self) -> Vec<u64> {
+        (0..self.slots as u32).filter_map(|s| self.live_id(s)).collect()
+    }
+
+    // ------------------------------------------------------------------ adds
+
+    /// Add one vector; returns its id.
+    pub fn add(&mut self, v: &[f32], id: Option<u64>) -> Result<u64> {
+        let ids = id.map(|i| [i]);
+        let out = self.add_batch(v, 1, ids.as_ref().map(|a| &a[..]), None, &Control::default())?;
+        Ok(out[0])
+    }
+
+    /// Add `n` vectors (`data` is n x dims, row-major). All or nothing: on any error or a
+    /// cancel, nothing of the batch remains and the error is returned.
+    pub fn add_batch(&mut self, data: &[f32], n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
+        self.writable()?;
+        if self.poisoned {
+            return Err(self.poisoned_error());
+        }
+        let d = self.dims();
+        if data.len() != n * d {
+            return Err(Error::new(
+                ErrorKind::DimensionMismatch,
+                format!("got {} values for {n} vectors of {d} dimensions", data.len()),
+                format!("pass an array of shape (n, {d})"),
+            ));
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        // 1. Check everything before touching anything.
+        for (r, row) in data.chunks_exact(d).enumerate() {
+            let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
+            self.check_vector(row, &what)?;
+        }
+        let new_ids = self.assign_ids(n, ids)?;
+        let start = self.slots;
+        if start + n as u64 > u32::MAX as u64 - 1 {
+            return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 vectors", "start another index file"));
+        }
+        // 2. Room: segments, preallocated blocks, heap lists. Undone on failure.
+        let regions_before = self.st.regions.len();
+        let heap_before = self.st.heap_state();
+        let entry_before = *self.entry.get_mut();
+        let undo_on_fail = |me: &mut Index| {
+            me.st.truncate_regions(regions_before);
+            if let Some((chunk, used)) = heap_before {
+                me.st.set_heap_used(chunk, used);
+            }
+            *me.entry.get_mut() = entry_before;
+        };
+        let m = self.st.geo.m;
+        let levels: Vec<usize> = (0..n).map(|i| graph::level_for(start + i as u64, m)).collect();
+        let mut uppers = vec![NO_UPPER; n];
+        let room = (|| -> Result<()> {
+            self.st.reserve_slots(start, start + n as u64)?;
+            for i in 0..n {
+                if levels[i] > 0 {
+                    uppers[i] = self.st.alloc_upper((start + i as u64) as u32, levels[i])?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = room {
+            undo_on_fail(self);
+            return Err(e);
+        }
+        // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
+        let this = &*self;
+        let write_rows = || {
+            data.par_chunks_exact(d).enumerate().with_min_len(256).for_each_init(Vec::new, |buf, (i, row)| {
+                let slot = (start + i as u64) as u32;
+                let bytes = this.encode(row, buf);
+                this.st.write_vector(slot, bytes);
+                let vcrc = format::vector_crc(bytes);
+                let h = this.st.header(slot);
+                h[0].store(new_ids[i], Relaxed);
+                h[1].store(uppers[i], Relaxed);
+                h[2].store(0, Relaxed);
+                h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], 0, vcrc) as u64) << 32, Relaxed);
+                graph::write_list(this.st.l0(slot), slot, 0, &[], levels[i]);
+            });
+        };
+        with_threads(threads, write_rows)?;
+        // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
+        *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
+        let result = with_threads(threads, || self.link(start, n, &levels, ctl)).and_then(|r| r);
+        let sp = self.savepoint.lock().take().unwrap();
+        if let Err(e) = result {
+            for (slot, words) in &sp.saved {
+                graph::restore_lists(&self.st, *slot, words);
+            }
+            undo_on_fail(self);
+            return Err(e);
+        }
+        self.slots += n as u64;
+        self.live += n as u64;
+        let max_new = *new_ids.iter().max().unwrap();
+        self.next_id = self.next_id.max(max_new.saturating_add(1));
+        let mut idm = self.ids.lock();
+        if idm.upto == start {
+            for (i, id) in new_ids.iter().enumerate() {
+                idm.map.insert(*id, (start + i as u64) as u32);
+            }
+            idm.upto = self.slots;
+        }
+        drop(idm);
+        Ok(new_ids)
+    }
+
+    fn assign_ids(&self, n: usize, ids: Option<&[u64]>) -> Result<Vec<u64>> {
+        match ids {
+            None => {
+                let first = self.next_id;
+                if first.checked_add(n as u64 - 1).is_none_or(|last| last >= RESERVED_ID) {
+                    return Err(Error::new(
+                        ErrorKind::IndexFull,
+                        "no default ids are left (the largest id in use is near 2**64-1)",
+                        "pass explicit ids",
+                    ));
+                }
+                Ok((first..first + n as u64).collect())
+            }
+            Some(ids) => {
+                if ids.len() != n {
+                    return Err(Error::invalid(format!("got {} ids for {n} vectors", ids.len()), "pass one id per vector"));
+                }
+                if let Some(i) = ids.iter().position(|&x| x == RESERVED_ID) {
+                    return Err(Error::invalid(
+                        format!("id {} (position {i}) is reserved", RESERVED_ID),
+                        "use ids from 0 to 2**64-2",
+                    ));
+                }
+                let mut seen = HashSet::with_capacity(n);
+                for (i, id) in ids.iter().enumerate() {
+                    if !seen.insert(*id) {
+                        return Err(Error::new(
+                            ErrorKind::IdInUse,
+                            format!("id {id} appears twice in the batch (again at position {i})"),
+                            "pass distinct ids",
+                        ));
+                    }
+                }
+                if let Some(id) = self.with_ids(|m| ids.iter().find(|id| m.contains_key(id)).copied()) {
+                    return Err(Error::new(ErrorKind::IdInUse, format!("id {id} is already in the index"), "pass an id not in use, or id=None for the next free one"));
+                }
+                Ok(ids.to_vec())
+            }
+        }
+    }
+
+    /// Called (under n's stripe lock) before an existing node's lists change: save them for
+    /// the undo log (committed nodes) and for the batch's savepoint.
+    fn before_modify(&self, n: u32) -> Result<()> {
+        if (n as u64) < self.committed.slots {
+            let mut u = self.undo.lock();
+            if u.saved.insert(n) {
+                let words = graph::snapshot_lists(&self.st, n);
+                if let Err(e) = u.log.record(self.committed.seq, n, &words) {
+                    u.saved.remove(&n);
+                    return Err(e);
+                }
+            }
+        }
+        let mut sp = self.savepoint.lock();
+        if let Some(sp) = sp.as_mut() {
+            if n < sp.start {
+                sp.saved.entry(n).or_insert_with(|| graph::snapshot_lists(&self.st, n));
+            }
+        }
+        Ok(())
+    }
+
+    fn link(&self, start: u64, n: usize, levels: &[usize], ctl: &Control) -> Result<()> {
+        let g = Graph::new(&self.st, self.metric(), (start + n as u64) as u32);
+        let ef = self.opts.ef_construction;
+        let hook = |s: u32| self.before_modify(s);
+        let first_err: Mutex<Option<Error>> = Mutex::new(None);
+        let next = AtomicU64::new(0);
+        let work = || loop {
+            if ctl.cancelled() || first_err.lock().is_some() {
+                return;
+            }
+            let i = next.fetch_add(1, Relaxed);
+            if i >= n as u64 {
+                return;
+            }
+            if let Err(e) = g.insert((start + i) as u32, levels[i as usize], ef, &self.entry, &self.locks, &hook) {
+                first_err.lock().get_or_insert(e);
+                return;
+            }
+            ctl.done.fetch_add(1, Relaxed);
+        };
+        // The first node of an empty index becomes the entry point before anyone links to it.
+        if self.entry.lock().0 == EMPTY {
+            let i = next.fetch_add(1, Relaxed);
+            g.insert((start + i) as u32, levels[0], ef, &self.entry, &self.locks, &hook)?;
+            ctl.done.fetch_add(1, Relaxed);
+        }
+        let workers = rayon::current_num_threads().min(n);
+        if workers <= 1 {
+            work();
+        } else {
+            rayon::scope(|s| {
+                for _ in 0..workers {
+                    s.spawn(|_| work());
+                }
+            });
+        }
+        if let Some(e) = first_err.into_inner() {
+            return Err(e);
+        }
+        if ctl.cancelled() {
+            return Err(Error::interrupted());
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ searches
+
+    fn visible_slots(&self) -> u32 {
+        self.slots as u32
+    }
+
+    /// The `k` nearest live vectors to `q`, nearest first.
+    pub fn search(&self, q: &[f32], k: usize, ef: Option<usize>) -> Result<Vec<Hit>> {
+        check_k(k)?;
+        let ef = self.effective_ef(ef)?;
+        let q = self.prepare_query(q, "the query")?;
+        Ok(self.search_prepared(&q, k, ef))
+    }
+
+    fn effective_ef(&self, ef: Option<usize>) -> Result<usize> {
+        let ef = ef.unwrap_or(self.opts.ef_search);
+        if !(1..=MAX_K).contains(&ef) {
+            return Err(Error::invalid(format!("ef={ef} is out of range"), format!("pass ef from 1 to {MAX_K}")));
+        }
+        Ok(ef)
+    }
+
+    fn search_prepared(&self, q: &[f32], k: usize, ef: usize) -> Vec<Hit> {
+        if self.live == 0 {
+            return Vec::new();
+        }
+        let visible = self.visible_slots();
+        // A reader routes through every mapped slot (a writer elsewhere may have linked new
+        // ones) but returns only its snapshot's.
+        let limit = if self.read_only { self.st.capacity().min(u32::MAX as u64 - 1) as u32 } else { visible };
+        let g = Graph::new(&self.st, self.metric(), limit);
+        let accept = |s: u32| s < visible;
+        let (entry, max_level) = *self.entry.lock();
+        let raw = if ef as u64 >= self.live {
+            // The beam would cover everything anyway: scan, which is exact even where the graph
+            // is not connected.
+            Graph::new(&self.st, self.metric(), visible).scan(q, k.min(self.live as usize), &accept)
+        } else {
+            g.knn(q, k, ef, entry, max_level, &accept)
+        };
+        let euclid = self.metric() == Metric::Euclidean;
+        raw.into_iter()
+            .filter_map(|(d, s)| {
+                let id = self.live_id(s)?;
+                Some(Hit { id, distance: if euclid { d.max(0.0).sqrt() } else { d } })
+            })
+            .collect()
+    }
+
+    /// Search many queries (`qs` is nq x dims) on `threads` threads. Returns ids and distances,
+    /// nq x k row-major, padded with `RESERVED_ID` and infinity.
+    pub fn search_batch(&self, qs: &[f32], nq: usize, k: usize, ef: Option<usize>, threads: Option<usize>, ctl: &Control) -> Result<(Vec<u64>, Vec<f32>)> {
+        check_k(k)?;
+        let ef = self.effective_ef(ef)?;
+        let d = self.dims();
+        if qs.len() != nq * d {
+            return Err(Error::new(
+                ErrorKind::DimensionMismatch,
+                format!("got {} values for {nq} queries of {d} dimensions", qs.len()),
+                format!("pass an array of shape (n, {d})"),
+            ));
+        }
+        if nq.checked_mul(k).is_none_or(|c| c > 1 << 31) {
+            return Err(Error::invalid(format!("{nq} queries x k={k} results is too many"), "search in smaller batches or with a smaller k"));
+        }
+        for (r, row) in qs.chunks_exact(d).enumerate() {
+            self.check_vector(row, &format!("query {r}"))?;
+        }
+        let mut ids = vec![RESERVED_ID; nq * k];
+        let mut dists = vec![f32::INFINITY; nq * k];
+        let run = || {
+            ids.par_chunks_mut(k).zip(dists.par_chunks_mut(k)).zip(qs.par_chunks_exact(d)).with_max_len(16).for_each(|((ir, dr), q)| {
+                if ctl.cancelled() {
+                    return;
+                }
+                let q = self.prepare_query(q, "query").expect("checked above");
+                for (j, h) in self.search_prepared(&q, k, ef).into_iter().enumerate() {
+                    ir[j] = h.id;
+                    dr[j] = h.distance;
+                }
+                ctl.done.fetch_add(1, Relaxed);
+            });
+        };
+        with_threads(threads, run)?;
+        if ctl.cancelled() {
+            return Err(Error::interrupted());
+        }
+        Ok((ids, dists))
+    }
+
+    // ------------------------------------------------------------------ commit, rollback, close
+
+    fn poisoned_error(&self) -> Error {
+        Error::new(
+            ErrorKind::Io,
+            format!("an earlier flush of {} failed; what the disk holds is unknown", self.st.path.display()),
+            "close and reopen the index; it reopens as of the last successful flush",
+        )
+    }
+
+    fn dirty(&self) -> bool {
+        self.slots != self.committed.slots || self.user_version != self.committed.user_version
+    }
+
+    /// Make every change durable. Does nothing when nothing changed.
+    pub fn flush(&mut self) -> Result<()> {
+        self.writable()?;
+        if self.poisoned {
+            return Err(self.poisoned_error());
+        }
+        if !self.dirty() {
+            return Ok(());
+        }
+        let (entry, max_level) = *self.entry.get_mut();
+        let mut h = self.committed.clone();
+        h.seq += 1;
+        h.slots = self.slots;
+        h.live = self.live;
+        h.next_id = self.next_id;
+        h.entry = entry;
+        h.max_level = max_level as u32;
+        h.user_version = self.user_version;
+        h.regions = self.st.regions.clone();
+        let res = (|| -> Result<()> {
+            // Undo records before the data they protect, data before the header that commits it.
+            self.undo.get_mut().log.sync()?;
+            self.st.sync_data()?;
+            self.st.write_header(1 - self.copy, &h)?;
+            self.st.sync_data()
+        })();
+        if let Err(e) = res {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.copy = 1 - self.copy;
+        self.committed = h;
+        let u = self.undo.get_mut();
+        u.saved.clear();
+        // A failure here leaves a stale log (its base is no longer the committed sequence).
+        let _ = u.log.clear();
+        Ok(())
+    }
+
+    /// Discard everything since the last flush; keep the writer lock.
+    pub fn rollback(&mut self) -> Result<()> {
+        self.writable()?;
+        if !self.dirty() && self.undo.get_mut().log.is_empty() {
+            return Ok(());
+        }
+        for (slot, words) in UndoLog::read(&self.st.path, self.committed.seq)? {
+            if (slot as u64) < self.committed.slots {
+                graph::restore_lists(&self.st, slot, &words);
+            }
+        }
+        let h = self.committed.clone();
+        self.st.truncate_regions(h.regions.len());
+        for (i, r) in h.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
+            self.st.set_heap_used(i, r.used);
+        }
+        self.slots = h.slots;
+        self.live = h.live;
+        self.next_id = h.next_id;
+        self.user_version = h.user_version;
+        *self.entry.get_mut() = (h.entry, h.max_level as usize);
+        let idm = self.ids.get_mut();
+        if idm.upto > h.slots {
+            *idm = IdMap::default();
+        }
+        // The log stays: the restored lists are only in the page cache until the next sync,
+        // and the log still describes the committed state.
+        Ok(())
+    }
+
+    /// Close: discard unflushed changes (as a crash would), and leave the file as last flushed.
+    pub fn close(&mut self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        let had_log = !self.undo.get_mut().log.is_empty();
+        self.rollback()?;
+        if had_log && !self.poisoned {
+            self.st.sync_data()?;
+            self.undo.get_mut().log.remove();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand_vecs(n: usize, d: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
+        (0..n * d)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    fn brute(data: &[f32], d: usize, q: &[f32], k: usize) -> Vec<u64> {
+        let mut v: Vec<(f32, u64)> = data
+            .chunks_exact(d)
+            .enumerate()
+            .map(|(i, r)| (r.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum::<f32>(), i as u64))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v.into_iter().take(k).map(|x| x.1).collect()
+    }
+
+    #[test]
+    fn batch_build_reaches_high_recall_and_reopens_identically() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let (n, d) = (3000, 16);
+        let data = rand_vecs(n, d, 1);
+        let mut idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        let ids = idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
+        assert_eq!(ids, (0..n as u64).collect::<Vec<_>>());
+        idx.flush().unwrap();
+        let queries = rand_vecs(50, d, 2);
+        let mut hit = 0;
+        for q in queries.chunks_exact(d) {
+            let got: Vec<u64> = idx.search(q, 10, Some(64)).unwrap().iter().map(|h| h.id).collect();
+            let want = brute(&data, d, q, 10);
+            hit += got.iter().filter(|g| want.contains(g)).count();
+        }
+        assert!(hit as f64 / 500.0 >= 0.95, "recall {}", hit as f64 / 500.0);
+        drop(idx);
+        let idx = Index::open(&p, None, None, Mode::Read).unwrap();
+        assert_eq!(idx.len(), n as u64);
+        assert_eq!(idx.get(17).unwrap().unwrap(), data[17 * d..18 * d].to_vec());
+        let exact = idx.search(&queries[..d], 10, Some(n)).unwrap();
+        assert_eq!(exact.iter().map(|h| h.id).collect::<Vec<_>>(), brute(&data, d, &queries[..d], 10));
+    }
+
+    #[test]
+    fn unflushed_adds_and_list_changes_are_gone_after_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(600, d, 3);
+        let mut idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        idx.add_batch(&data[..300 * d], 300, None, None, &Control::default()).unwrap();
+        idx.flush().unwrap();
+        let before: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        idx.add_batch(&data[300 * d..], 300, None, None, &Control::default()).unwrap();
+        assert!(undo_path(&p).exists(), "committed lists changed, so the undo log holds them");
+        idx.close().unwrap();
+        drop(idx);
+        let idx = Index::open(&p, None, None, Mode::Write).unwrap();
+        assert_eq!(idx.len(), 300);
+        let after: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        assert_eq!(before, after);
+        assert!(!undo_path(&p).exists());
+    }
+
+    #[test]
+    fn a_cancelled_batch_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(400, d, 4);
+        let mut idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        idx.add_batch(&data[..200 * d], 200, None, None, &Control::default()).unwrap();
+        let before: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        let ctl = Control::default();
+        ctl.cancel.store(true, Relaxed);
+        let e = idx.add_batch(&data[200 * d..], 200, None, None, &ctl).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Interrupted);
+        assert_eq!(idx.len(), 200);
+        let after: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        assert_eq!(before, after);
+        assert_eq!(idx.add(&data[..d], None).unwrap(), 200);
+    }
+
+    #[test]
+    fn second_writer_is_refused_and_reader_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let _w = Index::open(&p, Some(4), None, Mode::Write).unwrap();
+        let e = Index::open(&p, Some(4), None, Mode::Write).err().unwrap();
+        assert_eq!(e.kind, ErrorKind::IndexLocked);
+        assert!(Index::open(&p, None, None, Mode::Read).is_ok());
+    }
+
+    #[test]
+    fn reader_follows_flushes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(5000, d, 5);
+        let mut w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        w.add_batch(&data[..10 * d], 10, None, None, &Control::default()).unwrap();
+        w.flush().unwrap();
+        let mut r = Index::open(&p, None, None, Mode::Read).unwrap();
+        assert_eq!(r.len(), 10);
+        w.add_batch(&data[10 * d..], 4990, None, None, &Control::default()).unwrap();
+        assert!(!r.has_newer_commit());
+        w.flush().unwrap();
+        assert!(r.has_newer_commit());
+        r.refresh().unwrap();
+        assert_eq!(r.len(), 5000);
+        assert_eq!(r.get(4999).unwrap().unwrap(), data[4999 * d..].to_vec());
+    }
+}

@@ -1,0 +1,28 @@
+//! Chassis: an embedded vector index in one memory-mapped file (vectors plus an HNSW graph).
+//!
+//! The core (this crate without features) never touches Python; `src/python/` wraps it in a
+//! native module when built with the `python` feature.
+//!
+//! - [`format`]: the on-disk layout, in one place
+//! - [`storage`]: the file's mappings and every unsafe pointer access into them
+//! - [`undo`]: the log that makes a killed writer's changes disappear
+//! - [`graph`]: HNSW search and insertion
+//! - [`distance`]: SIMD kernels chosen at run time; [`cpu`]: the prefetch policy of ADR-0015
+//! - [`index`]: the index a caller uses
+
+pub mod cpu;
+pub mod distance;
+pub mod error;
+pub mod format;
+pub mod graph;
+pub mod index;
+pub mod os;
+pub mod storage;
+pub mod undo;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use error::{Error, ErrorKind, Result};
+pub use format::{Metric, Precision};
+pub use index::{Control, Hit, Index, Mode, Options};

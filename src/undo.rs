@@ -1,0 +1,185 @@
+//! The undo log, `<index path>.undo`: the lists of committed nodes as they were at the last
+//! commit, saved before their first change after it.
+//!
+//! ```text
+//! header (24 bytes): magic "CHUNDO\0\x01" | base_seq u64 | xxh3 of the first 16 bytes
+//! records:           slot u32 | words u32 | words x u32 | xxh3 (u64) of slot, words and data
+//! ```
+//!
+//! Records are written with `pwrite` before the list changes, so they are in the page cache
+//! (and survive the writer being killed) before the mapping is touched; a flush syncs this file
+//! before the index's data, then commits the header, after which the log is stale (its
+//! `base_seq` is no longer the committed one) and is truncated. A writer that opens a file whose
+//! log's `base_seq` equals the committed sequence puts the lists back, syncs, and removes it.
+//! A torn last record (the writer died while appending it) fails its checksum; the list it
+//! would have covered had not been changed yet, so replay stops there.
+
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::xxh3_64;
+
+const MAGIC: [u8; 8] = *b"CHUNDO\0\x01";
+const HEADER: u64 = 24;
+
+pub fn undo_path(index: &Path) -> PathBuf {
+    let mut p = index.as_os_str().to_owned();
+    p.push(".undo");
+    PathBuf::from(p)
+}
+
+pub struct UndoLog {
+    path: PathBuf,
+    file: Option<File>,
+    /// Append position; 0 means nothing recorded since the last commit.
+    cursor: u64,
+    /// Records not yet synced.
+    dirty: bool,
+}
+
+impl UndoLog {
+    pub fn new(index: &Path) -> UndoLog {
+        UndoLog { path: undo_path(index), file: None, cursor: 0, dirty: false }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cursor == 0
+    }
+
+    fn file(&mut self) -> Result<&File> {
+        if self.file.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)
+                .map_err(|e| Error::io(e, "opening", &self.path))?;
+            self.file = Some(f);
+        }
+        Ok(self.file.as_ref().unwrap())
+    }
+
+    /// Save `words` (a node's lists) for `slot`, restoring to commit `base_seq`.
+    pub fn record(&mut self, base_seq: u64, slot: u32, words: &[u32]) -> Result<()> {
+        if self.cursor == 0 {
+            let mut h = [0u8; HEADER as usize];
+            h[0..8].copy_from_slice(&MAGIC);
+            h[8..16].copy_from_slice(&base_seq.to_le_bytes());
+            let c = xxh3_64(&h[..16]);
+            h[16..24].copy_from_slice(&c.to_le_bytes());
+            let path = self.path.clone();
+            let f = self.file()?;
+            f.set_len(0).map_err(|e| Error::io(e, "truncating", &path))?;
+            f.write_all_at(&h, 0).map_err(|e| Error::io(e, "writing", &path))?;
+            self.cursor = HEADER;
+        }
+        let mut rec = Vec::with_capacity(8 + 4 * words.len() + 8);
+        rec.extend_from_slice(&slot.to_le_bytes());
+        rec.extend_from_slice(&(words.len() as u32).to_le_bytes());
+        for w in words {
+            rec.extend_from_slice(&w.to_le_bytes());
+        }
+        let c = xxh3_64(&rec);
+        rec.extend_from_slice(&c.to_le_bytes());
+        let at = self.cursor;
+        let path = self.path.clone();
+        self.file()?.write_all_at(&rec, at).map_err(|e| Error::io(e, "writing", &path))?;
+        self.cursor += rec.len() as u64;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Make the records durable (before the index's data is synced).
+    pub fn sync(&mut self) -> Result<()> {
+        if self.dirty {
+            let path = self.path.clone();
+            self.file()?.sync_data().map_err(|e| Error::io(e, "syncing", &path))?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// After a commit: the records are stale. Truncating needs no sync: a stale log left by a
+    /// crash is recognised by its `base_seq`.
+    pub fn clear(&mut self) -> Result<()> {
+        if self.cursor != 0 {
+            let path = self.path.clone();
+            self.file()?.set_len(0).map_err(|e| Error::io(e, "truncating", &path))?;
+            self.cursor = 0;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Remove the file (on close, or after a replay).
+    pub fn remove(&mut self) {
+        self.file = None;
+        self.cursor = 0;
+        let _ = std::fs::remove_file(&self.path);
+    }
+
+    /// The valid records of the log at `index`'s undo path if it restores to `base_seq`;
+    /// an empty list if there is no log, or it belongs to another commit.
+    pub fn read(index: &Path, base_seq: u64) -> Result<Vec<(u32, Vec<u32>)>> {
+        let path = undo_path(index);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(e, "reading", &path)),
+        };
+        parse(&bytes, base_seq)
+    }
+}
+
+fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<(u32, Vec<u32>)>> {
+    let mut out = Vec::new();
+    if bytes.len() < HEADER as usize
+        || bytes[0..8] != MAGIC
+        || xxh3_64(&bytes[..16]).to_le_bytes() != bytes[16..24]
+        || u64::from_le_bytes(bytes[8..16].try_into().unwrap()) != base_seq
+    {
+        return Ok(out);
+    }
+    let mut at = HEADER as usize;
+    while at + 8 <= bytes.len() {
+        let slot = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        let n = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        let end = at + 8 + 4 * n;
+        if n > 1 << 20 || end + 8 > bytes.len() {
+            break;
+        }
+        if xxh3_64(&bytes[at..end]).to_le_bytes() != bytes[end..end + 8] {
+            break;
+        }
+        let words = bytes[at + 8..end].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        out.push((slot, words));
+        at = end + 8;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_a_torn_tail_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = dir.path().join("a.chassis");
+        let mut u = UndoLog::new(&idx);
+        u.record(5, 3, &[1, 2, 3]).unwrap();
+        u.record(5, 9, &[4]).unwrap();
+        assert_eq!(UndoLog::read(&idx, 5).unwrap(), vec![(3, vec![1, 2, 3]), (9, vec![4])]);
+        assert!(UndoLog::read(&idx, 6).unwrap().is_empty(), "a log for another commit is stale");
+        let len = std::fs::metadata(undo_path(&idx)).unwrap().len();
+        let f = OpenOptions::new().write(true).open(undo_path(&idx)).unwrap();
+        f.set_len(len - 3).unwrap();
+        assert_eq!(UndoLog::read(&idx, 5).unwrap(), vec![(3, vec![1, 2, 3])]);
+        u.clear().unwrap();
+        assert!(UndoLog::read(&idx, 5).unwrap().is_empty());
+        u.remove();
+        assert!(!undo_path(&idx).exists());
+    }
+}
