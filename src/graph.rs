@@ -349,19 +349,19 @@ impl<'a> Graph<'a> {
         })
     }
 
-    /// Exact k-NN by scanning every slot below `limit` that `accept` allows.
-    pub fn scan<F: Fn(u32) -> bool>(&self, q: &[f32], k: usize, accept: &F) -> Vec<(f32, u32)> {
-        let mut top: BinaryHeap<u64> = BinaryHeap::with_capacity(k + 1);
-        for s in 0..self.limit {
-            if !accept(s) {
+    /// Exact k-NN over the given slots (each below `limit`).
+    pub fn scan(&self, q: &[f32], k: usize, slots: impl Iterator<Item = u32>) -> Vec<(f32, u32)> {
+        let mut top: BinaryHeap<u64> = BinaryHeap::with_capacity(k.min(4096) + 1);
+        for s in slots {
+            if s >= self.limit {
                 continue;
             }
-            let d = self.dist(q, s);
+            let e = pack(self.dist(q, s), s);
             if top.len() < k {
-                top.push(pack(d, s));
-            } else if pack(d, s) < *top.peek().unwrap() {
+                top.push(e);
+            } else if e < *top.peek().unwrap() {
                 top.pop();
-                top.push(pack(d, s));
+                top.push(e);
             }
         }
         let mut out: Vec<(f32, u32)> = top.into_iter().map(|e| (unkey(e), slot_of(e))).collect();

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 
+/// A filtered search scans the allowed ids exactly when there are at most this many times ef.
+pub const SCAN_FACTOR: usize = 8;
 /// Largest k and ef a call accepts.
 pub const MAX_K: usize = 1 << 24;
 /// The largest half-precision value.
@@ -89,6 +91,26 @@ impl Control {
 pub struct Hit {
     pub id: u64,
     pub distance: f32,
+}
+
+/// Which ids a search may return: only `allowed` ones (when given), never `excluded` ones.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub allowed: Option<Vec<u64>>,
+    pub excluded: Vec<u64>,
+}
+
+/// A filter in slots. Ids not in the index are simply never matched.
+struct SlotFilter {
+    allowed: Option<HashSet<u32>>,
+    excluded: HashSet<u32>,
+}
+
+impl SlotFilter {
+    #[inline]
+    fn allows(&self, s: u32) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(&s)) && !self.excluded.contains(&s)
+    }
 }
 
 /// What to do when a file is missing.
@@ -467,6 +489,15 @@ impl Index {
     }
     pub fn committed_seq(&self) -> u64 {
         self.committed.seq
+    }
+    pub fn user_version(&self) -> u64 {
+        self.user_version
+    }
+    /// The application's own number, committed by the next flush (rollback restores it).
+    pub fn set_user_version(&mut self, v: u64) -> Result<()> {
+        self.writable()?;
+        self.user_version = v;
+        Ok(())
     }
     pub fn set_ef_search(&mut self, ef: usize) -> Result<()> {
         let mut o = self.opts.clone();
@@ -881,10 +912,25 @@ impl Index {
 
     /// The `k` nearest live vectors to `q`, nearest first.
     pub fn search(&self, q: &[f32], k: usize, ef: Option<usize>) -> Result<Vec<Hit>> {
+        self.search_filtered(q, k, ef, None)
+    }
+
+    /// `search`, returning only ids the filter allows. With an `allowed` list of at most
+    /// [`SCAN_FACTOR`] x ef ids, the allowed vectors are scanned exactly; otherwise the graph is
+    /// walked (rejected nodes still route) and, if that finds fewer than k, scanned after all.
+    pub fn search_filtered(&self, q: &[f32], k: usize, ef: Option<usize>, filter: Option<&Filter>) -> Result<Vec<Hit>> {
         check_k(k)?;
         let ef = self.effective_ef(ef)?;
         let q = self.prepare_query(q, "the query")?;
-        Ok(self.search_prepared(&q, k, ef))
+        let f = filter.map(|f| self.slot_filter(f));
+        Ok(self.search_prepared(&q, k, ef, f.as_ref()))
+    }
+
+    fn slot_filter(&self, f: &Filter) -> SlotFilter {
+        self.with_ids(|m| SlotFilter {
+            allowed: f.allowed.as_ref().map(|a| a.iter().filter_map(|id| m.get(id).copied()).collect()),
+            excluded: f.excluded.iter().filter_map(|id| m.get(id).copied()).collect(),
+        })
     }
 
     fn effective_ef(&self, ef: Option<usize>) -> Result<usize> {
@@ -895,23 +941,34 @@ impl Index {
         Ok(ef)
     }
 
-    fn search_prepared(&self, q: &[f32], k: usize, ef: usize) -> Vec<Hit> {
+    fn search_prepared(&self, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>) -> Vec<Hit> {
         if self.live == 0 {
             return Vec::new();
         }
         let visible = self.visible_slots();
-        // A reader routes through every mapped slot (a writer elsewhere may have linked new
-        // ones) but returns only its snapshot's.
-        let limit = if self.read_only { self.st.capacity().min(u32::MAX as u64 - 1) as u32 } else { visible };
-        let g = Graph::new(&self.st, self.metric(), limit);
-        let accept = |s: u32| s < visible;
-        let (entry, max_level) = *self.entry.lock();
-        let raw = if ef as u64 >= self.live {
-            // The beam would cover everything anyway: scan, which is exact even where the graph
-            // is not connected.
-            Graph::new(&self.st, self.metric(), visible).scan(q, k.min(self.live as usize), &accept)
-        } else {
-            g.knn(q, k, ef, entry, max_level, &accept)
+        let exact = Graph::new(&self.st, self.metric(), visible);
+        let accept = |s: u32| s < visible && filter.is_none_or(|f| f.allows(s));
+        let raw = match filter.and_then(|f| f.allowed.as_ref()) {
+            Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => {
+                exact.scan(q, k, allowed.iter().copied().filter(|&s| accept(s)))
+            }
+            _ if ef as u64 >= self.live => {
+                // The beam would cover everything anyway: scan, which is exact even where the
+                // graph is not connected.
+                exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
+            }
+            _ => {
+                // A reader routes through every mapped slot (a writer elsewhere may have linked
+                // new ones) but returns only its snapshot's.
+                let limit = if self.read_only { self.st.capacity().min(u32::MAX as u64 - 1) as u32 } else { visible };
+                let (entry, max_level) = *self.entry.lock();
+                let hits = Graph::new(&self.st, self.metric(), limit).knn(q, k, ef, entry, max_level, &accept);
+                if hits.len() < k && filter.is_some() {
+                    exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
+                } else {
+                    hits
+                }
+            }
         };
         let euclid = self.metric() == Metric::Euclidean;
         raw.into_iter()
@@ -924,7 +981,17 @@ impl Index {
 
     /// Search many queries (`qs` is nq x dims) on `threads` threads. Returns ids and distances,
     /// nq x k row-major, padded with `RESERVED_ID` and infinity.
-    pub fn search_batch(&self, qs: &[f32], nq: usize, k: usize, ef: Option<usize>, threads: Option<usize>, ctl: &Control) -> Result<(Vec<u64>, Vec<f32>)> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_batch(
+        &self,
+        qs: &[f32],
+        nq: usize,
+        k: usize,
+        ef: Option<usize>,
+        filter: Option<&Filter>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
         check_k(k)?;
         let ef = self.effective_ef(ef)?;
         let d = self.dims();
@@ -941,6 +1008,7 @@ impl Index {
         for (r, row) in qs.chunks_exact(d).enumerate() {
             self.check_vector(row, &format!("query {r}"))?;
         }
+        let f = filter.map(|f| self.slot_filter(f));
         let mut ids = vec![RESERVED_ID; nq * k];
         let mut dists = vec![f32::INFINITY; nq * k];
         let run = || {
@@ -949,7 +1017,7 @@ impl Index {
                     return;
                 }
                 let q = self.prepare_query(q, "query").expect("checked above");
-                for (j, h) in self.search_prepared(&q, k, ef).into_iter().enumerate() {
+                for (j, h) in self.search_prepared(&q, k, ef, f.as_ref()).into_iter().enumerate() {
                     ir[j] = h.id;
                     dr[j] = h.distance;
                 }

@@ -5,12 +5,14 @@
     ...     index.add_batch(np.random.rand(1000, 128).astype(np.float32))
     ...     hits = index.search(np.random.rand(128).astype(np.float32), k=5)
 
-`VectorIndex` is the writer (one process at a time per file), `IndexOptions`
-holds construction and search parameters. Every error is a `ChassisError` and
-also the built-in exception it is a kind of (`ValueError`, `OSError`, ...).
+`VectorIndex` is the writer (one process at a time per file; ``read_only=True`` opens a file
+for searching), `IndexOptions` holds construction and search parameters. Every error is a
+`ChassisError` and also the built-in exception it is a kind of (`ValueError`, `OSError`, ...).
+The API is a superset of chassisdb 0.10.0's: switching is a change of import.
 """
 
 from chassis._chassis import (
+    ArgumentTypeError,
     ChassisError,
     CorruptIndexError,
     DimensionMismatchError,
@@ -20,19 +22,21 @@ from chassis._chassis import (
     IndexFullError,
     IndexLockedError,
     IndexNotFoundError,
-    IndexOptions,
     InvalidArgumentError,
     InvalidPathError,
     NotAnIndexError,
     OptionsMismatchError,
     ReadOnlyError,
     SearchResult,
+    StorageError,
     VectorIndex,
     __version__,
     cpu_info,
 )
+from chassis._options import IndexOptions
 
 __all__ = [
+    "ArgumentTypeError",
     "ChassisError",
     "CorruptIndexError",
     "DimensionMismatchError",
@@ -49,6 +53,7 @@ __all__ = [
     "OptionsMismatchError",
     "ReadOnlyError",
     "SearchResult",
+    "StorageError",
     "VectorIndex",
     "__version__",
     "cpu_info",

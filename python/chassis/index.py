@@ -1,0 +1,4 @@
+"""The index classes, also importable from here (as from ``chassisdb.index``)."""
+
+from chassis._chassis import SearchResult, VectorIndex  # noqa: F401
+from chassis._options import IndexOptions  # noqa: F401

@@ -1,0 +1,118 @@
+//! NumPy in and out. A C-contiguous float32 array of the right rank is read in place (no
+//! copy); anything else (float64, ints, lists, Fortran order, strided views) is converted once
+//! with `numpy.ascontiguousarray(x, dtype=float32)`, on purpose. Results are Rust vectors
+//! handed to NumPy without a copy.
+//!
+//! rust-numpy's `as_slice` accepts Fortran-ordered arrays (they are contiguous too) and would
+//! then read them transposed, so C order is checked explicitly.
+
+use super::errors::{named, type_error};
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods, PyArrayDescrMethods};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
+
+fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NP: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    Ok(NP.get_or_try_init(py, || py.import("numpy").map(|m| m.unbind()))?.bind(py))
+}
+
+fn invalid(py: Python<'_>, message: String, help: &str) -> PyErr {
+    named(py, "InvalidArgumentError", message, help)
+}
+
+/// `obj` as a C-contiguous float32 array of rank `ndim`, without a copy when it already is one.
+pub fn f32_array<'py>(obj: &Bound<'py, PyAny>, ndim: usize, what: &str) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+    let py = obj.py();
+    if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
+        if a.ndim() == ndim && a.is_c_contiguous() {
+            return Ok(a.clone());
+        }
+    }
+    if let Ok(u) = obj.cast::<PyUntypedArray>() {
+        let kind = u.dtype().kind();
+        if !matches!(kind, b'f' | b'i' | b'u') {
+            return Err(invalid(
+                py,
+                format!("{what} has dtype {}, not a number type", u.dtype().str()?),
+                "pass a float32 array (other float and int arrays are converted)",
+            ));
+        }
+    } else if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>() {
+        return Err(type_error(py, format!("{what} is a string, not an array of numbers"), "pass a NumPy array or a list of floats"));
+    }
+    let kw = PyDict::new(py);
+    kw.set_item("dtype", numpy(py)?.getattr("float32")?)?;
+    let conv = numpy(py)?.call_method("ascontiguousarray", (obj,), Some(&kw)).map_err(|e| {
+        invalid(py, format!("{what} cannot be read as float32 numbers ({})", e.value(py)), "pass a NumPy array or a list of floats")
+    })?;
+    let u = conv.cast::<PyUntypedArray>()?;
+    if u.ndim() != ndim {
+        let shape = if ndim == 1 { "(dimensions,)" } else { "(n, dimensions)" };
+        return Err(invalid(py, format!("{what} has {} axes (shape {:?}); expected {ndim}", u.ndim(), u.shape()), &format!("pass an array of shape {shape}")));
+    }
+    Ok(conv.cast_into::<PyArrayDyn<f32>>()?)
+}
+
+/// An integer argument (k, ef, threads, an id). bool and float are refused as chassisdb did.
+pub fn int_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<i128> {
+    let py = obj.py();
+    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyFloat>() || !(obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")?) {
+        return Err(type_error(py, format!("{name}={} is not an int", obj.repr()?), &format!("pass an int for {name}")));
+    }
+    obj.call_method0("__index__")?.extract::<i128>().map_err(|_| invalid(py, format!("{name}={} is out of range", obj.repr().map(|r| r.to_string()).unwrap_or_default()), "pass a smaller number"))
+}
+
+/// A positive count (k, ef, threads) within `max`.
+pub fn count_arg(obj: &Bound<'_, PyAny>, name: &str, max: usize) -> PyResult<usize> {
+    let v = int_arg(obj, name)?;
+    if v < 1 || v > max as i128 {
+        return Err(invalid(obj.py(), format!("{name}={v} is out of range"), &format!("pass {name} from 1 to {max}")));
+    }
+    Ok(v as usize)
+}
+
+/// An id: 0 ..= 2**64-2.
+pub fn id_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let v = int_arg(obj, "id")?;
+    if v < 0 || v >= u64::MAX as i128 {
+        return Err(invalid(obj.py(), format!("id {v} is out of range"), "use ids from 0 to 2**64-2"));
+    }
+    Ok(v as u64)
+}
+
+/// Ids for a batch: any sequence or array of non-negative integers.
+pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    let py = obj.py();
+    let np = numpy(py)?;
+    let seq = if obj.hasattr("__len__")? || obj.cast::<PyUntypedArray>().is_ok() { obj.clone() } else { py.import("builtins")?.getattr("list")?.call1((obj,))? };
+    let a = np.call_method1("asarray", (seq,)).map_err(|e| invalid(py, format!("ids cannot be read as integers ({})", e.value(py)), "pass integers from 0 to 2**64-2"))?;
+    let u = a.cast::<PyUntypedArray>()?;
+    if u.ndim() != 1 {
+        return Err(invalid(py, format!("ids have shape {:?}; expected one axis", u.shape()), "pass one id per vector"));
+    }
+    match u.dtype().kind() {
+        b'u' => {}
+        b'i' => {
+            if u.len() > 0 && a.call_method0("min")?.extract::<i64>()? < 0 {
+                return Err(invalid(py, "ids include a negative number".into(), "use ids from 0 to 2**64-2"));
+            }
+        }
+        _ if u.len() == 0 => {}
+        _ => return Err(type_error(py, format!("ids have dtype {}, not an integer type", u.dtype().str()?), "pass integers from 0 to 2**64-2")),
+    }
+    let kw = PyDict::new(py);
+    kw.set_item("dtype", np.getattr("uint64")?)?;
+    let c = np.call_method("ascontiguousarray", (a,), Some(&kw))?.cast_into::<PyArray1<u64>>()?;
+    Ok(c.readonly().as_slice()?.to_vec())
+}
+
+/// A (rows, cols) matrix from a row-major Vec, handed over without a copy.
+pub fn matrix<'py, T: numpy::Element>(py: Python<'py>, rows: usize, cols: usize, v: Vec<T>) -> Bound<'py, PyArray2<T>> {
+    Array2::from_shape_vec((rows, cols), v).expect("rows * cols elements").into_pyarray(py)
+}
+
+pub fn vector<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyArray1<T>> {
+    v.into_pyarray(py)
+}

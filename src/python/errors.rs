@@ -1,0 +1,118 @@
+//! The exception hierarchy: `ChassisError` and one class per error kind, each also a subclass
+//! of the built-in exception users already catch (`ValueError`, `OSError`, ...). Each class has
+//! the integer `code` chassisdb gave it.
+
+use crate::error::{Error, ErrorKind};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+
+pyo3::create_exception!(chassis, ChassisError, PyException, "Base class of every Chassis error.");
+
+/// (class name, kind, built-in bases, code, doc). `None` kind: raised from Python code only.
+const CLASSES: &[(&str, Option<ErrorKind>, &[&str], u32, &str)] = &[
+    ("InvalidArgumentError", Some(ErrorKind::InvalidArgument), &["ValueError"], 1, "An argument has a bad value."),
+    ("DimensionMismatchError", Some(ErrorKind::DimensionMismatch), &["ValueError"], 2, "A vector's length is not the index's dimensions."),
+    ("OptionsMismatchError", Some(ErrorKind::OptionsMismatch), &["ValueError"], 3, "The file was created with other fixed options."),
+    ("IndexNotFoundError", Some(ErrorKind::IndexNotFound), &["FileNotFoundError"], 4, "There is no index at the path."),
+    ("NotAnIndexError", Some(ErrorKind::NotAnIndex), &["ValueError"], 5, "The file is not a Chassis index (or a newer format)."),
+    ("IdInUseError", Some(ErrorKind::IdInUse), &["ValueError"], 6, "The id is already in the index."),
+    ("IndexLockedError", Some(ErrorKind::IndexLocked), &["OSError"], 7, "Another writer has the file open."),
+    ("ReadOnlyError", Some(ErrorKind::ReadOnly), &["io.UnsupportedOperation"], 8, "A write on an index opened read-only."),
+    ("CorruptIndexError", Some(ErrorKind::CorruptIndex), &["OSError"], 9, "The file is damaged."),
+    ("IndexFullError", Some(ErrorKind::IndexFull), &["OSError"], 10, "The index or its ids are exhausted."),
+    ("InvalidPathError", Some(ErrorKind::InvalidPath), &["OSError"], 11, "The path cannot hold an index."),
+    ("IdNotFoundError", Some(ErrorKind::IdNotFound), &["KeyError"], 13, "The id is not in the index."),
+    ("IndexClosedError", Some(ErrorKind::Closed), &["ValueError"], 14, "The index was closed."),
+    ("StorageError", Some(ErrorKind::Io), &["OSError"], 15, "The operating system refused a file operation (disk full, permissions)."),
+    // Subclass of InvalidArgumentError: wrong types and unknown option names, which chassisdb
+    // reported as TypeError.
+    ("ArgumentTypeError", None, &["InvalidArgumentError", "TypeError"], 1, "An argument has the wrong type, or an option name is unknown."),
+];
+
+static TYPES: PyOnceLock<Vec<(Option<ErrorKind>, Py<PyType>)>> = PyOnceLock::new();
+
+fn builtin<'py>(py: Python<'py>, name: &str, made: &[(&str, Bound<'py, PyType>)]) -> PyResult<Bound<'py, PyAny>> {
+    if let Some((_, t)) = made.iter().find(|(n, _)| *n == name) {
+        return Ok(t.clone().into_any());
+    }
+    match name.split_once('.') {
+        Some((m, attr)) => py.import(m)?.getattr(attr),
+        None => py.import("builtins")?.getattr(name),
+    }
+}
+
+/// Create the classes and add them to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let base = py.get_type::<ChassisError>();
+    base.setattr("code", 12)?;
+    m.add("ChassisError", &base)?;
+    let mut made: Vec<(&str, Bound<'_, PyType>)> = Vec::new();
+    let mut table = Vec::new();
+    for (name, kind, bases, code, doc) in CLASSES {
+        let mut b = vec![base.clone().into_any()];
+        for n in *bases {
+            b.push(builtin(py, n, &made)?);
+        }
+        // An explicit subclass of another Chassis class needs no second ChassisError base.
+        if bases.iter().any(|n| made.iter().any(|(m, _)| m == n)) {
+            b.remove(0);
+        }
+        let ns = PyDict::new(py);
+        ns.set_item("__module__", "chassis")?;
+        ns.set_item("__doc__", *doc)?;
+        ns.set_item("code", *code)?;
+        let t = py.get_type::<PyType>().call1((*name, PyTuple::new(py, b)?, ns))?.cast_into::<PyType>()?;
+        m.add(*name, &t)?;
+        table.push((*kind, t.clone().unbind()));
+        made.push((name, t));
+    }
+    let _ = TYPES.set(py, table);
+    Ok(())
+}
+
+fn class_of(py: Python<'_>, kind: ErrorKind) -> Option<Bound<'_, PyType>> {
+    TYPES.get(py)?.iter().find(|(k, _)| *k == Some(kind)).map(|(_, t)| t.bind(py).clone())
+}
+
+/// The Python exception for a core error. An interrupted call becomes `KeyboardInterrupt`.
+pub fn to_py(e: Error) -> PyErr {
+    Python::attach(|py| {
+        if e.kind == ErrorKind::Interrupted {
+            return PyKeyboardInterrupt::new_err(e.to_string());
+        }
+        match class_of(py, e.kind) {
+            Some(t) => match e.errno {
+                // OSError subclasses get (errno, strerror) so that .errno works.
+                Some(n) if e.kind == ErrorKind::Io => PyErr::from_type(t, (n, e.to_string())),
+                _ => PyErr::from_type(t, e.to_string()),
+            },
+            None => ChassisError::new_err(e.to_string()),
+        }
+    })
+}
+
+/// An error of a class that exists only on the Python side (ArgumentTypeError).
+pub fn named(py: Python<'_>, name: &str, message: String, help: &str) -> PyErr {
+    let msg = format!("{message}\nhelp: {help}");
+    match py.import("chassis._chassis").and_then(|m| m.getattr(name)).and_then(|t| Ok(t.cast_into::<PyType>()?)) {
+        Ok(t) => PyErr::from_type(t, msg),
+        Err(_) => ChassisError::new_err(msg),
+    }
+}
+
+pub fn type_error(py: Python<'_>, message: String, help: &str) -> PyErr {
+    named(py, "ArgumentTypeError", message, help)
+}
+
+pub trait IntoPyResult<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> IntoPyResult<T> for crate::error::Result<T> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}

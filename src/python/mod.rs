@@ -1,0 +1,465 @@
+//! The native module `chassis._chassis`: the only code that touches pyo3.
+//!
+//! `VectorIndex` is a frozen class holding the core index behind its own RwLock, so that it is
+//! safe without the GIL (free-threaded Python too). Every method detaches from the interpreter
+//! before it takes the lock: a call that waits for a writer never holds the GIL while it waits.
+
+mod convert;
+mod errors;
+mod run;
+
+use crate::error::{Error, Result};
+use crate::format::{Metric, Precision};
+use crate::index::{Filter, Hit, Index, Mode, Options, MAX_K};
+use convert::{count_arg, f32_array, id_arg, ids_arg, int_arg, matrix, vector};
+use errors::{to_py, type_error, IntoPyResult};
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
+use parking_lot::RwLock;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use std::path::PathBuf;
+
+/// One search hit: the caller's id and the distance (smaller is nearer).
+#[pyclass(module = "chassis", frozen, name = "SearchResult")]
+pub struct SearchResult {
+    #[pyo3(get)]
+    id: u64,
+    #[pyo3(get)]
+    distance: f64,
+}
+
+#[pymethods]
+impl SearchResult {
+    #[new]
+    fn new(id: u64, distance: f64) -> Self {
+        SearchResult { id, distance }
+    }
+    fn __repr__(&self) -> String {
+        format!("SearchResult(id={}, distance={:.6})", self.id, self.distance)
+    }
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(PyTuple::new(py, [self.id.into_pyobject(py)?.into_any(), self.distance.into_pyobject(py)?.into_any()])?.try_iter()?.into_any())
+    }
+    fn __len__(&self) -> usize {
+        2
+    }
+    fn __getitem__<'py>(&self, py: Python<'py>, i: isize) -> PyResult<Bound<'py, PyAny>> {
+        match i {
+            0 | -2 => Ok(self.id.into_pyobject(py)?.into_any()),
+            1 | -1 => Ok(self.distance.into_pyobject(py)?.into_any()),
+            _ => Err(pyo3::exceptions::PyIndexError::new_err("SearchResult has two fields: id, distance")),
+        }
+    }
+    /// Equal to another SearchResult or to an (id, distance) tuple with the same values.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        if let Ok(o) = other.cast::<SearchResult>() {
+            let o = o.get();
+            return o.id == self.id && o.distance == self.distance;
+        }
+        other.extract::<(u64, f64)>().map(|(i, d)| i == self.id && d == self.distance).unwrap_or(false)
+    }
+    fn __hash__(&self) -> u64 {
+        self.id ^ self.distance.to_bits().rotate_left(17)
+    }
+}
+
+fn hits_to_list<'py>(py: Python<'py>, hits: Vec<Hit>) -> PyResult<Bound<'py, PyList>> {
+    let items: Vec<Bound<'py, SearchResult>> =
+        hits.into_iter().map(|h| Bound::new(py, SearchResult { id: h.id, distance: h.distance as f64 })).collect::<PyResult<_>>()?;
+    PyList::new(py, items)
+}
+
+/// Options from a Python `IndexOptions` (or a dict of its fields), validated there.
+fn options_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Options, Py<PyAny>)>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
+    let cls = py.import("chassis._options")?.getattr("IndexOptions")?;
+    let obj = if let Ok(d) = obj.cast::<PyDict>() { cls.call((), Some(d))? } else { obj.clone() };
+    if !obj.is_instance(&cls)? {
+        return Err(type_error(py, format!("options={} is not an IndexOptions", obj.repr()?), "pass chassis.IndexOptions(...) or a dict of its fields"));
+    }
+    obj.call_method0("validate")?;
+    let metric: String = obj.getattr("metric")?.extract()?;
+    let precision: String = obj.getattr("precision")?.extract()?;
+    let o = Options {
+        max_connections: obj.getattr("max_connections")?.extract()?,
+        ef_construction: obj.getattr("ef_construction")?.extract()?,
+        ef_search: obj.getattr("ef_search")?.extract()?,
+        metric: Metric::parse(&metric).py()?,
+        precision: Precision::parse(&precision).py()?,
+        huge_pages: obj.getattr("huge_pages")?.extract()?,
+        warm: obj.getattr("warm")?.extract()?,
+    };
+    Ok(Some((o, obj.unbind())))
+}
+
+fn options_to_py(py: Python<'_>, o: &Options) -> PyResult<Py<PyAny>> {
+    let kw = PyDict::new(py);
+    kw.set_item("max_connections", o.max_connections)?;
+    kw.set_item("ef_construction", o.ef_construction)?;
+    kw.set_item("ef_search", o.ef_search)?;
+    kw.set_item("metric", o.metric.name())?;
+    kw.set_item("precision", o.precision.name())?;
+    kw.set_item("huge_pages", o.huge_pages)?;
+    kw.set_item("warm", o.warm)?;
+    Ok(py.import("chassis._options")?.getattr("IndexOptions")?.call((), Some(&kw))?.unbind())
+}
+
+/// A vector index in one file. The writer: one process at a time opens a file for writing;
+/// `read_only=True` opens it for searching, without the lock.
+#[pyclass(module = "chassis", frozen, name = "VectorIndex")]
+pub struct VectorIndex {
+    inner: RwLock<Option<Index>>,
+    path: Py<PyAny>,
+    dims: usize,
+    metric: Metric,
+    precision: Precision,
+    read_only: bool,
+}
+
+impl VectorIndex {
+    /// Run `f` on the open index under the read lock, without the GIL. A reader first moves to
+    /// the newest commit.
+    fn read<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> Result<R> + Send) -> PyResult<R> {
+        py.detach(|| {
+            if self.read_only {
+                let newer = self.inner.read().as_ref().is_some_and(|i| i.has_newer_commit());
+                if newer {
+                    if let Some(i) = self.inner.write().as_mut() {
+                        i.refresh()?;
+                    }
+                }
+            }
+            let g = self.inner.read();
+            f(g.as_ref().ok_or_else(Error::closed)?)
+        })
+        .map_err(to_py)
+    }
+
+    /// Run `f` on the open index under the write lock, without the GIL.
+    fn write<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Index) -> Result<R> + Send) -> PyResult<R> {
+        py.detach(|| {
+            let mut g = self.inner.write();
+            f(g.as_mut().ok_or_else(Error::closed)?)
+        })
+        .map_err(to_py)
+    }
+
+    fn filter(allowed: Option<&Bound<'_, PyAny>>, excluded: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
+        let allowed = allowed.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
+        let excluded = excluded.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
+        if allowed.is_none() && excluded.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Filter { allowed, excluded: excluded.unwrap_or_default() }))
+    }
+}
+
+fn opt_count(obj: Option<&Bound<'_, PyAny>>, name: &str, max: usize) -> PyResult<Option<usize>> {
+    obj.filter(|o| !o.is_none()).map(|o| count_arg(o, name, max)).transpose()
+}
+
+#[pymethods]
+impl VectorIndex {
+    #[new]
+    #[pyo3(signature = (path, dimensions = None, options = None, read_only = false))]
+    fn new(py: Python<'_>, path: &Bound<'_, PyAny>, dimensions: Option<&Bound<'_, PyAny>>, options: Option<&Bound<'_, PyAny>>, read_only: bool) -> PyResult<Self> {
+        let fspath = py.import("os")?.getattr("fspath")?.call1((path,)).map_err(|_| {
+            type_error(py, format!("path={} is not a path", path.repr().map(|r| r.to_string()).unwrap_or_default()), "pass a str or pathlib.Path")
+        })?;
+        let p: PathBuf = fspath.extract().map_err(|_| type_error(py, "path is not a str path".into(), "pass a str or pathlib.Path"))?;
+        let dims = dimensions.filter(|d| !d.is_none()).map(|d| count_arg(d, "dimensions", 1 << 16)).transpose()?;
+        let opts = options_from(py, options)?;
+        let mode = if read_only { Mode::Read } else { Mode::Write };
+        let idx = py.detach(|| Index::open(&p, dims, opts.as_ref().map(|o| &o.0), mode)).map_err(to_py)?;
+        for w in &idx.warnings {
+            let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+            PyErr::warn(py, &cat, &std::ffi::CString::new(w.as_str()).unwrap_or_default(), 1)?;
+        }
+        let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
+        Ok(VectorIndex {
+            dims: idx.dims(),
+            metric: idx.metric(),
+            precision: idx.precision(),
+            read_only,
+            path: pathobj,
+            inner: RwLock::new(Some(idx)),
+        })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Leaving the block normally flushes, then closes; leaving by an exception closes without
+    /// flushing (what the block added is discarded, as a crash would).
+    #[pyo3(signature = (exc_type = None, _exc = None, _tb = None))]
+    fn __exit__(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>, _exc: Option<&Bound<'_, PyAny>>, _tb: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        if exc_type.is_none_or(|t| t.is_none()) && !self.read_only && !self.closed() {
+            if let Err(e) = self.flush(py) {
+                let _ = self.close(py);
+                return Err(e);
+            }
+        }
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Add one vector; returns its id (the largest id so far + 1 unless given).
+    #[pyo3(signature = (vector, id = None))]
+    fn add(&self, py: Python<'_>, vector: &Bound<'_, PyAny>, id: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        let arr = f32_array(vector, 1, "the vector")?;
+        let id = id.filter(|i| !i.is_none()).map(id_arg).transpose()?;
+        // SAFETY: no Rust code holds a mutable borrow of a caller's array; the slice is read
+        // while the array is kept alive by `arr`.
+        let v = unsafe { arr.as_slice() }?;
+        self.write(py, |idx| idx.add(v, id))
+    }
+
+    /// Add the rows of an (n, dimensions) array, linked on all cores (or `threads`). All or
+    /// nothing: if anything is wrong, or the call is interrupted, nothing is added.
+    #[pyo3(signature = (vectors, ids = None, *, threads = None, progress = false))]
+    fn add_batch<'py>(&self, py: Python<'py>, vectors: &Bound<'py, PyAny>, ids: Option<&Bound<'py, PyAny>>, threads: Option<&Bound<'py, PyAny>>, progress: bool) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let arr = f32_array(vectors, 2, "vectors")?;
+        let shape = arr.shape().to_vec();
+        let (n, d) = (shape[0], shape[1]);
+        if d != self.dims && n > 0 {
+            return Err(to_py(Error::new(
+                crate::error::ErrorKind::DimensionMismatch,
+                format!("vectors have {d} dimensions; this index holds {}", self.dims),
+                format!("pass an array of shape (n, {})", self.dims),
+            )));
+        }
+        let ids = ids.filter(|i| !i.is_none()).map(ids_arg).transpose()?;
+        let threads = opt_count(threads, "threads", 1024)?;
+        // SAFETY: as in `add`.
+        let data = unsafe { arr.as_slice() }?;
+        let out = run::run_long(py, n as u64, progress, "adding", |ctl| {
+            let mut g = self.inner.write();
+            let idx = g.as_mut().ok_or_else(Error::closed)?;
+            idx.add_batch(data, n, ids.as_deref(), threads, ctl)
+        })?;
+        Ok(vector(py, out))
+    }
+
+    /// The k nearest vectors to `query`, nearest first. `allowed`: only these ids may be
+    /// returned; `excluded`: these never are. `ef` overrides the options' ef_search.
+    #[pyo3(signature = (query, k = None, allowed = None, excluded = None, *, ef = None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: &Bound<'py, PyAny>,
+        k: Option<&Bound<'py, PyAny>>,
+        allowed: Option<&Bound<'py, PyAny>>,
+        excluded: Option<&Bound<'py, PyAny>>,
+        ef: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let k = match k {
+            Some(k) => count_arg(k, "k", MAX_K)?,
+            None => 10,
+        };
+        let ef = opt_count(ef, "ef", MAX_K)?;
+        let arr = f32_array(query, 1, "the query")?;
+        let filter = Self::filter(allowed, excluded)?;
+        // SAFETY: as in `add`.
+        let q = unsafe { arr.as_slice() }?;
+        let hits = self.read(py, |idx| idx.search_filtered(q, k, ef, filter.as_ref()))?;
+        hits_to_list(py, hits)
+    }
+
+    /// Search every row of a (q, dimensions) array on all cores (or `threads`). Returns
+    /// `(ids, distances)`, two (q, k) arrays (uint64, float32), padded with 2**64-1 and inf.
+    #[pyo3(signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, threads = None, progress = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn search_batch<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: Option<&Bound<'py, PyAny>>,
+        allowed: Option<&Bound<'py, PyAny>>,
+        excluded: Option<&Bound<'py, PyAny>>,
+        ef: Option<&Bound<'py, PyAny>>,
+        threads: Option<&Bound<'py, PyAny>>,
+        progress: bool,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        let k = match k {
+            Some(k) => count_arg(k, "k", MAX_K)?,
+            None => 10,
+        };
+        let ef = opt_count(ef, "ef", MAX_K)?;
+        let threads = opt_count(threads, "threads", 1024)?;
+        let arr = f32_array(queries, 2, "queries")?;
+        let shape = arr.shape().to_vec();
+        let nq = shape[0];
+        if shape[1] != self.dims && nq > 0 {
+            return Err(to_py(Error::new(
+                crate::error::ErrorKind::DimensionMismatch,
+                format!("queries have {} dimensions; this index holds {}", shape[1], self.dims),
+                format!("pass an array of shape (n, {})", self.dims),
+            )));
+        }
+        let filter = Self::filter(allowed, excluded)?;
+        // SAFETY: as in `add`.
+        let qs = unsafe { arr.as_slice() }?;
+        if self.read_only {
+            self.read(py, |_| Ok(()))?; // move to the newest commit first
+        }
+        let (ids, dists) = run::run_long(py, nq as u64, progress, "searching", |ctl| {
+            let g = self.inner.read();
+            let idx = g.as_ref().ok_or_else(Error::closed)?;
+            idx.search_batch(qs, nq, k, ef, filter.as_ref(), threads, ctl)
+        })?;
+        Ok((matrix(py, nq, k, ids), matrix(py, nq, k, dists)))
+    }
+
+    /// The stored vector of `id` (normalised for cosine, rounded for half precision), or None.
+    fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+        let id = id_arg(id)?;
+        Ok(self.read(py, |idx| idx.get(id))?.map(|v| vector(py, v)))
+    }
+
+    /// Live ids, in insertion order.
+    fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        Ok(vector(py, self.read(py, |idx| Ok(idx.ids()))?))
+    }
+
+    fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let v = int_arg(id, "id")?;
+        if v < 0 || v >= u64::MAX as i128 {
+            return Ok(false);
+        }
+        self.read(py, |idx| Ok(idx.contains(v as u64)))
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.read(py, |idx| Ok(idx.len() as usize))
+    }
+
+    fn is_empty(&self, py: Python<'_>) -> PyResult<bool> {
+        self.read(py, |idx| Ok(idx.is_empty()))
+    }
+
+    /// Make every change durable (milliseconds; nothing happens when nothing changed).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.write(py, |idx| idx.flush())
+    }
+
+    /// Discard everything since the last flush; the writer lock is kept.
+    fn rollback(&self, py: Python<'_>) -> PyResult<()> {
+        self.write(py, |idx| idx.rollback())
+    }
+
+    /// Close without flushing (unflushed changes are discarded). Closing twice is fine.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let idx = py.detach(|| self.inner.write().take());
+        if let Some(mut idx) = idx {
+            py.detach(|| idx.close()).map_err(to_py)?;
+        }
+        Ok(())
+    }
+
+    /// The application's own u64, committed by the next flush and restored by rollback.
+    #[getter]
+    fn get_user_version(&self, py: Python<'_>) -> PyResult<u64> {
+        self.read(py, |idx| Ok(idx.user_version()))
+    }
+
+    #[setter]
+    fn set_user_version(&self, py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = int_arg(v, "user_version")?;
+        if !(0..=u64::MAX as i128).contains(&v) {
+            return Err(errors::named(py, "InvalidArgumentError", format!("user_version={v} is out of range"), "use 0 to 2**64-1"));
+        }
+        self.write(py, |idx| idx.set_user_version(v as u64))
+    }
+
+    #[getter]
+    fn dimensions(&self) -> usize {
+        self.dims
+    }
+    #[getter]
+    fn metric(&self) -> &'static str {
+        self.metric.name()
+    }
+    #[getter]
+    fn precision(&self) -> &'static str {
+        self.precision.name()
+    }
+    #[getter]
+    fn path(&self, py: Python<'_>) -> Py<PyAny> {
+        self.path.clone_ref(py)
+    }
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().is_none()
+    }
+    /// The options in effect (fixed ones from the file).
+    #[getter]
+    fn options(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let o = self.read(py, |idx| Ok(idx.options().clone()))?;
+        options_to_py(py, &o)
+    }
+    /// Vectors added since the last flush.
+    #[getter]
+    fn pending(&self, py: Python<'_>) -> PyResult<u64> {
+        self.read(py, |idx| Ok(idx.pending()))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let path = self.path.bind(py).str().map(|s| s.to_string()).unwrap_or_default();
+        let state = py.detach(|| self.inner.read().as_ref().map(|i| (i.len(), i.pending())));
+        let tail = match state {
+            Some((n, p)) => format!("len={n}, pending={p}, status=open"),
+            None => "status=closed".into(),
+        };
+        format!(
+            "VectorIndex(path={path:?}, dimensions={}, metric={:?}, precision={:?}, {}{tail})",
+            self.dims,
+            self.metric.name(),
+            self.precision.name(),
+            if self.read_only { "read_only=True, " } else { "" }
+        )
+    }
+}
+
+/// Range checks of IndexOptions (one place for them: the core's).
+#[pyfunction]
+fn _check_options(max_connections: i64, ef_construction: i64, ef_search: i64) -> PyResult<()> {
+    let conv = |v: i64| if v < 0 { 0 } else { v as usize };
+    Options { max_connections: conv(max_connections), ef_construction: conv(ef_construction), ef_search: conv(ef_search), ..Default::default() }
+        .validate()
+        .py()
+}
+
+/// The CPU as Chassis sees it: the distance kernels chosen and the prefetch policy
+/// (ADR-0015).
+#[pyfunction]
+fn cpu_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let c = crate::cpu::info();
+    let d = PyDict::new(py);
+    d.set_item("arch", c.arch)?;
+    d.set_item("vendor", &c.vendor)?;
+    d.set_item("family", c.family)?;
+    d.set_item("model", c.model)?;
+    d.set_item("kernel", crate::distance::kernels().level)?;
+    d.set_item("kernels_available", crate::distance::available().iter().map(|k| k.level).collect::<Vec<_>>())?;
+    d.set_item("prefetch_policy", c.policy)?;
+    d.set_item("prefetch_lines", c.prefetch_lines)?;
+    d.set_item("prefetch_cache", if c.prefetch_l1 { "L1" } else { "L2" })?;
+    d.set_item("page_size", crate::os::page_size())?;
+    Ok(d)
+}
+
+#[pymodule]
+fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<VectorIndex>()?;
+    m.add_class::<SearchResult>()?;
+    m.add_function(wrap_pyfunction!(cpu_info, m)?)?;
+    m.add_function(wrap_pyfunction!(_check_options, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! The one helper every long call goes through: run the work without the GIL, and meanwhile,
+//! every 50 ms with the GIL, check for Ctrl-C (which cancels the work; it undoes itself and
+//! the caller gets `KeyboardInterrupt`) and move the progress bar.
+
+use super::errors::to_py;
+use crate::error::Result;
+use crate::index::Control;
+use pyo3::prelude::*;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Work below this many items runs on the calling thread: it is over before a Ctrl-C would
+/// matter, and a helper thread would cost more than it.
+const INLINE_BELOW: u64 = 64;
+
+/// A progress bar: tqdm if installed, else a line on stderr.
+struct Progress<'py> {
+    bar: Option<Bound<'py, PyAny>>,
+    shown: u64,
+}
+
+impl<'py> Progress<'py> {
+    fn new(py: Python<'py>, on: bool, total: u64, desc: &str) -> Progress<'py> {
+        let bar = if on {
+            let kw = pyo3::types::PyDict::new(py);
+            let _ = kw.set_item("total", total);
+            let _ = kw.set_item("desc", desc);
+            let _ = kw.set_item("unit", "vec");
+            py.import("tqdm.auto")
+                .and_then(|m| m.getattr("tqdm"))
+                .and_then(|t| t.call((), Some(&kw)))
+                .or_else(|_| py.import("chassis._progress").and_then(|m| m.getattr("TextProgress")).and_then(|t| t.call((), Some(&kw))))
+                .ok()
+        } else {
+            None
+        };
+        Progress { bar, shown: 0 }
+    }
+    fn show(&mut self, done: u64) {
+        if let Some(b) = &self.bar {
+            if done > self.shown {
+                let _ = b.call_method1("update", (done - self.shown,));
+                self.shown = done;
+            }
+        }
+    }
+    fn close(&mut self) {
+        if let Some(b) = self.bar.take() {
+            let _ = b.call_method0("close");
+        }
+    }
+}
+
+/// Run `work` (given the cancel/progress control) without the GIL.
+pub fn run_long<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce(&Control) -> Result<T> + Send,
+{
+    let ctl = Control::default();
+    if total < INLINE_BELOW && !progress {
+        return py.detach(|| work(&ctl)).map_err(to_py);
+    }
+    let mut bar = Progress::new(py, progress, total, desc);
+    let mut interrupt: Option<PyErr> = None;
+    let out = std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel();
+        // A Receiver is not Sync; the detached closure borrows it through a lock.
+        let rx = parking_lot::Mutex::new(rx);
+        let ctl = &ctl;
+        s.spawn(move || {
+            let _ = tx.send(work(ctl));
+        });
+        loop {
+            match py.detach(|| rx.lock().recv_timeout(Duration::from_millis(50))) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(crate::error::Error::new(crate::error::ErrorKind::Io, "the worker thread died", "report this as a bug"))
+                }
+            }
+            if interrupt.is_none() {
+                if let Err(e) = py.check_signals() {
+                    ctl.cancel.store(true, Relaxed);
+                    interrupt = Some(e);
+                }
+            }
+            bar.show(ctl.done.load(Relaxed));
+        }
+    });
+    if out.is_ok() {
+        bar.show(ctl.done.load(Relaxed));
+    }
+    bar.close();
+    match (out, interrupt) {
+        // The signal handler's own exception (KeyboardInterrupt, or what it raised).
+        (Err(_), Some(e)) => Err(e),
+        // The work was done before it saw the cancel: its result stands.
+        (Ok(v), _) => Ok(v),
+        (Err(e), None) => Err(to_py(e)),
+    }
+}
