@@ -22,36 +22,42 @@ fn invalid(py: Python<'_>, message: String, help: &str) -> PyErr {
     named(py, "InvalidArgumentError", message, help)
 }
 
-/// `obj` as a C-contiguous float32 array of rank `ndim`, without a copy when it already is one.
+/// `obj` as an aligned, C-contiguous float32 array of rank `ndim`, without a copy when it
+/// already is one.
 pub fn f32_array<'py>(obj: &Bound<'py, PyAny>, ndim: usize, what: &str) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let py = obj.py();
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        if a.ndim() == ndim && a.is_c_contiguous() {
+        if a.ndim() == ndim && a.is_c_contiguous() && (a.data() as usize) % std::mem::align_of::<f32>() == 0 {
             return Ok(a.clone());
         }
     }
-    if let Ok(u) = obj.cast::<PyUntypedArray>() {
-        let kind = u.dtype().kind();
-        if !matches!(kind, b'f' | b'i' | b'u') {
-            return Err(invalid(
-                py,
-                format!("{what} has dtype {}, not a number type", u.dtype().str()?),
-                "pass a float32 array (other float and int arrays are converted)",
-            ));
-        }
-    } else if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>() {
+    if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>() {
         return Err(type_error(py, format!("{what} is a string, not an array of numbers"), "pass a NumPy array or a list of floats"));
     }
-    let kw = PyDict::new(py);
-    kw.set_item("dtype", numpy(py)?.getattr("float32")?)?;
-    let conv = numpy(py)?.call_method("ascontiguousarray", (obj,), Some(&kw)).map_err(|e| {
-        invalid(py, format!("{what} cannot be read as float32 numbers ({})", e.value(py)), "pass a NumPy array or a list of floats")
+    let np = numpy(py)?;
+    // Lists and other array-likes: see what NumPy makes of them before converting, so that
+    // strings (which NumPy would parse) and objects are refused.
+    let a = np.call_method1("asarray", (obj,)).map_err(|e| {
+        invalid(py, format!("{what} cannot be read as an array of numbers ({})", e.value(py)), "pass a NumPy array or a list of floats")
     })?;
-    let u = conv.cast::<PyUntypedArray>()?;
+    let u = a.cast::<PyUntypedArray>()?;
+    let kind = u.dtype().kind();
+    if !matches!(kind, b'f' | b'i' | b'u') {
+        return Err(invalid(
+            py,
+            format!("{what} has dtype {}, not a real number type", u.dtype().str()?),
+            "pass a float32 array (other float and int arrays are converted)",
+        ));
+    }
     if u.ndim() != ndim {
         let shape = if ndim == 1 { "(dimensions,)" } else { "(n, dimensions)" };
         return Err(invalid(py, format!("{what} has {} axes (shape {:?}); expected {ndim}", u.ndim(), u.shape()), &format!("pass an array of shape {shape}")));
     }
+    // The one conversion: to float32, C order, aligned.
+    let kw = PyDict::new(py);
+    kw.set_item("dtype", np.getattr("float32")?)?;
+    kw.set_item("requirements", "CA")?;
+    let conv = np.call_method("require", (a,), Some(&kw))?;
     Ok(conv.cast_into::<PyArrayDyn<f32>>()?)
 }
 
