@@ -11,7 +11,7 @@ use crate::graph::{self, Graph, LOCK_STRIPES};
 use crate::os;
 use crate::storage::Storage;
 use crate::undo::{undo_path, UndoLog};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -135,32 +135,61 @@ struct UndoState {
     saved: HashSet<u32>,
 }
 
-/// id -> slot for live slots below `upto`, built on first use (opening stays O(1)).
+/// id -> slot for live slots below `upto` of one storage, built on first use (opening stays
+/// O(1)). Lookups also check the slot against the snapshot asking.
 #[derive(Default)]
 struct IdMap {
+    storage: usize,
     map: HashMap<u64, u32>,
     upto: u64,
 }
 
-pub struct Index {
-    st: Storage,
-    opts: Options,
-    /// The header of the last commit (a reader: of its snapshot).
+/// One consistent state that searches run on: a storage and a commit (in the writer, the
+/// commit plus the adds published since). Searches clone the current `Arc<Snap>` when they
+/// start, so each sees one state from start to end, whatever is published meanwhile.
+pub struct Snap {
+    pub st: Arc<Storage>,
+    pub seq: u64,
+    /// Slots a search may return (the rest may still be routed through).
+    pub slots: u64,
+    pub live: u64,
+    pub entry: u32,
+    pub max_level: usize,
+    pub user_version: u64,
+}
+
+/// The writer's bookkeeping (a reader keeps its snapshot's header here).
+struct Writer {
     committed: Header,
     /// Which header copy holds `committed`.
     copy: usize,
-    read_only: bool,
     slots: u64,
     live: u64,
     next_id: u64,
     user_version: u64,
+    /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
+    poisoned: bool,
+    /// A reader: when it last checked whether the path now names another file.
+    checked_path: std::time::Instant,
+}
+
+/// An open index. Every method takes `&self`: searches run while a batch links or a flush
+/// syncs (they see the last published state), and writers serialise on an internal lock.
+pub struct Index {
+    path: PathBuf,
+    opts: Options,
+    /// Fixed at creation (a replacement file must agree), so read without the snapshot.
+    geo: Geometry,
+    read_only: bool,
+    view: RwLock<Arc<Snap>>,
+    writer: Mutex<Writer>,
+    /// Entry point and top layer while linking (the writer's, ahead of what is published).
     entry: Mutex<(u32, usize)>,
     locks: Box<[Mutex<()>]>,
     undo: Mutex<UndoState>,
     savepoint: Mutex<Option<Savepoint>>,
     ids: Mutex<IdMap>,
-    /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
-    poisoned: bool,
+    closed: AtomicBool,
     /// Things the caller should be told about once (a damaged header copy, a replayed log).
     pub warnings: Vec<String>,
 }
@@ -265,25 +294,27 @@ impl Index {
         }
         let file = match file {
             Some(f) => f,
-            None => {
-                let f = OpenOptions::new().read(true).write(mode == Mode::Write).open(path).map_err(|e| {
-                    let mut err = Error::io(e, "opening", path);
-                    if err.kind == ErrorKind::IndexNotFound {
-                        err.help = "check the path".into();
-                    }
-                    err
-                })?;
-                if mode == Mode::Write && !os::try_lock_exclusive(&f).map_err(|e| Error::io(e, "locking", path))? {
-                    return Err(Error::new(
-                        ErrorKind::IndexLocked,
-                        format!("{} is open for writing elsewhere (in this or another process)", path.display()),
-                        "close the other writer first, or open with read_only=True to search",
-                    ));
-                }
-                f
-            }
+            None => Self::open_file(path, mode)?,
         };
         Self::from_file(path, file, dims, opts, mode)
+    }
+
+    fn open_file(path: &Path, mode: Mode) -> Result<File> {
+        let f = OpenOptions::new().read(true).write(mode == Mode::Write).open(path).map_err(|e| {
+            let mut err = Error::io(e, "opening", path);
+            if err.kind == ErrorKind::IndexNotFound {
+                err.help = "check the path".into();
+            }
+            err
+        })?;
+        if mode == Mode::Write && !os::try_lock_exclusive(&f).map_err(|e| Error::io(e, "locking", path))? {
+            return Err(Error::new(
+                ErrorKind::IndexLocked,
+                format!("{} is open for writing elsewhere (in this or another process)", path.display()),
+                "close the other writer first, or open with read_only=True to search",
+            ));
+        }
+        Ok(f)
     }
 
     /// Create a new file: write it under a temporary name, then link it into place, so that
@@ -334,20 +365,25 @@ impl Index {
         }
     }
 
-    fn from_file(path: &Path, file: File, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
-        let bytes = Storage::read_header_bytes(&file, path)?;
+    /// Read and choose the header of an open file, with a warning if a copy is damaged.
+    fn read_header(file: &File, path: &Path, warnings: &mut Vec<String>) -> Result<(Header, usize)> {
+        let bytes = Storage::read_header_bytes(file, path)?;
         let choice = choose_header(&bytes, path)?;
-        let h = choice.header;
-        let mut warnings = Vec::new();
         if let Some(d) = &choice.other_damage {
             warnings.push(format!(
                 "{}: header copy {} is damaged ({d}); using copy {} (commit {})",
                 path.display(),
                 1 - choice.copy,
                 choice.copy,
-                h.seq
+                choice.header.seq
             ));
         }
+        Ok((choice.header, choice.copy))
+    }
+
+    fn from_file(path: &Path, file: File, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
+        let mut warnings = Vec::new();
+        let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
         if let Some(d) = dims {
             if d != h.dims as usize {
                 return Err(Error::new(
@@ -387,25 +423,40 @@ impl Index {
             eff.huge_pages = o.huge_pages;
             eff.warm = o.warm;
         }
-        let st = Storage::open(path, file, mode == Mode::Write, &h)?;
-        let mut idx = Index {
-            st,
+        let st = Arc::new(Storage::open(path, file, mode == Mode::Write, &h)?);
+        let idx = Index {
+            path: path.to_path_buf(),
             opts: eff,
-            copy: choice.copy,
+            geo: st.geo,
             read_only: mode == Mode::Read,
-            slots: h.slots,
-            live: h.live,
-            next_id: h.next_id,
-            user_version: h.user_version,
+            view: RwLock::new(Arc::new(Snap {
+                st,
+                seq: h.seq,
+                slots: h.slots,
+                live: h.live,
+                entry: h.entry,
+                max_level: h.max_level as usize,
+                user_version: h.user_version,
+            })),
             entry: Mutex::new((h.entry, h.max_level as usize)),
+            writer: Mutex::new(Writer {
+                copy,
+                slots: h.slots,
+                live: h.live,
+                next_id: h.next_id,
+                user_version: h.user_version,
+                poisoned: false,
+                checked_path: std::time::Instant::now(),
+                committed: h,
+            }),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             undo: Mutex::new(UndoState { log: UndoLog::new(path), saved: HashSet::new() }),
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
-            poisoned: false,
-            committed: h,
+            closed: AtomicBool::new(false),
             warnings,
         };
+        let mut idx = idx;
         if mode == Mode::Write {
             idx.replay_undo()?;
             idx.remove_leftovers();
@@ -416,23 +467,23 @@ impl Index {
     /// A writer opening after a crash: put back the lists the dead writer changed after the
     /// last commit.
     fn replay_undo(&mut self) -> Result<()> {
-        let upath = undo_path(&self.st.path);
-        if !upath.exists() {
+        if !undo_path(&self.path).exists() {
             return Ok(());
         }
-        let records = UndoLog::read(&self.st.path, self.committed.seq)?;
+        let snap = self.snap();
+        let records = UndoLog::read(&self.path, snap.seq)?;
         let mut n = 0;
         for (slot, words) in &records {
-            if (*slot as u64) < self.committed.slots && words.len() >= self.st.geo.l0_words {
-                graph::restore_lists(&self.st, *slot, words);
+            if (*slot as u64) < snap.slots && words.len() >= snap.st.geo.l0_words {
+                graph::restore_lists(&snap.st, *slot, words);
                 n += 1;
             }
         }
         if n > 0 {
-            self.st.sync_data()?;
+            snap.st.sync_data()?;
             self.warnings.push(format!(
                 "{}: the last writer stopped without flushing; its unflushed changes were discarded ({n} lists restored)",
-                self.st.path.display()
+                self.path.display()
             ));
         }
         self.undo.get_mut().log.remove();
@@ -441,8 +492,8 @@ impl Index {
 
     /// Temporary files a killed writer may have left next to the index.
     fn remove_leftovers(&self) {
-        let Some(dir) = self.st.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }) else { return };
-        let Some(name) = self.st.path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+        let Some(dir) = self.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }) else { return };
+        let Some(name) = self.path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
         let prefix = format!(".{name}.creating-");
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
@@ -456,10 +507,10 @@ impl Index {
     // ------------------------------------------------------------------ properties
 
     pub fn path(&self) -> &Path {
-        &self.st.path
+        &self.path
     }
     pub fn dims(&self) -> usize {
-        self.st.geo.dims
+        self.geo.dims
     }
     pub fn metric(&self) -> Metric {
         self.opts.metric
@@ -470,87 +521,157 @@ impl Index {
     pub fn options(&self) -> &Options {
         &self.opts
     }
-    pub fn geometry(&self) -> &Geometry {
-        &self.st.geo
+    pub fn geometry(&self) -> Geometry {
+        self.geo
     }
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
-    /// Live vectors (a writer counts its unflushed adds).
+    /// Live vectors searches see (a writer counts its published, unflushed adds).
     pub fn len(&self) -> u64 {
-        self.live
+        self.snap().live
     }
     pub fn is_empty(&self) -> bool {
-        self.live == 0
+        self.len() == 0
     }
     /// Slots added since the last flush.
     pub fn pending(&self) -> u64 {
-        self.slots - self.committed.slots
+        let w = self.writer.lock();
+        w.slots - w.committed.slots
     }
     pub fn committed_seq(&self) -> u64 {
-        self.committed.seq
+        self.writer.lock().committed.seq
     }
     pub fn user_version(&self) -> u64 {
-        self.user_version
+        if self.read_only {
+            self.snap().user_version
+        } else {
+            self.writer.lock().user_version
+        }
     }
     /// The application's own number, committed by the next flush (rollback restores it).
-    pub fn set_user_version(&mut self, v: u64) -> Result<()> {
+    pub fn set_user_version(&self, v: u64) -> Result<()> {
         self.writable()?;
-        self.user_version = v;
-        Ok(())
-    }
-    pub fn set_ef_search(&mut self, ef: usize) -> Result<()> {
-        let mut o = self.opts.clone();
-        o.ef_search = ef;
-        o.validate()?;
-        self.opts = o;
+        self.writer.lock().user_version = v;
         Ok(())
     }
 
     fn writable(&self) -> Result<()> {
+        self.check_open()?;
         if self.read_only {
             return Err(Error::new(ErrorKind::ReadOnly, "this index is open read-only", "open it with VectorIndex(path) to write"));
         }
         Ok(())
     }
 
-    // ------------------------------------------------------------------ reader snapshots
-
-    /// True if a newer commit than this handle's snapshot is on disk (readers only).
-    pub fn has_newer_commit(&self) -> bool {
-        if !self.read_only {
-            return false;
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Acquire) {
+            return Err(Error::closed());
         }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ snapshots
+
+    /// The state searches use now. A reader moves to the newest commit first.
+    pub fn snap(&self) -> Arc<Snap> {
+        if self.read_only {
+            // An error here (say, the file was removed) leaves the last good snapshot in use.
+            let _ = self.refresh();
+        }
+        self.view.read().clone()
+    }
+
+    fn publish(&self, snap: Snap) {
+        *self.view.write() = Arc::new(snap);
+    }
+
+    /// The newest header sequence on disk, from the two copies' fixed fields (two small reads).
+    fn newest_seq_on_disk(st: &Storage) -> u64 {
         use std::os::unix::fs::FileExt;
-        let mut best = self.committed.seq;
+        let mut best = 0;
         for copy in 0..2 {
             let mut b = [0u8; 24];
-            if self.st.file.read_exact_at(&mut b, (copy * HEADER_COPY_SIZE) as u64).is_ok() && b[0..8] == format::MAGIC {
+            if st.file.read_exact_at(&mut b, (copy * HEADER_COPY_SIZE) as u64).is_ok() && b[0..8] == format::MAGIC {
                 best = best.max(u64::from_le_bytes(b[16..24].try_into().unwrap()));
             }
         }
-        best != self.committed.seq
+        best
     }
 
-    /// Move a reader to the newest valid commit, mapping regions added since.
-    pub fn refresh(&mut self) -> Result<()> {
+    /// Readers: move to the newest valid commit, mapping regions added since; follow the path
+    /// to a new file if it was replaced (checked at most every 50 ms).
+    pub fn refresh(&self) -> Result<()> {
         if !self.read_only {
             return Ok(());
         }
-        let bytes = Storage::read_header_bytes(&self.st.file, &self.st.path)?;
-        let choice = choose_header(&bytes, &self.st.path)?;
-        let h = choice.header;
-        if h.seq <= self.committed.seq {
+        let cur = self.view.read().clone();
+        let mut w = self.writer.lock();
+        if w.checked_path.elapsed() >= std::time::Duration::from_millis(50) {
+            w.checked_path = std::time::Instant::now();
+            if self.path_replaced(&cur.st) {
+                return self.reopen(&mut w);
+            }
+        }
+        if Self::newest_seq_on_disk(&cur.st) == w.committed.seq {
             return Ok(());
         }
-        self.st.map_new_regions(&h)?;
-        self.slots = h.slots;
-        self.live = h.live;
-        self.next_id = h.next_id;
-        self.user_version = h.user_version;
-        *self.entry.get_mut() = (h.entry, h.max_level as usize);
-        self.copy = choice.copy;
-        self.committed = h;
+        let mut warnings = Vec::new();
+        let (h, copy) = Self::read_header(&cur.st.file, &self.path, &mut warnings)?;
+        if h.seq == w.committed.seq {
+            return Ok(());
+        }
+        if cur.st.map_new_regions(&h).is_err() {
+            return self.reopen(&mut w);
+        }
+        self.publish(Snap {
+            st: cur.st.clone(),
+            seq: h.seq,
+            slots: h.slots,
+            live: h.live,
+            entry: h.entry,
+            max_level: h.max_level as usize,
+            user_version: h.user_version,
+        });
+        w.copy = copy;
+        w.committed = h;
+        Ok(())
+    }
+
+    /// Whether the path now names another file than the one mapped.
+    fn path_replaced(&self, st: &Storage) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(&self.path), st.file.metadata()) {
+            (Ok(a), Ok(b)) => a.ino() != b.ino() || a.dev() != b.dev(),
+            _ => false,
+        }
+    }
+
+    /// A reader whose file was replaced (a compaction renamed a new one over it): open the
+    /// new file. Searches already running finish on the old mappings, which they hold.
+    fn reopen(&self, w: &mut Writer) -> Result<()> {
+        let file = Self::open_file(&self.path, Mode::Read)?;
+        let mut warnings = Vec::new();
+        let (h, copy) = Self::read_header(&file, &self.path, &mut warnings)?;
+        if h.dims as usize != self.geo.dims || h.metric != self.opts.metric || h.precision != self.opts.precision || h.max_connections as usize != self.geo.m {
+            return Err(Error::new(
+                ErrorKind::OptionsMismatch,
+                format!("{} was replaced by an index with other dimensions or options", self.path.display()),
+                "open it again",
+            ));
+        }
+        let st = Arc::new(Storage::open(&self.path, file, false, &h)?);
+        self.publish(Snap {
+            st,
+            seq: h.seq,
+            slots: h.slots,
+            live: h.live,
+            entry: h.entry,
+            max_level: h.max_level as usize,
+            user_version: h.user_version,
+        });
+        w.copy = copy;
+        w.committed = h;
         Ok(())
     }
 
@@ -607,40 +728,34 @@ impl Index {
     /// The bytes to store for `v` (normalised for cosine, rounded for half). Borrowed when the
     /// input is already in stored form.
     fn encode<'v>(&self, v: &'v [f32], buf: &'v mut Vec<u8>) -> &'v [u8] {
-        let normalized;
-        let src: &[f32] = if self.metric() == Metric::Cosine {
-            let mut n = v.to_vec();
-            distance::normalize(&mut n);
-            normalized = n;
-            &normalized
-        } else {
-            v
-        };
-        match self.precision() {
-            Precision::Full if self.metric() != Metric::Cosine => {
-                // SAFETY: reinterpreting f32s as their little-endian bytes (the target is LE).
-                unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) }
-            }
-            Precision::Full => {
-                buf.clear();
-                buf.extend(src.iter().flat_map(|x| x.to_le_bytes()));
-                buf
-            }
-            Precision::Half => {
-                buf.clear();
-                buf.extend(src.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes()));
-                buf
-            }
+        if self.precision() == Precision::Full && self.metric() != Metric::Cosine {
+            // SAFETY: reinterpreting f32s as their little-endian bytes (the target is LE).
+            return unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) };
         }
+        let mut src = v.to_vec();
+        if self.metric() == Metric::Cosine {
+            distance::normalize(&mut src);
+        }
+        buf.clear();
+        match self.precision() {
+            Precision::Full => buf.extend(src.iter().flat_map(|x| x.to_le_bytes())),
+            Precision::Half => buf.extend(src.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())),
+        }
+        buf
     }
 
     // ------------------------------------------------------------------ ids
 
-    fn with_ids<R>(&self, f: impl FnOnce(&HashMap<u64, u32>) -> R) -> R {
+    /// Run `f` on the id map, extended to cover `snap`'s slots.
+    fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&HashMap<u64, u32>) -> R) -> R {
         let mut m = self.ids.lock();
-        while m.upto < self.slots {
+        let key = Arc::as_ptr(&snap.st) as usize;
+        if m.storage != key {
+            *m = IdMap { storage: key, ..Default::default() };
+        }
+        while m.upto < snap.slots {
             let s = m.upto as u32;
-            if let Some(id) = self.live_id(s) {
+            if let Some(id) = live_id(&snap.st, s) {
                 m.map.insert(id, s);
             }
             m.upto += 1;
@@ -648,61 +763,67 @@ impl Index {
         f(&m.map)
     }
 
-    /// The id of a live slot whose header checks out; None for deleted or damaged slots.
-    fn live_id(&self, slot: u32) -> Option<u64> {
-        let h = self.st.header(slot);
-        let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Relaxed), h[3].load(Relaxed));
-        if format::header_crc(id, upper, del, crcs as u32) != (crcs >> 32) as u32 {
-            return None;
-        }
-        // A delete marker holds the sequence that commits it; deletes come with the life-cycle
-        // work, and any marker hides the slot until then.
-        if del != 0 {
-            return None;
-        }
-        Some(id)
+    fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
+        self.with_ids(snap, |m| m.get(&id).copied()).filter(|&s| (s as u64) < snap.slots)
     }
 
-    pub fn contains(&self, id: u64) -> bool {
-        self.with_ids(|m| m.contains_key(&id))
+    pub fn contains(&self, id: u64) -> Result<bool> {
+        self.contains_in(&self.snap(), id)
+    }
+
+    pub fn contains_in(&self, snap: &Snap, id: u64) -> Result<bool> {
+        self.check_open()?;
+        Ok(self.slot_of(snap, id).is_some())
     }
 
     /// The stored vector of `id` (normalised for cosine, rounded for half), checked against
     /// its checksum.
     pub fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
-        let Some(slot) = self.with_ids(|m| m.get(&id).copied()) else { return Ok(None) };
-        let bytes = self.st.vector_bytes(slot);
-        let crc = self.st.header(slot)[3].load(Relaxed) as u32;
+        self.get_in(&self.snap(), id)
+    }
+
+    pub fn get_in(&self, snap: &Snap, id: u64) -> Result<Option<Vec<f32>>> {
+        self.check_open()?;
+        let Some(slot) = self.slot_of(snap, id) else { return Ok(None) };
+        let bytes = snap.st.vector_bytes(slot);
+        let crc = snap.st.header(slot)[3].load(Relaxed) as u32;
         if format::vector_crc(bytes) != crc {
             return Err(Error::corrupt(format!(
                 "{}: the stored vector of id {id} (slot {slot}) fails its checksum",
-                self.st.path.display()
+                self.path.display()
             )));
         }
-        let g = Graph::new(&self.st, self.metric(), self.slots as u32);
+        let g = Graph::new(&snap.st, self.metric(), snap.slots as u32);
         let mut buf = Vec::new();
         Ok(Some(g.vector_f32(slot, &mut buf).to_vec()))
     }
 
     /// Live ids in insertion (slot) order.
-    pub fn ids(&self) -> Vec<u64> {
-        (0..self.slots as u32).filter_map(|s| self.live_id(s)).collect()
+    pub fn ids(&self) -> Result<Vec<u64>> {
+        self.ids_in(&self.snap())
+    }
+
+    pub fn ids_in(&self, snap: &Snap) -> Result<Vec<u64>> {
+        self.check_open()?;
+        Ok((0..snap.slots as u32).filter_map(|s| live_id(&snap.st, s)).collect())
     }
 
     // ------------------------------------------------------------------ adds
 
     /// Add one vector; returns its id.
-    pub fn add(&mut self, v: &[f32], id: Option<u64>) -> Result<u64> {
+    pub fn add(&self, v: &[f32], id: Option<u64>) -> Result<u64> {
         let ids = id.map(|i| [i]);
         let out = self.add_batch(v, 1, ids.as_ref().map(|a| &a[..]), None, &Control::default())?;
         Ok(out[0])
     }
 
     /// Add `n` vectors (`data` is n x dims, row-major). All or nothing: on any error or a
-    /// cancel, nothing of the batch remains and the error is returned.
-    pub fn add_batch(&mut self, data: &[f32], n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
+    /// cancel, nothing of the batch remains and the error is returned. Searches meanwhile see
+    /// the state before the batch; it is published whole when it is linked.
+    pub fn add_batch(&self, data: &[f32], n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
         self.writable()?;
-        if self.poisoned {
+        let mut w = self.writer.lock();
+        if w.poisoned {
             return Err(self.poisoned_error());
         }
         let d = self.dims();
@@ -716,90 +837,86 @@ impl Index {
         if n == 0 {
             return Ok(Vec::new());
         }
+        let snap = self.view.read().clone();
+        let st = &snap.st;
         // 1. Check everything before touching anything.
         for (r, row) in data.chunks_exact(d).enumerate() {
             let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
             self.check_vector(row, &what)?;
         }
-        let new_ids = self.assign_ids(n, ids)?;
-        let start = self.slots;
+        let new_ids = self.assign_ids(&w, &snap, n, ids)?;
+        let start = w.slots;
         if start + n as u64 > u32::MAX as u64 - 1 {
             return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 vectors", "start another index file"));
         }
-        // 2. Room: segments, preallocated blocks, heap lists. Undone on failure.
-        let regions_before = self.st.regions.len();
-        let heap_before = self.st.heap_state();
-        let entry_before = *self.entry.get_mut();
-        let undo_on_fail = |me: &mut Index| {
-            me.st.truncate_regions(regions_before);
+        // 2. Room: segments, preallocated blocks, heap lists. Regions added stay (searches may
+        // already route into them); heap space is given back on failure.
+        let heap_before = st.heap_state();
+        let entry_before = *self.entry.lock();
+        let give_back = || {
             if let Some((chunk, used)) = heap_before {
-                me.st.set_heap_used(chunk, used);
+                st.set_heap_used(chunk, used);
             }
-            *me.entry.get_mut() = entry_before;
+            *self.entry.lock() = entry_before;
         };
-        let m = self.st.geo.m;
+        let m = st.geo.m;
         let levels: Vec<usize> = (0..n).map(|i| graph::level_for(start + i as u64, m)).collect();
         let mut uppers = vec![NO_UPPER; n];
         let room = (|| -> Result<()> {
-            self.st.reserve_slots(start, start + n as u64)?;
+            st.reserve_slots(start, start + n as u64)?;
             for i in 0..n {
                 if levels[i] > 0 {
-                    uppers[i] = self.st.alloc_upper((start + i as u64) as u32, levels[i])?;
+                    uppers[i] = st.alloc_upper((start + i as u64) as u32, levels[i])?;
                 }
             }
             Ok(())
         })();
         if let Err(e) = room {
-            undo_on_fail(self);
+            give_back();
             return Err(e);
         }
         // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
-        let this = &*self;
         let write_rows = || {
             data.par_chunks_exact(d).enumerate().with_min_len(256).for_each_init(Vec::new, |buf, (i, row)| {
                 let slot = (start + i as u64) as u32;
-                let bytes = this.encode(row, buf);
-                this.st.write_vector(slot, bytes);
+                let bytes = self.encode(row, buf);
+                st.write_vector(slot, bytes);
                 let vcrc = format::vector_crc(bytes);
-                let h = this.st.header(slot);
+                let h = st.header(slot);
                 h[0].store(new_ids[i], Relaxed);
                 h[1].store(uppers[i], Relaxed);
                 h[2].store(0, Relaxed);
                 h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], 0, vcrc) as u64) << 32, Relaxed);
-                graph::write_list(this.st.l0(slot), slot, 0, &[], levels[i]);
+                graph::write_list(st.l0(slot), slot, 0, &[], levels[i]);
             });
         };
         with_threads(threads, write_rows)?;
         // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
-        let result = with_threads(threads, || self.link(start, n, &levels, ctl)).and_then(|r| r);
+        let (cslots, cseq) = (w.committed.slots, w.committed.seq);
+        let result = with_threads(threads, || self.link(st, cslots, cseq, start, n, &levels, ctl)).and_then(|r| r);
         let sp = self.savepoint.lock().take().unwrap();
         if let Err(e) = result {
             for (slot, words) in &sp.saved {
-                graph::restore_lists(&self.st, *slot, words);
+                graph::restore_lists(st, *slot, words);
             }
-            undo_on_fail(self);
+            give_back();
             return Err(e);
         }
-        self.slots += n as u64;
-        self.live += n as u64;
+        // 5. Publish.
+        w.slots += n as u64;
+        w.live += n as u64;
         let max_new = *new_ids.iter().max().unwrap();
-        self.next_id = self.next_id.max(max_new.saturating_add(1));
-        let mut idm = self.ids.lock();
-        if idm.upto == start {
-            for (i, id) in new_ids.iter().enumerate() {
-                idm.map.insert(*id, (start + i as u64) as u32);
-            }
-            idm.upto = self.slots;
-        }
-        drop(idm);
+        w.next_id = w.next_id.max(max_new.saturating_add(1));
+        let (entry, max_level) = *self.entry.lock();
+        self.publish(Snap { st: snap.st.clone(), seq: snap.seq, slots: w.slots, live: w.live, entry, max_level, user_version: w.user_version });
         Ok(new_ids)
     }
 
-    fn assign_ids(&self, n: usize, ids: Option<&[u64]>) -> Result<Vec<u64>> {
+    fn assign_ids(&self, w: &Writer, snap: &Snap, n: usize, ids: Option<&[u64]>) -> Result<Vec<u64>> {
         match ids {
             None => {
-                let first = self.next_id;
+                let first = w.next_id;
                 if first.checked_add(n as u64 - 1).is_none_or(|last| last >= RESERVED_ID) {
                     return Err(Error::new(
                         ErrorKind::IndexFull,
@@ -829,7 +946,8 @@ impl Index {
                         ));
                     }
                 }
-                if let Some(id) = self.with_ids(|m| ids.iter().find(|id| m.contains_key(id)).copied()) {
+                let taken = self.with_ids(snap, |m| ids.iter().find(|id| m.get(id).is_some_and(|&s| (s as u64) < snap.slots)).copied());
+                if let Some(id) = taken {
                     return Err(Error::new(ErrorKind::IdInUse, format!("id {id} is already in the index"), "pass an id not in use, or id=None for the next free one"));
                 }
                 Ok(ids.to_vec())
@@ -839,12 +957,12 @@ impl Index {
 
     /// Called (under n's stripe lock) before an existing node's lists change: save them for
     /// the undo log (committed nodes) and for the batch's savepoint.
-    fn before_modify(&self, n: u32) -> Result<()> {
-        if (n as u64) < self.committed.slots {
+    fn before_modify(&self, st: &Storage, committed_slots: u64, committed_seq: u64, n: u32) -> Result<()> {
+        if (n as u64) < committed_slots {
             let mut u = self.undo.lock();
             if u.saved.insert(n) {
-                let words = graph::snapshot_lists(&self.st, n);
-                if let Err(e) = u.log.record(self.committed.seq, n, &words) {
+                let words = graph::snapshot_lists(st, n);
+                if let Err(e) = u.log.record(committed_seq, n, &words) {
                     u.saved.remove(&n);
                     return Err(e);
                 }
@@ -853,16 +971,17 @@ impl Index {
         let mut sp = self.savepoint.lock();
         if let Some(sp) = sp.as_mut() {
             if n < sp.start {
-                sp.saved.entry(n).or_insert_with(|| graph::snapshot_lists(&self.st, n));
+                sp.saved.entry(n).or_insert_with(|| graph::snapshot_lists(st, n));
             }
         }
         Ok(())
     }
 
-    fn link(&self, start: u64, n: usize, levels: &[usize], ctl: &Control) -> Result<()> {
-        let g = Graph::new(&self.st, self.metric(), (start + n as u64) as u32);
+    #[allow(clippy::too_many_arguments)]
+    fn link(&self, st: &Storage, cslots: u64, cseq: u64, start: u64, n: usize, levels: &[usize], ctl: &Control) -> Result<()> {
+        let g = Graph::new(st, self.metric(), (start + n as u64) as u32);
         let ef = self.opts.ef_construction;
-        let hook = |s: u32| self.before_modify(s);
+        let hook = |s: u32| self.before_modify(st, cslots, cseq, s);
         let first_err: Mutex<Option<Error>> = Mutex::new(None);
         let next = AtomicU64::new(0);
         let work = || loop {
@@ -906,10 +1025,6 @@ impl Index {
 
     // ------------------------------------------------------------------ searches
 
-    fn visible_slots(&self) -> u32 {
-        self.slots as u32
-    }
-
     /// The `k` nearest live vectors to `q`, nearest first.
     pub fn search(&self, q: &[f32], k: usize, ef: Option<usize>) -> Result<Vec<Hit>> {
         self.search_filtered(q, k, ef, None)
@@ -919,15 +1034,21 @@ impl Index {
     /// [`SCAN_FACTOR`] x ef ids, the allowed vectors are scanned exactly; otherwise the graph is
     /// walked (rejected nodes still route) and, if that finds fewer than k, scanned after all.
     pub fn search_filtered(&self, q: &[f32], k: usize, ef: Option<usize>, filter: Option<&Filter>) -> Result<Vec<Hit>> {
+        self.search_in(&self.snap(), q, k, ef, filter)
+    }
+
+    /// `search_filtered` on a given snapshot.
+    pub fn search_in(&self, snap: &Snap, q: &[f32], k: usize, ef: Option<usize>, filter: Option<&Filter>) -> Result<Vec<Hit>> {
+        self.check_open()?;
         check_k(k)?;
         let ef = self.effective_ef(ef)?;
         let q = self.prepare_query(q, "the query")?;
-        let f = filter.map(|f| self.slot_filter(f));
-        Ok(self.search_prepared(&q, k, ef, f.as_ref()))
+        let f = filter.map(|f| self.slot_filter(snap, f));
+        Ok(self.search_prepared(snap, &q, k, ef, f.as_ref()))
     }
 
-    fn slot_filter(&self, f: &Filter) -> SlotFilter {
-        self.with_ids(|m| SlotFilter {
+    fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
+        self.with_ids(snap, |m| SlotFilter {
             allowed: f.allowed.as_ref().map(|a| a.iter().filter_map(|id| m.get(id).copied()).collect()),
             excluded: f.excluded.iter().filter_map(|id| m.get(id).copied()).collect(),
         })
@@ -941,28 +1062,24 @@ impl Index {
         Ok(ef)
     }
 
-    fn search_prepared(&self, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>) -> Vec<Hit> {
-        if self.live == 0 {
+    fn search_prepared(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>) -> Vec<Hit> {
+        if snap.live == 0 {
             return Vec::new();
         }
-        let visible = self.visible_slots();
-        let exact = Graph::new(&self.st, self.metric(), visible);
+        let visible = snap.slots as u32;
+        let st = &snap.st;
+        let exact = Graph::new(st, self.metric(), visible);
         let accept = |s: u32| s < visible && filter.is_none_or(|f| f.allows(s));
         let raw = match filter.and_then(|f| f.allowed.as_ref()) {
-            Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => {
-                exact.scan(q, k, allowed.iter().copied().filter(|&s| accept(s)))
-            }
-            _ if ef as u64 >= self.live => {
-                // The beam would cover everything anyway: scan, which is exact even where the
-                // graph is not connected.
-                exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
-            }
+            Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => exact.scan(q, k, allowed.iter().copied().filter(|&s| accept(s))),
+            // The beam would cover everything anyway: scan, which is exact even where the graph
+            // is not connected.
+            _ if ef as u64 >= snap.live => exact.scan(q, k, (0..visible).filter(|&s| accept(s))),
             _ => {
-                // A reader routes through every mapped slot (a writer elsewhere may have linked
-                // new ones) but returns only its snapshot's.
-                let limit = if self.read_only { self.st.capacity().min(u32::MAX as u64 - 1) as u32 } else { visible };
-                let (entry, max_level) = *self.entry.lock();
-                let hits = Graph::new(&self.st, self.metric(), limit).knn(q, k, ef, entry, max_level, &accept);
+                // Route through every mapped slot (a batch in progress, or a writer elsewhere,
+                // may have linked newer ones), but return only the snapshot's.
+                let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
+                let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, &accept);
                 if hits.len() < k && filter.is_some() {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
                 } else {
@@ -973,7 +1090,7 @@ impl Index {
         let euclid = self.metric() == Metric::Euclidean;
         raw.into_iter()
             .filter_map(|(d, s)| {
-                let id = self.live_id(s)?;
+                let id = live_id(st, s)?;
                 Some(Hit { id, distance: if euclid { d.max(0.0).sqrt() } else { d } })
             })
             .collect()
@@ -992,6 +1109,22 @@ impl Index {
         threads: Option<usize>,
         ctl: &Control,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
+        self.search_batch_in(&self.snap(), qs, nq, k, ef, filter, threads, ctl)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn search_batch_in(
+        &self,
+        snap: &Snap,
+        qs: &[f32],
+        nq: usize,
+        k: usize,
+        ef: Option<usize>,
+        filter: Option<&Filter>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<(Vec<u64>, Vec<f32>)> {
+        self.check_open()?;
         check_k(k)?;
         let ef = self.effective_ef(ef)?;
         let d = self.dims();
@@ -1008,7 +1141,7 @@ impl Index {
         for (r, row) in qs.chunks_exact(d).enumerate() {
             self.check_vector(row, &format!("query {r}"))?;
         }
-        let f = filter.map(|f| self.slot_filter(f));
+        let f = filter.map(|f| self.slot_filter(snap, f));
         let mut ids = vec![RESERVED_ID; nq * k];
         let mut dists = vec![f32::INFINITY; nq * k];
         let run = || {
@@ -1017,7 +1150,7 @@ impl Index {
                     return;
                 }
                 let q = self.prepare_query(q, "query").expect("checked above");
-                for (j, h) in self.search_prepared(&q, k, ef, f.as_ref()).into_iter().enumerate() {
+                for (j, h) in self.search_prepared(snap, &q, k, ef, f.as_ref()).into_iter().enumerate() {
                     ir[j] = h.id;
                     dr[j] = h.distance;
                 }
@@ -1036,48 +1169,46 @@ impl Index {
     fn poisoned_error(&self) -> Error {
         Error::new(
             ErrorKind::Io,
-            format!("an earlier flush of {} failed; what the disk holds is unknown", self.st.path.display()),
+            format!("an earlier flush of {} failed; what the disk holds is unknown", self.path.display()),
             "close and reopen the index; it reopens as of the last successful flush",
         )
     }
 
-    fn dirty(&self) -> bool {
-        self.slots != self.committed.slots || self.user_version != self.committed.user_version
-    }
-
-    /// Make every change durable. Does nothing when nothing changed.
-    pub fn flush(&mut self) -> Result<()> {
+    /// Make every change durable. Does nothing when nothing changed. Searches go on meanwhile.
+    pub fn flush(&self) -> Result<()> {
         self.writable()?;
-        if self.poisoned {
+        let mut w = self.writer.lock();
+        if w.poisoned {
             return Err(self.poisoned_error());
         }
-        if !self.dirty() {
+        if w.slots == w.committed.slots && w.user_version == w.committed.user_version {
             return Ok(());
         }
-        let (entry, max_level) = *self.entry.get_mut();
-        let mut h = self.committed.clone();
+        let snap = self.view.read().clone();
+        let mut h = w.committed.clone();
         h.seq += 1;
-        h.slots = self.slots;
-        h.live = self.live;
-        h.next_id = self.next_id;
-        h.entry = entry;
-        h.max_level = max_level as u32;
-        h.user_version = self.user_version;
-        h.regions = self.st.regions.clone();
+        h.slots = w.slots;
+        h.live = w.live;
+        h.next_id = w.next_id;
+        h.entry = snap.entry;
+        h.max_level = snap.max_level as u32;
+        h.user_version = w.user_version;
+        h.regions = snap.st.regions();
         let res = (|| -> Result<()> {
             // Undo records before the data they protect, data before the header that commits it.
-            self.undo.get_mut().log.sync()?;
-            self.st.sync_data()?;
-            self.st.write_header(1 - self.copy, &h)?;
-            self.st.sync_data()
+            self.undo.lock().log.sync()?;
+            snap.st.sync_data()?;
+            snap.st.write_header(1 - w.copy, &h)?;
+            snap.st.sync_data()
         })();
         if let Err(e) = res {
-            self.poisoned = true;
+            w.poisoned = true;
             return Err(e);
         }
-        self.copy = 1 - self.copy;
-        self.committed = h;
-        let u = self.undo.get_mut();
+        w.copy = 1 - w.copy;
+        self.publish(Snap { st: snap.st.clone(), seq: h.seq, slots: h.slots, live: h.live, entry: h.entry, max_level: h.max_level as usize, user_version: h.user_version });
+        w.committed = h;
+        let mut u = self.undo.lock();
         u.saved.clear();
         // A failure here leaves a stale log (its base is no longer the committed sequence).
         let _ = u.log.clear();
@@ -1085,48 +1216,74 @@ impl Index {
     }
 
     /// Discard everything since the last flush; keep the writer lock.
-    pub fn rollback(&mut self) -> Result<()> {
+    pub fn rollback(&self) -> Result<()> {
         self.writable()?;
-        if !self.dirty() && self.undo.get_mut().log.is_empty() {
+        let mut w = self.writer.lock();
+        self.rollback_locked(&mut w)
+    }
+
+    fn rollback_locked(&self, w: &mut Writer) -> Result<()> {
+        let dirty = w.slots != w.committed.slots || w.user_version != w.committed.user_version;
+        if !dirty && self.undo.lock().log.is_empty() {
             return Ok(());
         }
-        for (slot, words) in UndoLog::read(&self.st.path, self.committed.seq)? {
-            if (slot as u64) < self.committed.slots {
-                graph::restore_lists(&self.st, slot, &words);
+        let snap = self.view.read().clone();
+        let h = w.committed.clone();
+        for (slot, words) in UndoLog::read(&self.path, h.seq)? {
+            if (slot as u64) < h.slots {
+                graph::restore_lists(&snap.st, slot, &words);
             }
         }
-        let h = self.committed.clone();
-        self.st.truncate_regions(h.regions.len());
         for (i, r) in h.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
-            self.st.set_heap_used(i, r.used);
+            snap.st.set_heap_used(i, r.used);
         }
-        self.slots = h.slots;
-        self.live = h.live;
-        self.next_id = h.next_id;
-        self.user_version = h.user_version;
-        *self.entry.get_mut() = (h.entry, h.max_level as usize);
-        let idm = self.ids.get_mut();
-        if idm.upto > h.slots {
-            *idm = IdMap::default();
-        }
+        w.slots = h.slots;
+        w.live = h.live;
+        w.next_id = h.next_id;
+        w.user_version = h.user_version;
+        *self.entry.lock() = (h.entry, h.max_level as usize);
+        self.publish(Snap { st: snap.st.clone(), seq: h.seq, slots: h.slots, live: h.live, entry: h.entry, max_level: h.max_level as usize, user_version: h.user_version });
         // The log stays: the restored lists are only in the page cache until the next sync,
         // and the log still describes the committed state.
         Ok(())
     }
 
-    /// Close: discard unflushed changes (as a crash would), and leave the file as last flushed.
-    pub fn close(&mut self) -> Result<()> {
+    /// Close: discard unflushed changes (as a crash would), leave the file as last flushed,
+    /// and release the writer lock. Later calls on this index raise `Closed`.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, AcqRel) {
+            return Ok(());
+        }
         if self.read_only {
             return Ok(());
         }
-        let had_log = !self.undo.get_mut().log.is_empty();
-        self.rollback()?;
-        if had_log && !self.poisoned {
-            self.st.sync_data()?;
-            self.undo.get_mut().log.remove();
+        let mut w = self.writer.lock();
+        let had_log = !self.undo.lock().log.is_empty();
+        self.rollback_locked(&mut w)?;
+        let st = self.view.read().st.clone();
+        if had_log && !w.poisoned {
+            st.sync_data()?;
+            self.undo.lock().log.remove();
         }
+        // Snapshots may keep the mappings alive; the lock goes now.
+        os::unlock(&st.file);
         Ok(())
     }
+}
+
+/// The id of a live slot whose header checks out; None for deleted or damaged slots.
+fn live_id(st: &Storage, slot: u32) -> Option<u64> {
+    let h = st.header(slot);
+    let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Relaxed), h[3].load(Relaxed));
+    if format::header_crc(id, upper, del, crcs as u32) != (crcs >> 32) as u32 {
+        return None;
+    }
+    // A delete marker holds the sequence that commits it; deletes come with the life-cycle
+    // work, and any marker hides the slot until then.
+    if del != 0 {
+        return None;
+    }
+    Some(id)
 }
 
 impl Drop for Index {
@@ -1167,7 +1324,7 @@ mod tests {
         let p = dir.path().join("a.chassis");
         let (n, d) = (3000, 16);
         let data = rand_vecs(n, d, 1);
-        let mut idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         let ids = idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
         assert_eq!(ids, (0..n as u64).collect::<Vec<_>>());
         idx.flush().unwrap();
@@ -1193,17 +1350,17 @@ mod tests {
         let p = dir.path().join("a.chassis");
         let d = 8;
         let data = rand_vecs(600, d, 3);
-        let mut idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         idx.add_batch(&data[..300 * d], 300, None, None, &Control::default()).unwrap();
         idx.flush().unwrap();
-        let before: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        let before: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         idx.add_batch(&data[300 * d..], 300, None, None, &Control::default()).unwrap();
         assert!(undo_path(&p).exists(), "committed lists changed, so the undo log holds them");
         idx.close().unwrap();
         drop(idx);
         let idx = Index::open(&p, None, None, Mode::Write).unwrap();
         assert_eq!(idx.len(), 300);
-        let after: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        let after: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         assert_eq!(before, after);
         assert!(!undo_path(&p).exists());
     }
@@ -1214,15 +1371,15 @@ mod tests {
         let p = dir.path().join("a.chassis");
         let d = 8;
         let data = rand_vecs(400, d, 4);
-        let mut idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         idx.add_batch(&data[..200 * d], 200, None, None, &Control::default()).unwrap();
-        let before: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        let before: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         let ctl = Control::default();
         ctl.cancel.store(true, Relaxed);
         let e = idx.add_batch(&data[200 * d..], 200, None, None, &ctl).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Interrupted);
         assert_eq!(idx.len(), 200);
-        let after: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.st, s)).collect();
+        let after: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         assert_eq!(before, after);
         assert_eq!(idx.add(&data[..d], None).unwrap(), 200);
     }
@@ -1243,17 +1400,20 @@ mod tests {
         let p = dir.path().join("a.chassis");
         let d = 8;
         let data = rand_vecs(5000, d, 5);
-        let mut w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         w.add_batch(&data[..10 * d], 10, None, None, &Control::default()).unwrap();
         w.flush().unwrap();
-        let mut r = Index::open(&p, None, None, Mode::Read).unwrap();
+        let r = Index::open(&p, None, None, Mode::Read).unwrap();
         assert_eq!(r.len(), 10);
         w.add_batch(&data[10 * d..], 4990, None, None, &Control::default()).unwrap();
-        assert!(!r.has_newer_commit());
+        assert_eq!(r.len(), 10, "a reader never sees unflushed adds");
+        assert_eq!(w.len(), 5000, "the writer sees its own adds at once");
+        let pinned = r.snap();
         w.flush().unwrap();
-        assert!(r.has_newer_commit());
-        r.refresh().unwrap();
         assert_eq!(r.len(), 5000);
+        assert_eq!(pinned.slots, 10, "a pinned snapshot keeps its state");
+        assert_eq!(r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().len(), 3);
+        assert!(r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().iter().all(|h| h.id < 10));
         assert_eq!(r.get(4999).unwrap().unwrap(), data[4999 * d..].to_vec());
     }
 }

@@ -73,3 +73,9 @@ pub fn sync_dir(path: &std::path::Path) -> io::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     File::open(dir)?.sync_all()
 }
+
+/// Release the writer lock (closing the file would too, but a snapshot may keep it open).
+pub fn unlock(file: &File) {
+    // SAFETY: flock on a valid descriptor owned by `file`.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}

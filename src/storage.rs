@@ -5,16 +5,18 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
     self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK, HEADER_COPY_SIZE,
-    MAX_HEAP_CHUNK, MAX_REGIONS, NO_UPPER, REGION_ALIGN, SLOT_HEADER,
+    MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
 };
 use crate::os;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::OnceLock;
 
-/// A mapped segment: `layout.slots` slots starting at slot `first_slot`.
+/// A mapped segment of `layout.slots` slots.
 struct Segment {
     map: MmapRaw,
     layout: SegmentLayout,
@@ -31,18 +33,29 @@ pub struct Storage {
     pub file: File,
     pub writable: bool,
     pub geo: Geometry,
-    segments: Vec<Segment>,
-    heaps: Vec<HeapChunk>,
+    /// Mapped segments and heap chunks, append-only: a slot is filled once and never emptied
+    /// while the Storage lives, so readers index them without a lock while a writer appends.
+    segments: Box<[OnceLock<Segment>]>,
+    heaps: Box<[OnceLock<HeapChunk>]>,
+    seg_count: AtomicUsize,
+    heap_count: AtomicUsize,
+    /// Allocation state (the writer's, or a reader's view of the table): one lock, taken by
+    /// whoever adds regions, never by searches.
+    alloc: Mutex<Alloc>,
+}
+
+struct Alloc {
     /// The region table as this process knows it: committed regions plus any a writer added
     /// since (those become durable with the next header).
-    pub regions: Vec<RegionEntry>,
+    regions: Vec<RegionEntry>,
     /// Slots whose bytes have real blocks behind them (see `os::preallocate`).
     prealloc_slots: u64,
 }
 
 // SAFETY: the raw mappings are plain memory shared by design; every access goes through the
 // accessors below, whose invariants are stated there. Concurrent mutation only happens
-// through atomics (lists, slot headers) or to slots not yet published.
+// through atomics (lists, slot headers) or to slots not yet published. Mappings are only
+// added (never removed) while the Storage lives.
 unsafe impl Send for Storage {}
 unsafe impl Sync for Storage {}
 
@@ -50,129 +63,136 @@ impl Storage {
     /// Map the regions of `header` from an open file whose length has been checked.
     pub fn open(path: &Path, file: File, writable: bool, header: &Header) -> Result<Storage> {
         let geo = Geometry::new(header.dims as usize, header.precision, header.max_connections as usize);
-        let mut s = Storage {
+        let s = Storage {
             path: path.to_path_buf(),
             file,
             writable,
             geo,
-            segments: Vec::new(),
-            heaps: Vec::new(),
-            regions: Vec::new(),
-            prealloc_slots: header.slots,
+            segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
+            heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
+            seg_count: AtomicUsize::new(0),
+            heap_count: AtomicUsize::new(0),
+            alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots: header.slots }),
         };
-        let file_len = s.file.metadata().map_err(|e| Error::io(e, "reading the size of", path))?.len();
-        for r in &header.regions {
-            if r.offset + r.len > file_len {
-                return Err(Error::corrupt(format!(
-                    "{} is truncated: it is {file_len} bytes, but its region table needs {}",
-                    path.display(),
-                    r.offset + r.len
-                )));
-            }
-            s.map_region(*r)?;
-        }
+        s.map_new_regions(header)?;
         Ok(s)
     }
 
-    /// Map regions that a newer header lists and this process has not mapped yet (a reader
-    /// following the writer). Regions never move, so the ones already mapped stay valid.
-    pub fn map_new_regions(&mut self, header: &Header) -> Result<()> {
-        if header.regions.len() < self.regions.len() || header.regions[..self.regions.len()] != self.regions[..] {
-            // A heap chunk's `used` grows in place; anything else differing means the file
-            // was laid out anew (a restarted writer or a compaction).
-            let same_layout = header.regions.len() >= self.regions.len()
-                && self.regions.iter().zip(&header.regions).all(|(a, b)| a.offset == b.offset && a.len == b.len && a.kind == b.kind);
-            if !same_layout {
-                return Err(Error::new(ErrorKind::CorruptIndex, "the index file was laid out anew", "open it again"));
-            }
+    /// Map regions that `header` lists and this process has not mapped yet (a reader following
+    /// the writer). Regions never move, so the ones already mapped stay valid. Err if the
+    /// table disagrees with what is mapped: the file was laid out anew (replaced).
+    pub fn map_new_regions(&self, header: &Header) -> Result<()> {
+        let mut a = self.alloc.lock();
+        let known = a.regions.len().min(header.regions.len());
+        if a.regions.iter().zip(&header.regions).any(|(x, y)| x.offset != y.offset || x.len != y.len || x.kind != y.kind) {
+            return Err(Error::new(ErrorKind::CorruptIndex, "the index file was laid out anew", "open it again"));
         }
-        let file_len = self.file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
-        for (i, r) in header.regions.iter().enumerate() {
-            if i < self.regions.len() {
-                self.regions[i].used = r.used;
-                continue;
+        for (mine, theirs) in a.regions.iter_mut().zip(&header.regions) {
+            mine.used = theirs.used;
+        }
+        if header.regions.len() > known {
+            let file_len = self.file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
+            for r in &header.regions[known..] {
+                if r.offset + r.len > file_len {
+                    return Err(Error::corrupt(format!(
+                        "{} is truncated: it is {file_len} bytes, but its region table needs {}",
+                        self.path.display(),
+                        r.offset + r.len
+                    )));
+                }
+                self.map_region(&mut a, *r)?;
             }
-            if r.offset + r.len > file_len {
-                return Err(Error::corrupt(format!("{} is shorter than its region table", self.path.display())));
-            }
-            self.map_region(*r)?;
         }
         Ok(())
     }
 
-    fn map_region(&mut self, r: RegionEntry) -> Result<()> {
+    fn map_region(&self, a: &mut Alloc, r: RegionEntry) -> Result<()> {
         let mut opts = MmapOptions::new();
         opts.offset(r.offset).len(r.len as usize);
         let map = if self.writable { opts.map_raw(&self.file) } else { opts.map_raw_read_only(&self.file) }
             .map_err(|e| Error::io(e, "mapping", &self.path))?;
         match r.kind {
             RegionKind::Segment => {
-                let slots = self.geo.segment_slots(self.segments.len());
-                let layout = self.geo.segment_layout(slots);
+                let k = self.seg_count.load(Acquire);
+                let layout = self.geo.segment_layout(self.geo.segment_slots(k));
                 if layout.len != r.len {
                     return Err(Error::corrupt(format!("{}: a segment has the wrong size", self.path.display())));
                 }
-                self.segments.push(Segment { map, layout });
+                let cell = self.segments.get(k).ok_or_else(Self::full)?;
+                let _ = cell.set(Segment { map, layout });
+                self.seg_count.store(k + 1, Release);
             }
-            RegionKind::Heap => self.heaps.push(HeapChunk { map, len: r.len }),
+            RegionKind::Heap => {
+                let k = self.heap_count.load(Acquire);
+                let cell = self.heaps.get(k).ok_or_else(Self::full)?;
+                let _ = cell.set(HeapChunk { map, len: r.len });
+                self.heap_count.store(k + 1, Release);
+            }
         }
-        self.regions.push(r);
+        a.regions.push(r);
         Ok(())
     }
 
-    fn end_of_regions(&self) -> u64 {
-        self.regions.last().map(|r| r.offset + r.len).unwrap_or(format::DATA_START)
+    fn full() -> Error {
+        Error::new(ErrorKind::IndexFull, format!("the index has the most regions a header can list ({MAX_REGIONS})"), "start another index file")
     }
 
-    fn add_region(&mut self, kind: RegionKind, offset: u64, len: u64) -> Result<()> {
-        if self.regions.len() >= MAX_REGIONS {
-            return Err(Error::new(
-                ErrorKind::IndexFull,
-                format!("{} has the most regions a header can list ({MAX_REGIONS})", self.path.display()),
-                "start another index file",
-            ));
+    fn end_of_regions(a: &Alloc) -> u64 {
+        a.regions.last().map(|r| r.offset + r.len).unwrap_or(format::DATA_START)
+    }
+
+    fn add_region(&self, a: &mut Alloc, kind: RegionKind, offset: u64, len: u64) -> Result<()> {
+        if a.regions.len() >= MAX_REGIONS {
+            return Err(Self::full());
         }
         let file_len = self.file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
         if file_len < offset + len {
             // Grows the file sparsely; the blocks are given when slots are reserved.
             self.file.set_len(offset + len).map_err(|e| Error::io(e, "growing", &self.path))?;
         }
-        self.map_region(RegionEntry { kind, used: 0, offset, len })
+        self.map_region(a, RegionEntry { kind, used: 0, offset, len })
+    }
+
+    /// The region table as this process knows it (for the next header).
+    pub fn regions(&self) -> Vec<RegionEntry> {
+        self.alloc.lock().regions.clone()
     }
 
     /// Slots the mapped segments can hold.
+    #[inline]
     pub fn capacity(&self) -> u64 {
-        self.geo.slots_in_segments(self.segments.len())
+        self.geo.slots_in_segments(self.seg_count.load(Acquire))
     }
 
     /// Make slots `[from, to)` writable: add segments and give the bytes real blocks.
-    pub fn reserve_slots(&mut self, from: u64, to: u64) -> Result<()> {
+    pub fn reserve_slots(&self, from: u64, to: u64) -> Result<()> {
         if to > u32::MAX as u64 - 1 {
             return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 slots", "start another index file"));
         }
+        let mut a = self.alloc.lock();
         while self.capacity() < to {
-            let slots = self.geo.segment_slots(self.segments.len());
+            let slots = self.geo.segment_slots(self.seg_count.load(Acquire));
             let layout = self.geo.segment_layout(slots);
-            let offset = self.geo.segment_start(self.end_of_regions(), slots);
-            self.add_region(RegionKind::Segment, offset, layout.len)?;
+            let offset = self.geo.segment_start(Self::end_of_regions(&a), slots);
+            self.add_region(&mut a, RegionKind::Segment, offset, layout.len)?;
         }
         // Preallocate ahead in steps so that single adds do not make a call each.
-        if to > self.prealloc_slots {
-            let from = from.min(self.prealloc_slots);
-            let to = to.max(self.prealloc_slots + 1024).min(self.capacity());
-            self.preallocate_slots(from, to)?;
-            self.prealloc_slots = to;
+        if to > a.prealloc_slots {
+            let from = from.min(a.prealloc_slots);
+            let to = to.max(a.prealloc_slots + 1024).min(self.capacity());
+            self.preallocate_slots(&a, from, to)?;
+            a.prealloc_slots = to;
         }
         Ok(())
     }
 
-    fn preallocate_slots(&self, from: u64, to: u64) -> Result<()> {
+    fn preallocate_slots(&self, a: &Alloc, from: u64, to: u64) -> Result<()> {
         let mut s = from;
         while s < to {
             let (k, local) = self.geo.locate(s);
-            let seg = &self.segments[k];
+            let seg = self.segments[k].get().expect("reserved segment");
             let n = (seg.layout.slots - local).min(to - s);
-            let base = self.regions_of(RegionKind::Segment).nth(k).unwrap().offset;
+            let base = a.regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k).unwrap().offset;
             let l0b = self.geo.l0_words as u64 * 4;
             for (start, size) in [
                 (seg.layout.vectors + local * self.geo.stride as u64, n * self.geo.stride as u64),
@@ -186,49 +206,44 @@ impl Storage {
         Ok(())
     }
 
-    fn regions_of(&self, kind: RegionKind) -> impl Iterator<Item = &RegionEntry> {
-        self.regions.iter().filter(move |r| r.kind == kind)
-    }
-
     /// The current heap chunk's index and used bytes, if any.
     pub fn heap_state(&self) -> Option<(usize, u32)> {
-        self.regions_of(RegionKind::Heap).enumerate().last().map(|(i, r)| (i, r.used))
+        Self::heap_state_of(&self.alloc.lock())
     }
 
-    /// Set the used bytes of heap chunk `chunk` (rollback of a batch).
-    pub fn set_heap_used(&mut self, chunk: usize, used: u32) {
-        if let Some(r) = self.regions.iter_mut().filter(|r| r.kind == RegionKind::Heap).nth(chunk) {
+    fn heap_state_of(a: &Alloc) -> Option<(usize, u32)> {
+        a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate().last().map(|(i, r)| (i, r.used))
+    }
+
+    /// Set the used bytes of heap chunk `chunk` (giving back the space of a failed batch or a
+    /// rollback; nothing is unmapped, since searches may still route through it).
+    pub fn set_heap_used(&self, chunk: usize, used: u32) {
+        if let Some(r) = self.alloc.lock().regions.iter_mut().filter(|r| r.kind == RegionKind::Heap).nth(chunk) {
             r.used = used;
         }
     }
 
-    /// Drop regions added after the first `n` (rollback); their mappings go too.
-    pub fn truncate_regions(&mut self, n: usize) {
-        while self.regions.len() > n {
-            match self.regions.pop().unwrap().kind {
-                RegionKind::Segment => drop(self.segments.pop()),
-                RegionKind::Heap => drop(self.heaps.pop()),
-            }
-        }
-        self.prealloc_slots = self.prealloc_slots.min(self.capacity());
-    }
-
     /// Allocate the upper-layer lists of a node of `level >= 1`, all empty. Returns the heap
-    /// reference. Only the writer calls this, single-threaded.
-    pub fn alloc_upper(&mut self, slot: u32, level: usize) -> Result<u64> {
+    /// reference. Only the writer calls this.
+    pub fn alloc_upper(&self, slot: u32, level: usize) -> Result<u64> {
         let bytes = self.geo.upper_bytes(level);
-        let fits = self.heap_state().map(|(i, used)| used as u64 + bytes <= self.heaps[i].len).unwrap_or(false);
+        let mut a = self.alloc.lock();
+        let fits = Self::heap_state_of(&a)
+            .map(|(i, used)| used as u64 + bytes <= self.heaps[i].get().map(|h| h.len).unwrap_or(0))
+            .unwrap_or(false);
         if !fits {
-            let prev = self.heaps.last().map(|h| h.len).unwrap_or(FIRST_HEAP_CHUNK / 2);
+            let n = self.heap_count.load(Acquire);
+            let prev = if n == 0 { FIRST_HEAP_CHUNK / 2 } else { self.heaps[n - 1].get().map(|h| h.len).unwrap_or(0) };
             let len = align_up((prev * 2).clamp(FIRST_HEAP_CHUNK, MAX_HEAP_CHUNK).max(bytes), REGION_ALIGN);
-            let offset = align_up(self.end_of_regions(), REGION_ALIGN);
-            self.add_region(RegionKind::Heap, offset, len)?;
+            let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
+            self.add_region(&mut a, RegionKind::Heap, offset, len)?;
             os::preallocate(&self.file, offset, len).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
         }
-        let (chunk, used) = self.heap_state().unwrap();
+        let (chunk, used) = Self::heap_state_of(&a).unwrap();
         let r = format::heap_ref(chunk, used as u64);
-        let idx = self.regions.iter().rposition(|r| r.kind == RegionKind::Heap).unwrap();
-        self.regions[idx].used = used + bytes as u32;
+        let idx = a.regions.iter().rposition(|r| r.kind == RegionKind::Heap).unwrap();
+        a.regions[idx].used = used + bytes as u32;
+        drop(a);
         for layer in 1..=level {
             let list = self.upper_at(r, layer);
             crate::graph::write_list(list, slot, layer, &[], 0);
@@ -247,9 +262,10 @@ impl Storage {
     #[inline(always)]
     fn seg_of(&self, slot: u32) -> (&Segment, u64) {
         let (k, local) = self.geo.locate(slot as u64);
-        debug_assert!(k < self.segments.len(), "slot {slot} beyond the mapped segments");
-        // SAFETY: callers keep slot < capacity(), so k < segments.len().
-        (unsafe { self.segments.get_unchecked(k) }, local)
+        debug_assert!((slot as u64) < self.capacity(), "slot {slot} beyond the mapped segments");
+        // SAFETY: callers keep slot < capacity(), so segment k is mapped (its cell was set
+        // before seg_count was raised past k, with release/acquire ordering).
+        (unsafe { self.segments.get_unchecked(k).get().unwrap_unchecked() }, local)
     }
 
     /// Pointer to a slot's stored vector (`geo.vec_bytes` bytes).
@@ -307,7 +323,7 @@ impl Storage {
         let (chunk, off) = format::heap_ref_parts(r);
         let words = self.geo.upper_words;
         let start = off + ((layer - 1) * words * 4) as u64;
-        let h = self.heaps.get(chunk)?;
+        let h = self.heaps.get(chunk)?.get()?;
         if start + (words * 4) as u64 > h.len || start % 4 != 0 {
             return None;
         }
@@ -345,13 +361,14 @@ impl Storage {
     /// Make everything written through the mappings durable.
     pub fn sync_data(&self) -> Result<()> {
         #[cfg(not(target_os = "linux"))]
-        for m in self.segments.iter().map(|s| &s.map).chain(self.heaps.iter().map(|h| &h.map)) {
-            m.flush().map_err(|e| Error::io(e, "writing", &self.path))?;
+        {
+            let segs = self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()).map(|s| &s.map);
+            let heaps = self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()).map(|h| &h.map);
+            for m in segs.chain(heaps) {
+                m.flush().map_err(|e| Error::io(e, "writing", &self.path))?;
+            }
         }
         os::sync_data(&self.file).map_err(|e| Error::io(e, "syncing", &self.path))
     }
 
-    pub fn no_upper() -> u64 {
-        NO_UPPER
-    }
 }

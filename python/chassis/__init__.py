@@ -5,8 +5,8 @@
     ...     index.add_batch(np.random.rand(1000, 128).astype(np.float32))
     ...     hits = index.search(np.random.rand(128).astype(np.float32), k=5)
 
-`VectorIndex` is the writer (one process at a time per file; ``read_only=True`` opens a file
-for searching), `IndexOptions` holds construction and search parameters. Every error is a
+`VectorIndex` is the writer (one process at a time per file), `IndexReader` searches a file
+in any process while it is written, `IndexOptions` holds construction and search parameters. Every error is a
 `ChassisError` and also the built-in exception it is a kind of (`ValueError`, `OSError`, ...).
 The API is a superset of chassisdb 0.10.0's: switching is a change of import.
 """
@@ -28,12 +28,14 @@ from chassis._chassis import (
     OptionsMismatchError,
     ReadOnlyError,
     SearchResult,
+    Snapshot,
     StorageError,
     VectorIndex,
     __version__,
     cpu_info,
 )
 from chassis._options import IndexOptions
+from chassis._reader import IndexReader
 
 __all__ = [
     "ArgumentTypeError",
@@ -47,12 +49,14 @@ __all__ = [
     "IndexLockedError",
     "IndexNotFoundError",
     "IndexOptions",
+    "IndexReader",
     "InvalidArgumentError",
     "InvalidPathError",
     "NotAnIndexError",
     "OptionsMismatchError",
     "ReadOnlyError",
     "SearchResult",
+    "Snapshot",
     "StorageError",
     "VectorIndex",
     "__version__",

@@ -4,6 +4,8 @@ from os import PathLike
 from types import TracebackType
 from typing import Any, Iterator, Literal, final
 
+from typing_extensions import disjoint_base
+
 import io
 from pathlib import Path
 
@@ -18,7 +20,7 @@ __all__ = [
     "OptionsMismatchError", "IndexNotFoundError", "NotAnIndexError", "IdInUseError",
     "IndexLockedError", "ReadOnlyError", "CorruptIndexError", "IndexFullError",
     "InvalidPathError", "IdNotFoundError", "IndexClosedError", "StorageError",
-    "ArgumentTypeError", "VectorIndex", "SearchResult", "cpu_info", "_check_options",
+    "ArgumentTypeError", "VectorIndex", "SearchResult", "Snapshot", "cpu_info", "_check_options",
 ]
 
 Metric = Literal["euclidean", "cosine", "inner_product"]
@@ -65,7 +67,7 @@ class SearchResult:
     def __repr__(self) -> str: ...
 
 # ---------------------------------------------------------------- the index
-@final
+@disjoint_base
 class VectorIndex:
     """A vector index in one file. The writer: one process at a time opens a file for
     writing; ``read_only=True`` opens it for searching, without the lock."""
@@ -113,6 +115,7 @@ class VectorIndex:
         threads: int | None = None,
         progress: bool = False,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
+    def snapshot(self) -> Snapshot: ...
     def get(self, id: int) -> npt.NDArray[np.float32] | None: ...
     def ids(self) -> npt.NDArray[np.uint64]: ...
     def flush(self) -> None: ...
@@ -142,6 +145,46 @@ class VectorIndex:
     @property
     def pending(self) -> int:
         """Vectors added since the last flush (0 when there is nothing to flush)."""
+
+@final
+class Snapshot:
+    """One state of an index, pinned: every call on it sees the same vectors."""
+
+    def __enter__(self) -> Snapshot: ...
+    def __exit__(
+        self,
+        _exc_type: type[BaseException] | None = None,
+        _exc: BaseException | None = None,
+        _tb: TracebackType | None = None,
+    ) -> bool: ...
+    def search(
+        self,
+        query: _Vector,
+        k: int | None = None,
+        allowed: _Ids | None = None,
+        excluded: _Ids | None = None,
+        *,
+        ef: int | None = None,
+    ) -> list[SearchResult]: ...
+    def search_batch(
+        self,
+        queries: _Vector,
+        k: int | None = None,
+        allowed: _Ids | None = None,
+        excluded: _Ids | None = None,
+        *,
+        ef: int | None = None,
+        threads: int | None = None,
+        progress: bool = False,
+    ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
+    def get(self, id: int) -> npt.NDArray[np.float32] | None: ...
+    def ids(self) -> npt.NDArray[np.uint64]: ...
+    def __contains__(self, id: object, /) -> bool: ...
+    def __len__(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def user_version(self) -> int: ...
 
 def cpu_info() -> dict[str, Any]: ...
 def _check_options(max_connections: int, ef_construction: int, ef_search: int) -> None: ...

@@ -2,3 +2,4 @@
 
 from chassis._chassis import SearchResult, VectorIndex  # noqa: F401
 from chassis._options import IndexOptions  # noqa: F401
+from chassis._reader import IndexReader  # noqa: F401

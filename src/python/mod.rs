@@ -10,7 +10,8 @@ mod run;
 
 use crate::error::{Error, Result};
 use crate::format::{Metric, Precision};
-use crate::index::{Filter, Hit, Index, Mode, Options, MAX_K};
+use crate::index::{Filter, Hit, Index, Mode, Options, Snap, MAX_K};
+use std::sync::Arc;
 use convert::{count_arg, f32_array, id_arg, ids_arg, int_arg, matrix, vector};
 use errors::{to_py, type_error, IntoPyResult};
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
@@ -104,11 +105,82 @@ fn options_to_py(py: Python<'_>, o: &Options) -> PyResult<Py<PyAny>> {
     Ok(py.import("chassis._options")?.getattr("IndexOptions")?.call((), Some(&kw))?.unbind())
 }
 
+/// Query arguments shared by `VectorIndex.search` and `Snapshot.search`.
+struct SearchArgs {
+    k: usize,
+    ef: Option<usize>,
+    filter: Option<Filter>,
+}
+
+impl SearchArgs {
+    fn parse(k: Option<&Bound<'_, PyAny>>, ef: Option<&Bound<'_, PyAny>>, allowed: Option<&Bound<'_, PyAny>>, excluded: Option<&Bound<'_, PyAny>>) -> PyResult<SearchArgs> {
+        let k = match k {
+            Some(k) if !k.is_none() => count_arg(k, "k", MAX_K)?,
+            _ => 10,
+        };
+        let ef = opt_count(ef, "ef", MAX_K)?;
+        let allowed = allowed.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
+        let excluded = excluded.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
+        let filter = if allowed.is_none() && excluded.is_none() { None } else { Some(Filter { allowed, excluded: excluded.unwrap_or_default() }) };
+        Ok(SearchArgs { k, ef, filter })
+    }
+}
+
+fn do_search<'py>(py: Python<'py>, idx: &Index, snap: Option<&Arc<Snap>>, query: &Bound<'py, PyAny>, a: SearchArgs) -> PyResult<Bound<'py, PyList>> {
+    let arr = f32_array(query, 1, "the query")?;
+    // SAFETY: no Rust code holds a mutable borrow of a caller's array; the slice is read
+    // while the array is kept alive by `arr`.
+    let q = unsafe { arr.as_slice() }?;
+    let hits = py
+        .detach(|| {
+            let snap = snap.cloned().unwrap_or_else(|| idx.snap());
+            idx.search_in(&snap, q, a.k, a.ef, a.filter.as_ref())
+        })
+        .map_err(to_py)?;
+    hits_to_list(py, hits)
+}
+
+#[allow(clippy::type_complexity)]
+fn do_search_batch<'py>(
+    py: Python<'py>,
+    idx: &Index,
+    snap: Option<&Arc<Snap>>,
+    queries: &Bound<'py, PyAny>,
+    a: SearchArgs,
+    threads: Option<&Bound<'py, PyAny>>,
+    progress: bool,
+) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+    let threads = opt_count(threads, "threads", 1024)?;
+    let arr = f32_array(queries, 2, "queries")?;
+    let shape = arr.shape().to_vec();
+    let (nq, d) = (shape[0], shape[1]);
+    let dims = idx.dims();
+    if d != dims && nq > 0 {
+        return Err(to_py(Error::new(
+            crate::error::ErrorKind::DimensionMismatch,
+            format!("queries have {d} dimensions; this index holds {dims}"),
+            format!("pass an array of shape (n, {dims})"),
+        )));
+    }
+    // SAFETY: as in `do_search`.
+    let qs = unsafe { arr.as_slice() }?;
+    let snap = match snap {
+        Some(s) => s.clone(),
+        None => py.detach(|| idx.snap()),
+    };
+    let (ids, dists) = run::run_long(py, nq as u64, progress, "searching", |ctl| {
+        idx.search_batch_in(&snap, qs, nq, a.k, a.ef, a.filter.as_ref(), threads, ctl)
+    })?;
+    Ok((matrix(py, nq, a.k, ids), matrix(py, nq, a.k, dists)))
+}
+
 /// A vector index in one file. The writer: one process at a time opens a file for writing;
-/// `read_only=True` opens it for searching, without the lock.
-#[pyclass(module = "chassis", frozen, name = "VectorIndex")]
+/// `read_only=True` (or `IndexReader`) opens it for searching, without the lock.
+#[pyclass(module = "chassis", frozen, subclass, name = "VectorIndex")]
 pub struct VectorIndex {
-    inner: RwLock<Option<Index>>,
+    /// None once closed. The lock is held only to clone or take the Arc: calls run on their
+    /// own clone, without it.
+    inner: RwLock<Option<Arc<Index>>>,
     path: Py<PyAny>,
     dims: usize,
     metric: Metric,
@@ -117,40 +189,14 @@ pub struct VectorIndex {
 }
 
 impl VectorIndex {
-    /// Run `f` on the open index under the read lock, without the GIL. A reader first moves to
-    /// the newest commit.
-    fn read<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> Result<R> + Send) -> PyResult<R> {
-        py.detach(|| {
-            if self.read_only {
-                let newer = self.inner.read().as_ref().is_some_and(|i| i.has_newer_commit());
-                if newer {
-                    if let Some(i) = self.inner.write().as_mut() {
-                        i.refresh()?;
-                    }
-                }
-            }
-            let g = self.inner.read();
-            f(g.as_ref().ok_or_else(Error::closed)?)
-        })
-        .map_err(to_py)
+    fn index(&self) -> PyResult<Arc<Index>> {
+        self.inner.read().clone().ok_or_else(|| to_py(Error::closed()))
     }
 
-    /// Run `f` on the open index under the write lock, without the GIL.
-    fn write<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Index) -> Result<R> + Send) -> PyResult<R> {
-        py.detach(|| {
-            let mut g = self.inner.write();
-            f(g.as_mut().ok_or_else(Error::closed)?)
-        })
-        .map_err(to_py)
-    }
-
-    fn filter(allowed: Option<&Bound<'_, PyAny>>, excluded: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Filter>> {
-        let allowed = allowed.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
-        let excluded = excluded.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
-        if allowed.is_none() && excluded.is_none() {
-            return Ok(None);
-        }
-        Ok(Some(Filter { allowed, excluded: excluded.unwrap_or_default() }))
+    /// Run `f` on the open index without the GIL.
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> Result<R> + Send) -> PyResult<R> {
+        let idx = self.index()?;
+        py.detach(|| f(&idx)).map_err(to_py)
     }
 }
 
@@ -182,7 +228,7 @@ impl VectorIndex {
             precision: idx.precision(),
             read_only,
             path: pathobj,
-            inner: RwLock::new(Some(idx)),
+            inner: RwLock::new(Some(Arc::new(idx))),
         })
     }
 
@@ -209,14 +255,14 @@ impl VectorIndex {
     fn add(&self, py: Python<'_>, vector: &Bound<'_, PyAny>, id: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let arr = f32_array(vector, 1, "the vector")?;
         let id = id.filter(|i| !i.is_none()).map(id_arg).transpose()?;
-        // SAFETY: no Rust code holds a mutable borrow of a caller's array; the slice is read
-        // while the array is kept alive by `arr`.
+        // SAFETY: as in `do_search`.
         let v = unsafe { arr.as_slice() }?;
-        self.write(py, |idx| idx.add(v, id))
+        self.with(py, |idx| idx.add(v, id))
     }
 
     /// Add the rows of an (n, dimensions) array, linked on all cores (or `threads`). All or
-    /// nothing: if anything is wrong, or the call is interrupted, nothing is added.
+    /// nothing: if anything is wrong, or the call is interrupted, nothing is added. Searches
+    /// in other threads go on meanwhile and see the batch when it is done.
     #[pyo3(signature = (vectors, ids = None, *, threads = None, progress = false))]
     fn add_batch<'py>(&self, py: Python<'py>, vectors: &Bound<'py, PyAny>, ids: Option<&Bound<'py, PyAny>>, threads: Option<&Bound<'py, PyAny>>, progress: bool) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let arr = f32_array(vectors, 2, "vectors")?;
@@ -231,13 +277,10 @@ impl VectorIndex {
         }
         let ids = ids.filter(|i| !i.is_none()).map(ids_arg).transpose()?;
         let threads = opt_count(threads, "threads", 1024)?;
-        // SAFETY: as in `add`.
+        // SAFETY: as in `do_search`.
         let data = unsafe { arr.as_slice() }?;
-        let out = run::run_long(py, n as u64, progress, "adding", |ctl| {
-            let mut g = self.inner.write();
-            let idx = g.as_mut().ok_or_else(Error::closed)?;
-            idx.add_batch(data, n, ids.as_deref(), threads, ctl)
-        })?;
+        let idx = self.index()?;
+        let out = run::run_long(py, n as u64, progress, "adding", |ctl| idx.add_batch(data, n, ids.as_deref(), threads, ctl))?;
         Ok(vector(py, out))
     }
 
@@ -253,17 +296,8 @@ impl VectorIndex {
         excluded: Option<&Bound<'py, PyAny>>,
         ef: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let k = match k {
-            Some(k) => count_arg(k, "k", MAX_K)?,
-            None => 10,
-        };
-        let ef = opt_count(ef, "ef", MAX_K)?;
-        let arr = f32_array(query, 1, "the query")?;
-        let filter = Self::filter(allowed, excluded)?;
-        // SAFETY: as in `add`.
-        let q = unsafe { arr.as_slice() }?;
-        let hits = self.read(py, |idx| idx.search_filtered(q, k, ef, filter.as_ref()))?;
-        hits_to_list(py, hits)
+        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
+        do_search(py, &*self.index()?, None, query, a)
     }
 
     /// Search every row of a (q, dimensions) array on all cores (or `threads`). Returns
@@ -281,77 +315,60 @@ impl VectorIndex {
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
-        let k = match k {
-            Some(k) => count_arg(k, "k", MAX_K)?,
-            None => 10,
-        };
-        let ef = opt_count(ef, "ef", MAX_K)?;
-        let threads = opt_count(threads, "threads", 1024)?;
-        let arr = f32_array(queries, 2, "queries")?;
-        let shape = arr.shape().to_vec();
-        let nq = shape[0];
-        if shape[1] != self.dims && nq > 0 {
-            return Err(to_py(Error::new(
-                crate::error::ErrorKind::DimensionMismatch,
-                format!("queries have {} dimensions; this index holds {}", shape[1], self.dims),
-                format!("pass an array of shape (n, {})", self.dims),
-            )));
-        }
-        let filter = Self::filter(allowed, excluded)?;
-        // SAFETY: as in `add`.
-        let qs = unsafe { arr.as_slice() }?;
-        if self.read_only {
-            self.read(py, |_| Ok(()))?; // move to the newest commit first
-        }
-        let (ids, dists) = run::run_long(py, nq as u64, progress, "searching", |ctl| {
-            let g = self.inner.read();
-            let idx = g.as_ref().ok_or_else(Error::closed)?;
-            idx.search_batch(qs, nq, k, ef, filter.as_ref(), threads, ctl)
-        })?;
-        Ok((matrix(py, nq, k, ids), matrix(py, nq, k, dists)))
+        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
+        do_search_batch(py, &*self.index()?, None, queries, a, threads, progress)
+    }
+
+    /// A snapshot: one committed state (a writer's: with its published adds), pinned for as
+    /// long as the object lives, for several searches that must agree.
+    fn snapshot(&self, py: Python<'_>) -> PyResult<Snapshot> {
+        let idx = self.index()?;
+        let snap = py.detach(|| idx.snap());
+        Ok(Snapshot { idx, snap })
     }
 
     /// The stored vector of `id` (normalised for cosine, rounded for half precision), or None.
     fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
         let id = id_arg(id)?;
-        Ok(self.read(py, |idx| idx.get(id))?.map(|v| vector(py, v)))
+        Ok(self.with(py, |idx| idx.get(id))?.map(|v| vector(py, v)))
     }
 
     /// Live ids, in insertion order.
     fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        Ok(vector(py, self.read(py, |idx| Ok(idx.ids()))?))
+        Ok(vector(py, self.with(py, |idx| idx.ids())?))
     }
 
     fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let v = int_arg(id, "id")?;
         if v < 0 || v >= u64::MAX as i128 {
+            self.index()?;
             return Ok(false);
         }
-        self.read(py, |idx| Ok(idx.contains(v as u64)))
+        self.with(py, |idx| idx.contains(v as u64))
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        self.read(py, |idx| Ok(idx.len() as usize))
+        self.with(py, |idx| Ok(idx.len() as usize))
     }
 
     fn is_empty(&self, py: Python<'_>) -> PyResult<bool> {
-        self.read(py, |idx| Ok(idx.is_empty()))
+        self.with(py, |idx| Ok(idx.is_empty()))
     }
 
     /// Make every change durable (milliseconds; nothing happens when nothing changed).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        self.write(py, |idx| idx.flush())
+        self.with(py, |idx| idx.flush())
     }
 
     /// Discard everything since the last flush; the writer lock is kept.
     fn rollback(&self, py: Python<'_>) -> PyResult<()> {
-        self.write(py, |idx| idx.rollback())
+        self.with(py, |idx| idx.rollback())
     }
 
     /// Close without flushing (unflushed changes are discarded). Closing twice is fine.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let idx = py.detach(|| self.inner.write().take());
-        if let Some(mut idx) = idx {
+        let idx = self.inner.write().take();
+        if let Some(idx) = idx {
             py.detach(|| idx.close()).map_err(to_py)?;
         }
         Ok(())
@@ -360,7 +377,7 @@ impl VectorIndex {
     /// The application's own u64, committed by the next flush and restored by rollback.
     #[getter]
     fn get_user_version(&self, py: Python<'_>) -> PyResult<u64> {
-        self.read(py, |idx| Ok(idx.user_version()))
+        self.with(py, |idx| Ok(idx.user_version()))
     }
 
     #[setter]
@@ -369,7 +386,7 @@ impl VectorIndex {
         if !(0..=u64::MAX as i128).contains(&v) {
             return Err(errors::named(py, "InvalidArgumentError", format!("user_version={v} is out of range"), "use 0 to 2**64-1"));
         }
-        self.write(py, |idx| idx.set_user_version(v as u64))
+        self.with(py, |idx| idx.set_user_version(v as u64))
     }
 
     #[getter]
@@ -399,29 +416,101 @@ impl VectorIndex {
     /// The options in effect (fixed ones from the file).
     #[getter]
     fn options(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let o = self.read(py, |idx| Ok(idx.options().clone()))?;
+        let o = self.index()?.options().clone();
         options_to_py(py, &o)
     }
     /// Vectors added since the last flush.
     #[getter]
     fn pending(&self, py: Python<'_>) -> PyResult<u64> {
-        self.read(py, |idx| Ok(idx.pending()))
+        self.with(py, |idx| Ok(idx.pending()))
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
         let path = self.path.bind(py).str().map(|s| s.to_string()).unwrap_or_default();
-        let state = py.detach(|| self.inner.read().as_ref().map(|i| (i.len(), i.pending())));
+        let state = self.inner.read().clone().map(|i| py.detach(|| (i.len(), if i.is_read_only() { 0 } else { i.pending() })));
         let tail = match state {
             Some((n, p)) => format!("len={n}, pending={p}, status=open"),
             None => "status=closed".into(),
         };
-        format!(
-            "VectorIndex(path={path:?}, dimensions={}, metric={:?}, precision={:?}, {}{tail})",
-            self.dims,
-            self.metric.name(),
-            self.precision.name(),
-            if self.read_only { "read_only=True, " } else { "" }
-        )
+        let cls = if self.read_only { "IndexReader" } else { "VectorIndex" };
+        format!("{cls}(path={path:?}, dimensions={}, metric={:?}, precision={:?}, {tail})", self.dims, self.metric.name(), self.precision.name())
+    }
+}
+
+/// One state of an index, pinned: every search on it sees the same vectors, whatever is
+/// flushed (or, in a writer, added) meanwhile. Use it as a context manager or just keep it.
+#[pyclass(module = "chassis", frozen, name = "Snapshot")]
+pub struct Snapshot {
+    idx: Arc<Index>,
+    snap: Arc<Snap>,
+}
+
+#[pymethods]
+impl Snapshot {
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
+    fn __exit__(&self, _exc_type: Option<&Bound<'_, PyAny>>, _exc: Option<&Bound<'_, PyAny>>, _tb: Option<&Bound<'_, PyAny>>) -> bool {
+        false
+    }
+    #[pyo3(signature = (query, k = None, allowed = None, excluded = None, *, ef = None))]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        query: &Bound<'py, PyAny>,
+        k: Option<&Bound<'py, PyAny>>,
+        allowed: Option<&Bound<'py, PyAny>>,
+        excluded: Option<&Bound<'py, PyAny>>,
+        ef: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
+        do_search(py, &self.idx, Some(&self.snap), query, a)
+    }
+    #[pyo3(signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, threads = None, progress = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn search_batch<'py>(
+        &self,
+        py: Python<'py>,
+        queries: &Bound<'py, PyAny>,
+        k: Option<&Bound<'py, PyAny>>,
+        allowed: Option<&Bound<'py, PyAny>>,
+        excluded: Option<&Bound<'py, PyAny>>,
+        ef: Option<&Bound<'py, PyAny>>,
+        threads: Option<&Bound<'py, PyAny>>,
+        progress: bool,
+    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
+        do_search_batch(py, &self.idx, Some(&self.snap), queries, a, threads, progress)
+    }
+    fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+        let id = id_arg(id)?;
+        Ok(py.detach(|| self.idx.get_in(&self.snap, id)).map_err(to_py)?.map(|v| vector(py, v)))
+    }
+    fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        Ok(vector(py, py.detach(|| self.idx.ids_in(&self.snap)).map_err(to_py)?))
+    }
+    fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let v = int_arg(id, "id")?;
+        if v < 0 || v >= u64::MAX as i128 {
+            return Ok(false);
+        }
+        py.detach(|| self.idx.contains_in(&self.snap, v as u64)).map_err(to_py)
+    }
+    fn __len__(&self) -> usize {
+        self.snap.live as usize
+    }
+    /// The commit sequence number of this state.
+    #[getter]
+    fn seq(&self) -> u64 {
+        self.snap.seq
+    }
+    #[getter]
+    fn user_version(&self) -> u64 {
+        self.snap.user_version
+    }
+    fn __repr__(&self) -> String {
+        format!("Snapshot(seq={}, len={})", self.snap.seq, self.snap.live)
     }
 }
 
@@ -459,6 +548,7 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_class::<VectorIndex>()?;
     m.add_class::<SearchResult>()?;
+    m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(cpu_info, m)?)?;
     m.add_function(wrap_pyfunction!(_check_options, m)?)?;
     Ok(())
