@@ -1242,6 +1242,13 @@ impl Index {
         w.next_id = h.next_id;
         w.user_version = h.user_version;
         *self.entry.lock() = (h.entry, h.max_level as usize);
+        {
+            // Slots past the commit will be reused under other ids.
+            let mut m = self.ids.lock();
+            if m.upto > h.slots {
+                *m = IdMap::default();
+            }
+        }
         self.publish(Snap { st: snap.st.clone(), seq: h.seq, slots: h.slots, live: h.live, entry: h.entry, max_level: h.max_level as usize, user_version: h.user_version });
         // The log stays: the restored lists are only in the page cache until the next sync,
         // and the log still describes the committed state.
@@ -1382,6 +1389,25 @@ mod tests {
         let after: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         assert_eq!(before, after);
         assert_eq!(idx.add(&data[..d], None).unwrap(), 200);
+    }
+
+    #[test]
+    fn ids_after_a_rollback_name_the_new_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 4;
+        let data = rand_vecs(20, d, 6);
+        let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        idx.add_batch(&data[..5 * d], 5, None, None, &Control::default()).unwrap();
+        idx.flush().unwrap();
+        idx.add_batch(&data[5 * d..10 * d], 5, Some(&[100, 101, 102, 103, 104]), None, &Control::default()).unwrap();
+        assert!(idx.contains(102).unwrap());
+        idx.rollback().unwrap();
+        assert!(!idx.contains(102).unwrap());
+        idx.add_batch(&data[10 * d..15 * d], 5, Some(&[200, 201, 202, 203, 204]), None, &Control::default()).unwrap();
+        assert!(!idx.contains(102).unwrap());
+        assert_eq!(idx.get(202).unwrap().unwrap(), data[12 * d..13 * d].to_vec());
+        assert_eq!(idx.ids().unwrap(), vec![0, 1, 2, 3, 4, 200, 201, 202, 203, 204]);
     }
 
     #[test]

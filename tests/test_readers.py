@@ -1061,7 +1061,8 @@ def test_approximate_searches_during_a_batch_return_k_results(index_path):
     nodes being linked (visible in other nodes' lists before their own lists are filled) must
     not end the search early. The queries are vectors of the batch being linked, which is
     where such nodes are met."""
-    k, pre, step, end = 5, 1_000, 2_000, 13_000
+    k, pre, step, end = 5, 1_000, 2_000, 81_000
+    target = 60_000  # searches overlapping the batches: stop adding batches once reached
     data = np.random.default_rng(61).standard_normal((end, 16)).astype(np.float32)
     opts = IndexOptions(max_connections=8, ef_construction=32)
     with VectorIndex(index_path, 16, opts) as index:
@@ -1094,21 +1095,26 @@ def test_approximate_searches_during_a_batch_return_k_results(index_path):
         threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(2)]
         for t in threads:
             t.start()
+        added = pre
         for lo in range(pre, end, step):
             current[:] = [lo, lo + step]
             index.add_batch(data[lo : lo + step], threads=1)
+            added = lo + step
+            if sum(counts) >= target:
+                break
         stop.set()
         for t in threads:
             t.join(timeout=60)
         assert not errors, errors
-        print(f"{sum(counts)} searches during the batches, {len(short)} with fewer than {k} results")
+        print(f"{sum(counts)} searches during {(added - pre) // step} batches, {len(short)} with fewer "
+              f"than {k} results")
         assert not beyond, f"searches returned ids not yet published: (len, id) {beyond[:5]}"
         assert not short, (
             f"{len(short)} of {sum(counts)} searches (default ef) during add_batch returned fewer than "
             f"k={k} results although the index held >= k vectors; (len, results, query row): {short[:5]}"
         )
         # the premise: without a writer the same searches return k results
-        for t in range(pre, end, 97):
+        for t in range(pre, added, 97):
             assert len(index.search(data[t], k)) == k
 
 
