@@ -42,18 +42,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     MINILM,
+    TARGETS,
     EngineUnavailable,
     datasets_module,
     engine_status,
     fmt,
-    interpolate_qps,
     machine_info,
+    measure_sweep,
     median,
+    qps_at_targets,
     ratio,
     table,
 )
 
-TARGETS = (0.90, 0.95, 0.99)
 DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256,400"
 QUICK_EF = "10,20,40,80,160"
 
@@ -122,7 +123,6 @@ def load(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ one pass
 def run_pass(engine, data: dict[str, Any], args, folder: Path) -> dict[str, Any]:
-    recall_at_k = datasets_module().recall_at_k
     base, queries, truth = data["base"], data["queries"], data["truth"]
     path = str(folder / f"{engine.name}.index")
     out: dict[str, Any] = {}
@@ -136,25 +136,12 @@ def run_pass(engine, data: dict[str, Any], args, folder: Path) -> dict[str, Any]
     out["open_ms"] = statistics.median(opens) * 1e3
 
     engine.open(path)
-    engine.set_ef(args.ef[0])
-    engine.search("batch", queries[:100], args.k)  # warm-up: pages in, caches hot
-    sweep: dict[str, list[dict[str, float]]] = {mode: [] for mode in engine.modes}
-    for ef in args.ef:
-        engine.set_ef(ef)
-        for mode in engine.modes:
-            # repeat short runs (at least 0.25 s in all, at most 5 runs); median rate
-            ids, seconds = engine.search(mode, queries, args.k)
-            times = [seconds]
-            while sum(times) < 0.25 and len(times) < 5:
-                times.append(engine.search(mode, queries, args.k)[1])
-            sweep[mode].append({"ef": ef, "recall": recall_at_k(ids, truth, args.k),
-                                "qps": len(queries) / max(statistics.median(times), 1e-12)})
+    # warm-up on 100 queries, then per ef and mode: repeated runs (at least 0.25 s in all,
+    # at most 5), median rate
+    sweep = measure_sweep(engine, queries, truth, args.k, args.ef,
+                          min_seconds=0.25, max_runs=5, warmup=100)
     out["sweep"] = sweep
-    out["qps_at"] = {
-        mode: {str(t): interpolate_qps([(p["recall"], p["qps"]) for p in points], t)
-               for t in TARGETS}
-        for mode, points in sweep.items()
-    }
+    out["qps_at"] = {mode: qps_at_targets(points, TARGETS) for mode, points in sweep.items()}
 
     out["add_flush_ms"] = None
     if engine.durable_adds and args.adds > 0:

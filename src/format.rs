@@ -22,9 +22,12 @@
 //! up; shorter vectors get the next power of two so none straddles a cache line).
 //!
 //! **Slot header** (32 bytes, four little-endian u64 words):
-//! `id | upper (heap reference of the upper-layer lists, or NONE) | deleted_seq (0 = live) |
+//! `id | upper (heap reference of the upper-layer lists, or NONE) | delete marker |
 //! vec_crc (low 32 bits) + hdr_crc (high 32 bits)`. `vec_crc` is the checksum of the stored
-//! vector bytes; `hdr_crc` covers id, upper, deleted_seq and vec_crc.
+//! vector bytes; `hdr_crc` covers id, upper and vec_crc. The delete marker is 0 for a live slot,
+//! else `seq << 16 | check`, where `seq` is the commit that makes the delete durable and
+//! `check` 16 bits of a checksum of (seq, slot): one word, so that it changes atomically and a
+//! snapshot older than `seq` still sees the slot live.
 //!
 //! **Level-0 record** (`2 + 2M` u32 words): `count (low 16 bits) | level (bits 16..24)`,
 //! `list_crc`, then `2M` neighbor slots. Unused entries hold [`EMPTY`].
@@ -469,15 +472,41 @@ pub fn vector_crc(bytes: &[u8]) -> u32 {
     xxh3_64(bytes) as u32
 }
 
-/// Checksum of a slot header's fields (everything but the checksum word's high half).
+/// Checksum of a slot header's fixed fields: id, upper reference, vector checksum.
 #[inline]
-pub fn header_crc(id: u64, upper: u64, deleted_seq: u64, vec_crc: u32) -> u32 {
-    let mut b = [0u8; 28];
+pub fn header_crc(id: u64, upper: u64, vec_crc: u32) -> u32 {
+    let mut b = [0u8; 20];
     b[0..8].copy_from_slice(&id.to_le_bytes());
     b[8..16].copy_from_slice(&upper.to_le_bytes());
-    b[16..24].copy_from_slice(&deleted_seq.to_le_bytes());
-    b[24..28].copy_from_slice(&vec_crc.to_le_bytes());
+    b[16..20].copy_from_slice(&vec_crc.to_le_bytes());
     xxh3_64(&b) as u32
+}
+
+/// The delete marker of `slot` for a delete committed by `seq`.
+#[inline]
+pub fn delete_marker(seq: u64, slot: u32) -> u64 {
+    (seq << 16) | (xxh3_64_with_seed(&seq.to_le_bytes(), slot as u64) & 0xffff)
+}
+
+/// What a delete marker says: live, deleted by commit `seq`, or damaged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    Live,
+    Deleted(u64),
+    Damaged,
+}
+
+#[inline]
+pub fn read_marker(word: u64, slot: u32) -> Marker {
+    if word == 0 {
+        return Marker::Live;
+    }
+    let seq = word >> 16;
+    if delete_marker(seq, slot) == word {
+        Marker::Deleted(seq)
+    } else {
+        Marker::Damaged
+    }
 }
 
 /// Checksum of a neighbor list: its head word and its `count` entries, seeded with the slot
@@ -654,6 +683,17 @@ mod tests {
                 let l = g.segment_layout(slots);
                 assert!(l.headers >= slots * g.stride as u64 && l.l0 > l.headers && l.len % REGION_ALIGN == 0);
             }
+        }
+    }
+
+    #[test]
+    fn delete_markers_round_trip_and_flips_are_damage() {
+        let m = delete_marker(42, 7);
+        assert_eq!(read_marker(m, 7), Marker::Deleted(42));
+        assert_eq!(read_marker(0, 7), Marker::Live);
+        assert_eq!(read_marker(m, 8), Marker::Damaged, "a marker copied to another slot");
+        for bit in 0..64 {
+            assert_ne!(read_marker(m ^ (1 << bit), 7), Marker::Deleted(42), "flip of bit {bit}");
         }
     }
 

@@ -250,15 +250,16 @@ impl<'a> Graph<'a> {
         cpu::prefetch(self.st.vector_ptr(slot), self.pf_lines, self.pf_l1);
     }
 
-    /// Greedy walk on an upper layer: move to the nearest neighbor until none is nearer.
-    fn greedy(&self, q: &[f32], mut cur: u32, mut cur_d: f32, layer: usize) -> (u32, f32) {
+    /// Greedy walk on an upper layer: move to the nearest neighbor below `limit` until none is
+    /// nearer.
+    fn greedy(&self, q: &[f32], mut cur: u32, mut cur_d: f32, layer: usize, limit: u32) -> (u32, f32) {
         loop {
             let mut changed = false;
             if let Some(list) = list_of(self.st, cur, layer) {
                 let n = list_len(list);
                 for e in &list[2..2 + n] {
                     let nb = e.load(Relaxed);
-                    if nb >= self.limit {
+                    if nb >= limit {
                         continue;
                     }
                     let d = self.dist(q, nb);
@@ -330,8 +331,11 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// The `k` nearest accepted nodes to `q`, nearest first, as (distance, slot).
-    pub fn knn<F: Fn(u32) -> bool>(&self, q: &[f32], k: usize, ef: usize, entry: u32, max_level: usize, accept: &F) -> Vec<(f32, u32)> {
+    /// The `k` nearest accepted nodes to `q`, nearest first, as (distance, slot). The descent
+    /// through the upper layers stays below `published`: a node being linked may be in other
+    /// lists before its own level-0 list is written, and must not be where layer 0 starts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn knn<F: Fn(u32) -> bool>(&self, q: &[f32], k: usize, ef: usize, entry: u32, max_level: usize, published: u32, accept: &F) -> Vec<(f32, u32)> {
         if entry == EMPTY || entry >= self.limit {
             return Vec::new();
         }
@@ -339,7 +343,7 @@ impl<'a> Graph<'a> {
             let mut cur = entry;
             let mut cd = self.dist(q, entry);
             for layer in (1..=max_level).rev() {
-                (cur, cd) = self.greedy(q, cur, cd, layer);
+                (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit));
             }
             self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
             let mut out: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
@@ -415,7 +419,7 @@ impl<'a> Graph<'a> {
             let mut cur = ep;
             let mut cd = self.dist(&q, ep);
             for layer in (level + 1..=max_level).rev() {
-                (cur, cd) = self.greedy(&q, cur, cd, layer);
+                (cur, cd) = self.greedy(&q, cur, cd, layer, self.limit);
             }
             let mut eps = vec![(cd, cur)];
             for layer in (0..=level.min(max_level)).rev() {

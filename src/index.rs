@@ -10,7 +10,7 @@ use crate::format::{
 use crate::graph::{self, Graph, LOCK_STRIPES};
 use crate::os;
 use crate::storage::Storage;
-use crate::undo::{undo_path, UndoLog};
+use crate::undo::{undo_path, Record, UndoLog};
 use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -113,6 +113,26 @@ impl SlotFilter {
     }
 }
 
+/// Rows to add: caller values (checked, normalised, rounded) or stored bytes copied as they
+/// are (compaction).
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    Values(&'a [f32]),
+    Stored(&'a [u8]),
+}
+
+/// What `check()` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Ids of live vectors that no search can reach.
+    pub unreachable: Vec<u64>,
+    /// Ids of live vectors holding NaN or infinity.
+    pub not_finite: Vec<u64>,
+    /// Slots whose vector, header, delete marker or lists fail their checksums or refer
+    /// outside the index.
+    pub corrupt: Vec<u32>,
+}
+
 /// What to do when a file is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -156,6 +176,21 @@ pub struct Snap {
     pub entry: u32,
     pub max_level: usize,
     pub user_version: u64,
+    /// Deletes committed by this sequence or earlier hide a slot: a reader's own commit; in a
+    /// writer, the next one (its pending deletes count).
+    pub del_visible: u64,
+}
+
+impl Snap {
+    fn clone_of(s: &Snap) -> Snap {
+        Snap { st: s.st.clone(), ..*s }
+    }
+
+    /// The id of a slot visible in this state; None for deleted or damaged slots.
+    #[inline]
+    pub fn live_id(&self, slot: u32) -> Option<u64> {
+        live_id(&self.st, slot, self.del_visible)
+    }
 }
 
 /// The writer's bookkeeping (a reader keeps its snapshot's header here).
@@ -167,6 +202,8 @@ struct Writer {
     live: u64,
     next_id: u64,
     user_version: u64,
+    /// Deletes since the last commit.
+    deletes: u64,
     /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
     poisoned: bool,
     /// A reader: when it last checked whether the path now names another file.
@@ -437,6 +474,7 @@ impl Index {
                 entry: h.entry,
                 max_level: h.max_level as usize,
                 user_version: h.user_version,
+                del_visible: if mode == Mode::Write { h.seq + 1 } else { h.seq },
             })),
             entry: Mutex::new((h.entry, h.max_level as usize)),
             writer: Mutex::new(Writer {
@@ -445,6 +483,7 @@ impl Index {
                 live: h.live,
                 next_id: h.next_id,
                 user_version: h.user_version,
+                deletes: 0,
                 poisoned: false,
                 checked_path: std::time::Instant::now(),
                 committed: h,
@@ -472,13 +511,7 @@ impl Index {
         }
         let snap = self.snap();
         let records = UndoLog::read(&self.path, snap.seq)?;
-        let mut n = 0;
-        for (slot, words) in &records {
-            if (*slot as u64) < snap.slots && words.len() >= snap.st.geo.l0_words {
-                graph::restore_lists(&snap.st, *slot, words);
-                n += 1;
-            }
-        }
+        let n = restore(&snap.st, snap.slots, &records);
         if n > 0 {
             snap.st.sync_data()?;
             self.warnings.push(format!(
@@ -494,10 +527,11 @@ impl Index {
     fn remove_leftovers(&self) {
         let Some(dir) = self.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }) else { return };
         let Some(name) = self.path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
-        let prefix = format!(".{name}.creating-");
+        let prefixes = [format!(".{name}.creating-"), format!(".{name}.compacting-")];
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
-                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let f = e.file_name().to_string_lossy().into_owned();
+                if prefixes.iter().any(|p| f.starts_with(p.as_str())) {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
@@ -632,6 +666,7 @@ impl Index {
             entry: h.entry,
             max_level: h.max_level as usize,
             user_version: h.user_version,
+            del_visible: h.seq,
         });
         w.copy = copy;
         w.committed = h;
@@ -669,6 +704,7 @@ impl Index {
             entry: h.entry,
             max_level: h.max_level as usize,
             user_version: h.user_version,
+            del_visible: h.seq,
         });
         w.copy = copy;
         w.committed = h;
@@ -755,7 +791,7 @@ impl Index {
         }
         while m.upto < snap.slots {
             let s = m.upto as u32;
-            if let Some(id) = live_id(&snap.st, s) {
+            if let Some(id) = snap.live_id(s) {
                 m.map.insert(id, s);
             }
             m.upto += 1;
@@ -764,7 +800,7 @@ impl Index {
     }
 
     fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
-        self.with_ids(snap, |m| m.get(&id).copied()).filter(|&s| (s as u64) < snap.slots)
+        self.with_ids(snap, |m| m.get(&id).copied()).filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
     }
 
     pub fn contains(&self, id: u64) -> Result<bool> {
@@ -805,7 +841,7 @@ impl Index {
 
     pub fn ids_in(&self, snap: &Snap) -> Result<Vec<u64>> {
         self.check_open()?;
-        Ok((0..snap.slots as u32).filter_map(|s| live_id(&snap.st, s)).collect())
+        Ok((0..snap.slots as u32).filter_map(|s| snap.live_id(s)).collect())
     }
 
     // ------------------------------------------------------------------ adds
@@ -823,11 +859,21 @@ impl Index {
     pub fn add_batch(&self, data: &[f32], n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
         self.writable()?;
         let mut w = self.writer.lock();
+        self.add_rows(&mut w, Rows::Values(data), n, ids, threads, ctl)
+    }
+
+    fn add_rows(&self, w: &mut Writer, rows: Rows<'_>, n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
         if w.poisoned {
             return Err(self.poisoned_error());
         }
         let d = self.dims();
-        if data.len() != n * d {
+        let data = match rows {
+            Rows::Values(v) => v,
+            Rows::Stored(_) => &[][..],
+        };
+        if let Rows::Stored(b) = rows {
+            assert_eq!(b.len(), n * self.geo.vec_bytes);
+        } else if data.len() != n * d {
             return Err(Error::new(
                 ErrorKind::DimensionMismatch,
                 format!("got {} values for {n} vectors of {d} dimensions", data.len()),
@@ -844,7 +890,7 @@ impl Index {
             let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
             self.check_vector(row, &what)?;
         }
-        let new_ids = self.assign_ids(&w, &snap, n, ids)?;
+        let new_ids = self.assign_ids(w, &snap, n, ids)?;
         let start = w.slots;
         if start + n as u64 > u32::MAX as u64 - 1 {
             return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 vectors", "start another index file"));
@@ -876,17 +922,21 @@ impl Index {
             return Err(e);
         }
         // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
+        let vb = self.geo.vec_bytes;
         let write_rows = || {
-            data.par_chunks_exact(d).enumerate().with_min_len(256).for_each_init(Vec::new, |buf, (i, row)| {
+            (0..n).into_par_iter().with_min_len(256).for_each_init(Vec::new, |buf, i| {
                 let slot = (start + i as u64) as u32;
-                let bytes = self.encode(row, buf);
+                let bytes = match rows {
+                    Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], buf),
+                    Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
+                };
                 st.write_vector(slot, bytes);
                 let vcrc = format::vector_crc(bytes);
                 let h = st.header(slot);
                 h[0].store(new_ids[i], Relaxed);
                 h[1].store(uppers[i], Relaxed);
                 h[2].store(0, Relaxed);
-                h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], 0, vcrc) as u64) << 32, Relaxed);
+                h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], vcrc) as u64) << 32, Relaxed);
                 graph::write_list(st.l0(slot), slot, 0, &[], levels[i]);
             });
         };
@@ -909,7 +959,7 @@ impl Index {
         let max_new = *new_ids.iter().max().unwrap();
         w.next_id = w.next_id.max(max_new.saturating_add(1));
         let (entry, max_level) = *self.entry.lock();
-        self.publish(Snap { st: snap.st.clone(), seq: snap.seq, slots: w.slots, live: w.live, entry, max_level, user_version: w.user_version });
+        self.publish(Snap { st: snap.st.clone(), seq: snap.seq, slots: w.slots, live: w.live, entry, max_level, user_version: w.user_version, del_visible: snap.del_visible });
         Ok(new_ids)
     }
 
@@ -946,7 +996,7 @@ impl Index {
                         ));
                     }
                 }
-                let taken = self.with_ids(snap, |m| ids.iter().find(|id| m.get(id).is_some_and(|&s| (s as u64) < snap.slots)).copied());
+                let taken = self.with_ids(snap, |m| ids.iter().find(|id| m.get(id).is_some_and(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(**id))).copied());
                 if let Some(id) = taken {
                     return Err(Error::new(ErrorKind::IdInUse, format!("id {id} is already in the index"), "pass an id not in use, or id=None for the next free one"));
                 }
@@ -1023,6 +1073,266 @@ impl Index {
         Ok(())
     }
 
+    // ------------------------------------------------------------------ deletes
+
+    /// Delete `id`: hidden from searches at once (in this handle), durable at the next flush.
+    /// Returns false if no live vector has that id. The node still routes searches until a
+    /// compaction removes it.
+    pub fn delete(&self, id: u64) -> Result<bool> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        if w.poisoned {
+            return Err(self.poisoned_error());
+        }
+        let snap = self.view.read().clone();
+        let Some(slot) = self.slot_of(&snap, id) else { return Ok(false) };
+        let word = &snap.st.header(slot)[2];
+        if (slot as u64) < w.committed.slots {
+            let old = word.load(Acquire);
+            self.undo.lock().log.record_marker(w.committed.seq, slot, old)?;
+        }
+        word.store(format::delete_marker(w.committed.seq + 1, slot), Release);
+        w.live -= 1;
+        w.deletes += 1;
+        self.ids.lock().map.remove(&id);
+        self.publish(Snap { live: w.live, ..Snap::clone_of(&snap) });
+        Ok(true)
+    }
+
+    /// Slots deleted and not yet compacted away (in this handle's view).
+    pub fn deleted_count(&self) -> Result<u64> {
+        self.check_open()?;
+        let s = self.snap();
+        Ok(s.slots - s.live)
+    }
+
+    // ------------------------------------------------------------------ backup and compaction
+
+    /// Write a consistent copy of the last flush to `dest` (a writer flushes first), renamed
+    /// into place only when whole. A reader copies while the writer keeps writing: lists the
+    /// writer changed meanwhile are put back from its undo log.
+    pub fn backup(&self, dest: &Path) -> Result<()> {
+        self.check_open()?;
+        let dest_dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if dest.is_dir() || !dest_dir.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidPath, format!("cannot write a backup to {}", dest.display()), "pass a file path in an existing directory"));
+        }
+        if dest.exists() && same_file(dest, &self.path) {
+            return Err(Error::invalid(format!("{} is the index itself", dest.display()), "pass another path"));
+        }
+        let tmp = tmp_sibling(dest, "backup");
+        let res = if self.read_only {
+            (|| {
+                for _ in 0..5 {
+                    let snap = self.snap();
+                    let h = self.writer.lock().committed.clone();
+                    if h.seq != snap.seq {
+                        continue;
+                    }
+                    copy_commit(&snap.st, &h, &tmp)?;
+                    // Lists changed since the commit: their committed contents are in the
+                    // writer's undo log, saved before each change, so also before our copy.
+                    let records = UndoLog::read(&self.path, h.seq)?;
+                    if Self::newest_seq_on_disk(&snap.st) != h.seq {
+                        continue; // a flush ran meanwhile: the log may be gone; copy again
+                    }
+                    patch_copy(&snap.st, &h, &tmp, &records)?;
+                    return Ok(());
+                }
+                Err(Error::new(ErrorKind::Io, "the writer flushed during every backup attempt", "retry when it is quieter"))
+            })()
+        } else {
+            let mut w = self.writer.lock();
+            (|| {
+                self.flush_locked(&mut w)?;
+                let snap = self.view.read().clone();
+                copy_commit(&snap.st, &w.committed, &tmp)
+            })()
+        };
+        let res = res.and_then(|()| {
+            std::fs::rename(&tmp, dest).map_err(|e| Error::io(e, "renaming the backup to", dest))?;
+            os::sync_dir(dest).map_err(|e| Error::io(e, "syncing the directory of", dest))
+        });
+        if res.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res
+    }
+
+    /// Rewrite the index without its deleted vectors, with a rebuilt graph and the same ids,
+    /// into a new file renamed over the old one (readers elsewhere follow by themselves).
+    /// Flushes first. Cancelled or failed, it leaves the original untouched.
+    pub fn compact(&self, threads: Option<usize>, ctl: &Control) -> Result<()> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        self.flush_locked(&mut w)?;
+        let snap = self.view.read().clone();
+        let live: Vec<u32> = (0..snap.slots as u32).filter(|&s| snap.live_id(s).is_some()).collect();
+        let g = &self.geo;
+        let need = live.len() as u64 * (g.stride + format::SLOT_HEADER + 4 * g.l0_words + 2 * 4 * g.upper_words) as u64 + (8 << 20);
+        if let Some(free) = os::free_space(&self.path) {
+            if free < need {
+                return Err(Error {
+                    kind: ErrorKind::Io,
+                    message: format!("compacting {} needs about {} MiB of free disk space; {} MiB are free", self.path.display(), need >> 20, free >> 20),
+                    help: "free disk space, then retry; the index is unchanged".into(),
+                    errno: Some(libc::ENOSPC),
+                });
+            }
+        }
+        let tmp = tmp_sibling(&self.path, "compacting");
+        let cleanup = || {
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(undo_path(&tmp));
+        };
+        let built = (|| -> Result<Index> {
+            let new = Index::open(&tmp, Some(g.dims), Some(&self.opts), Mode::Write)?;
+            let vb = g.vec_bytes;
+            let mut bytes = vec![0u8; live.len() * vb];
+            let mut ids = Vec::with_capacity(live.len());
+            for (i, &s) in live.iter().enumerate() {
+                bytes[i * vb..(i + 1) * vb].copy_from_slice(snap.st.vector_bytes(s));
+                ids.push(snap.live_id(s).expect("live"));
+            }
+            {
+                let mut nw = new.writer.lock();
+                new.add_rows(&mut nw, Rows::Stored(&bytes), live.len(), Some(&ids), threads, ctl)?;
+                nw.next_id = nw.next_id.max(w.next_id);
+                nw.user_version = w.user_version;
+                new.flush_locked(&mut nw)?;
+            }
+            Ok(new)
+        })();
+        let new = match built {
+            Ok(n) => n,
+            Err(e) => {
+                cleanup();
+                return Err(e);
+            }
+        };
+        if let Err(e) = std::fs::rename(&tmp, &self.path) {
+            drop(new);
+            cleanup();
+            return Err(Error::io(e, "renaming the compacted file over", &self.path));
+        }
+        let _ = os::sync_dir(&self.path);
+        // Adopt the new file: its storage (and the writer lock on it) becomes ours.
+        new.closed.store(true, Release);
+        let nsnap = new.view.read().clone();
+        std::mem::swap(&mut *w, &mut *new.writer.lock());
+        *self.entry.lock() = *new.entry.lock();
+        *self.ids.lock() = IdMap::default();
+        {
+            let mut u = self.undo.lock();
+            u.log.remove();
+            u.saved.clear();
+        }
+        self.publish(Snap::clone_of(&nsnap));
+        drop(new);
+        let _ = std::fs::remove_file(undo_path(&tmp));
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ check
+
+    /// A full scan of the vectors and the graph: slots whose stored bytes fail a checksum or
+    /// whose lists refer outside the index (`corrupt`, by slot), live vectors holding NaN or
+    /// infinity (`not_finite`, by id), and live vectors no search can reach from the entry
+    /// point (`unreachable`, by id). A writer's adds wait while it runs; searches do not.
+    pub fn check(&self, ctl: &Control) -> Result<CheckReport> {
+        self.check_open()?;
+        // A writer: hold the writer lock so that no list changes under the scan.
+        let _w = if self.read_only { None } else { Some(self.writer.lock()) };
+        let snap = self.snap();
+        let st = &snap.st;
+        let n = snap.slots as u32;
+        let g = Graph::new(st, self.metric(), n);
+        let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
+            .into_par_iter()
+            .with_min_len(1024)
+            .map_init(Vec::new, |buf, s| {
+                ctl.done.fetch_add(1, Relaxed);
+                if ctl.cancelled() {
+                    return (None, None);
+                }
+                let h = st.header(s);
+                let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Relaxed), h[3].load(Relaxed));
+                let vec_ok = format::vector_crc(st.vector_bytes(s)) == crcs as u32;
+                let hdr_ok = format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32;
+                let marker_ok = format::read_marker(del, s) != format::Marker::Damaged;
+                let lists_ok = self.lists_ok(st, s, n);
+                if !(vec_ok && hdr_ok && marker_ok && lists_ok) {
+                    return (Some(s), None);
+                }
+                let live = snap.live_id(s).is_some();
+                let finite = g.vector_f32(s, buf).iter().all(|x| x.is_finite());
+                (None, if live && !finite { Some(id) } else { None })
+            })
+            .collect();
+        if ctl.cancelled() {
+            return Err(Error::interrupted());
+        }
+        let corrupt: Vec<u32> = per_slot.iter().filter_map(|p| p.0).collect();
+        let not_finite: Vec<u64> = per_slot.iter().filter_map(|p| p.1).collect();
+        // Reachability on layer 0 from the entry point, through deleted nodes too.
+        let mut seen = vec![false; n as usize];
+        let mut stack = Vec::new();
+        if snap.entry != EMPTY && snap.entry < n {
+            seen[snap.entry as usize] = true;
+            stack.push(snap.entry);
+        }
+        while let Some(s) = stack.pop() {
+            let l0 = st.l0(s);
+            for e in &l0[2..2 + graph::list_len(l0)] {
+                let nb = e.load(Relaxed);
+                if nb < n && !seen[nb as usize] {
+                    seen[nb as usize] = true;
+                    stack.push(nb);
+                }
+            }
+        }
+        let unreachable = (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
+        Ok(CheckReport { unreachable, not_finite, corrupt })
+    }
+
+    /// Whether a node's lists check out: counts in range, checksums, entries below `n`. A list
+    /// that fails is read again a moment later: a writer in another process may be changing it.
+    fn lists_ok(&self, st: &Storage, s: u32, n: u32) -> bool {
+        let once = || {
+            let l0 = st.l0(s);
+            let head = l0[0].load(Acquire);
+            let level = graph::level_of(st, s);
+            if (head & 0xffff) as usize > l0.len() - 2 || level > graph::MAX_LEVEL {
+                return false;
+            }
+            let ok = |list: &[std::sync::atomic::AtomicU32], layer: usize| {
+                let head = list[0].load(Acquire);
+                let cnt = (head & 0xffff) as usize;
+                if cnt > list.len() - 2 {
+                    return false;
+                }
+                let entries: Vec<u32> = list[2..2 + cnt].iter().map(|e| e.load(Relaxed)).collect();
+                entries.iter().all(|&e| e < n) && format::list_crc(s, layer, head, &entries) == list[1].load(Relaxed)
+            };
+            if !ok(l0, 0) {
+                return false;
+            }
+            let upper = st.header(s)[1].load(Relaxed);
+            if level > 0 && upper == NO_UPPER {
+                return false;
+            }
+            (1..=level).all(|layer| graph::list_of(st, s, layer).is_some_and(|l| ok(l, layer)))
+        };
+        if once() {
+            return true;
+        }
+        if self.read_only {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            return once();
+        }
+        false
+    }
+
     // ------------------------------------------------------------------ searches
 
     /// The `k` nearest live vectors to `q`, nearest first.
@@ -1069,7 +1379,9 @@ impl Index {
         let visible = snap.slots as u32;
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
-        let accept = |s: u32| s < visible && filter.is_none_or(|f| f.allows(s));
+        // Deleted nodes route but are never returned (the check is skipped when none are).
+        let any_deleted = snap.live < snap.slots;
+        let accept = |s: u32| s < visible && filter.is_none_or(|f| f.allows(s)) && (!any_deleted || snap.live_id(s).is_some());
         let raw = match filter.and_then(|f| f.allowed.as_ref()) {
             Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => exact.scan(q, k, allowed.iter().copied().filter(|&s| accept(s))),
             // The beam would cover everything anyway: scan, which is exact even where the graph
@@ -1079,7 +1391,7 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, &accept);
+                let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, visible, &accept);
                 if hits.len() < k && filter.is_some() {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
                 } else {
@@ -1090,7 +1402,7 @@ impl Index {
         let euclid = self.metric() == Metric::Euclidean;
         raw.into_iter()
             .filter_map(|(d, s)| {
-                let id = live_id(st, s)?;
+                let id = snap.live_id(s)?;
                 Some(Hit { id, distance: if euclid { d.max(0.0).sqrt() } else { d } })
             })
             .collect()
@@ -1178,10 +1490,14 @@ impl Index {
     pub fn flush(&self) -> Result<()> {
         self.writable()?;
         let mut w = self.writer.lock();
+        self.flush_locked(&mut w)
+    }
+
+    fn flush_locked(&self, w: &mut Writer) -> Result<()> {
         if w.poisoned {
             return Err(self.poisoned_error());
         }
-        if w.slots == w.committed.slots && w.user_version == w.committed.user_version {
+        if w.slots == w.committed.slots && w.user_version == w.committed.user_version && w.deletes == 0 && w.next_id == w.committed.next_id {
             return Ok(());
         }
         let snap = self.view.read().clone();
@@ -1206,7 +1522,17 @@ impl Index {
             return Err(e);
         }
         w.copy = 1 - w.copy;
-        self.publish(Snap { st: snap.st.clone(), seq: h.seq, slots: h.slots, live: h.live, entry: h.entry, max_level: h.max_level as usize, user_version: h.user_version });
+        self.publish(Snap {
+            st: snap.st.clone(),
+            seq: h.seq,
+            slots: h.slots,
+            live: h.live,
+            entry: h.entry,
+            max_level: h.max_level as usize,
+            user_version: h.user_version,
+            del_visible: h.seq + 1,
+        });
+        w.deletes = 0;
         w.committed = h;
         let mut u = self.undo.lock();
         u.saved.clear();
@@ -1223,17 +1549,13 @@ impl Index {
     }
 
     fn rollback_locked(&self, w: &mut Writer) -> Result<()> {
-        let dirty = w.slots != w.committed.slots || w.user_version != w.committed.user_version;
+        let dirty = w.slots != w.committed.slots || w.user_version != w.committed.user_version || w.deletes != 0;
         if !dirty && self.undo.lock().log.is_empty() {
             return Ok(());
         }
         let snap = self.view.read().clone();
         let h = w.committed.clone();
-        for (slot, words) in UndoLog::read(&self.path, h.seq)? {
-            if (slot as u64) < h.slots {
-                graph::restore_lists(&snap.st, slot, &words);
-            }
-        }
+        restore(&snap.st, h.slots, &UndoLog::read(&self.path, h.seq)?);
         for (i, r) in h.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
             snap.st.set_heap_used(i, r.used);
         }
@@ -1241,15 +1563,20 @@ impl Index {
         w.live = h.live;
         w.next_id = h.next_id;
         w.user_version = h.user_version;
+        w.deletes = 0;
         *self.entry.lock() = (h.entry, h.max_level as usize);
-        {
-            // Slots past the commit will be reused under other ids.
-            let mut m = self.ids.lock();
-            if m.upto > h.slots {
-                *m = IdMap::default();
-            }
-        }
-        self.publish(Snap { st: snap.st.clone(), seq: h.seq, slots: h.slots, live: h.live, entry: h.entry, max_level: h.max_level as usize, user_version: h.user_version });
+        // Slots past the commit will be reused under other ids, and deleted ids come back.
+        *self.ids.lock() = IdMap::default();
+        self.publish(Snap {
+            st: snap.st.clone(),
+            seq: h.seq,
+            slots: h.slots,
+            live: h.live,
+            entry: h.entry,
+            max_level: h.max_level as usize,
+            user_version: h.user_version,
+            del_visible: h.seq + 1,
+        });
         // The log stays: the restored lists are only in the page cache until the next sync,
         // and the log still describes the committed state.
         Ok(())
@@ -1278,19 +1605,103 @@ impl Index {
     }
 }
 
-/// The id of a live slot whose header checks out; None for deleted or damaged slots.
-fn live_id(st: &Storage, slot: u32) -> Option<u64> {
+/// The id of a slot that is live as of `del_visible` and whose header checks out; None for
+/// deleted or damaged slots.
+fn live_id(st: &Storage, slot: u32, del_visible: u64) -> Option<u64> {
     let h = st.header(slot);
-    let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Relaxed), h[3].load(Relaxed));
-    if format::header_crc(id, upper, del, crcs as u32) != (crcs >> 32) as u32 {
+    let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Acquire), h[3].load(Relaxed));
+    if format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32 {
         return None;
     }
-    // A delete marker holds the sequence that commits it; deletes come with the life-cycle
-    // work, and any marker hides the slot until then.
-    if del != 0 {
-        return None;
+    match format::read_marker(del, slot) {
+        format::Marker::Live => Some(id),
+        format::Marker::Deleted(seq) if seq > del_visible => Some(id),
+        _ => None,
     }
-    Some(id)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.ino() == y.ino() && x.dev() == y.dev(),
+        _ => false,
+    }
+}
+
+/// Copy commit `h` of the mapped file to `tmp`: its regions (skipping zero blocks, so holes
+/// stay holes) and `h` as both header copies; synced.
+fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let out = OpenOptions::new().write(true).create_new(true).open(tmp).map_err(|e| Error::io(e, "creating", tmp))?;
+    let end = h.end_of_regions();
+    out.set_len(end).map_err(|e| Error::io(e, "writing", tmp))?;
+    let mut buf = vec![0u8; 1 << 20];
+    for r in &h.regions {
+        let mut at = r.offset;
+        while at < r.offset + r.len {
+            let len = ((r.offset + r.len - at) as usize).min(buf.len());
+            st.file.read_exact_at(&mut buf[..len], at).map_err(|e| Error::io(e, "reading", &st.path))?;
+            if buf[..len].iter().any(|&b| b != 0) {
+                out.write_all_at(&buf[..len], at).map_err(|e| Error::io(e, "writing", tmp))?;
+            }
+            at += len as u64;
+        }
+    }
+    let enc = h.encode();
+    out.write_all_at(&enc, 0).map_err(|e| Error::io(e, "writing", tmp))?;
+    out.write_all_at(&enc, HEADER_COPY_SIZE as u64).map_err(|e| Error::io(e, "writing", tmp))?;
+    out.sync_all().map_err(|e| Error::io(e, "syncing", tmp))
+}
+
+/// Apply undo records (committed contents of lists and markers changed since commit `h`) to a
+/// copy of the file made while the writer kept writing.
+fn patch_copy(st: &Storage, h: &Header, tmp: &Path, records: &[Record]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let out = OpenOptions::new().write(true).open(tmp).map_err(|e| Error::io(e, "opening", tmp))?;
+    let put = |at: u64, words: &[u32]| -> Result<()> {
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        out.write_all_at(&bytes, at).map_err(|e| Error::io(e, "writing", tmp))
+    };
+    for r in records {
+        match r {
+            Record::Lists(slot, words) if (*slot as u64) < h.slots && words.len() >= st.geo.l0_words => {
+                let Some((_, l0)) = st.slot_offsets(&h.regions, *slot) else { continue };
+                put(l0, &words[..st.geo.l0_words])?;
+                let upper = st.header(*slot)[1].load(Relaxed);
+                for (i, chunk) in words[st.geo.l0_words..].chunks(st.geo.upper_words).enumerate() {
+                    if let Some(at) = st.upper_offset(&h.regions, upper, i + 1) {
+                        put(at, chunk)?;
+                    }
+                }
+            }
+            Record::Marker(slot, old) if (*slot as u64) < h.slots => {
+                if let Some((hdr, _)) = st.slot_offsets(&h.regions, *slot) {
+                    out.write_all_at(&old.to_le_bytes(), hdr + 16).map_err(|e| Error::io(e, "writing", tmp))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    out.sync_all().map_err(|e| Error::io(e, "syncing", tmp))
+}
+
+/// Put back what an undo log saved; returns how many records applied.
+fn restore(st: &Storage, committed_slots: u64, records: &[Record]) -> usize {
+    let mut n = 0;
+    for r in records {
+        match r {
+            Record::Lists(slot, words) if (*slot as u64) < committed_slots && words.len() >= st.geo.l0_words => {
+                graph::restore_lists(st, *slot, words);
+                n += 1;
+            }
+            Record::Marker(slot, old) if (*slot as u64) < committed_slots => {
+                st.header(*slot)[2].store(*old, Release);
+                n += 1;
+            }
+            _ => {}
+        }
+    }
+    n
 }
 
 impl Drop for Index {
@@ -1408,6 +1819,122 @@ mod tests {
         assert!(!idx.contains(102).unwrap());
         assert_eq!(idx.get(202).unwrap().unwrap(), data[12 * d..13 * d].to_vec());
         assert_eq!(idx.ids().unwrap(), vec![0, 1, 2, 3, 4, 200, 201, 202, 203, 204]);
+    }
+
+    fn exact_ids(idx: &Index, q: &[f32], k: usize) -> Vec<u64> {
+        idx.search(q, k, Some(100_000)).unwrap().iter().map(|h| h.id).collect()
+    }
+
+    #[test]
+    fn deletes_hide_at_once_commit_at_flush_and_roll_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(500, d, 7);
+        let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        w.add_batch(&data, 500, None, None, &Control::default()).unwrap();
+        w.flush().unwrap();
+        let r = Index::open(&p, None, None, Mode::Read).unwrap();
+        let q = &data[42 * d..43 * d];
+        assert_eq!(exact_ids(&w, q, 1), vec![42]);
+        assert!(w.delete(42).unwrap());
+        assert!(!w.delete(42).unwrap(), "deleting twice");
+        assert_ne!(exact_ids(&w, q, 1), vec![42]);
+        assert!(w.search(q, 10, Some(20)).unwrap().iter().all(|h| h.id != 42));
+        assert_eq!((w.len(), w.deleted_count().unwrap()), (499, 1));
+        assert_eq!(exact_ids(&r, q, 1), vec![42], "a reader sees the delete only after the flush");
+        w.rollback().unwrap();
+        assert_eq!(exact_ids(&w, q, 1), vec![42]);
+        assert!(w.delete(42).unwrap());
+        w.flush().unwrap();
+        assert_ne!(exact_ids(&r, q, 1), vec![42]);
+        assert_eq!(r.len(), 499);
+        assert!(r.get(42).unwrap().is_none());
+        // Replace: the id comes back with another vector.
+        w.add(&data[7 * d..8 * d], Some(42)).unwrap();
+        assert_eq!(w.get(42).unwrap().unwrap(), data[7 * d..8 * d].to_vec());
+    }
+
+    #[test]
+    fn backup_and_compact_keep_exactly_the_live_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(2000, d, 8);
+        let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        w.add_batch(&data, 2000, None, None, &Control::default()).unwrap();
+        for id in (0..2000).step_by(3) {
+            assert!(w.delete(id).unwrap());
+        }
+        w.set_user_version(77).unwrap();
+        let b = dir.path().join("b.chassis");
+        w.backup(&b).unwrap();
+        let r = Index::open(&p, None, None, Mode::Read).unwrap();
+        w.compact(Some(2), &Control::default()).unwrap();
+        assert_eq!(w.deleted_count().unwrap(), 0);
+        let live: Vec<u64> = (0..2000).filter(|i| i % 3 != 0).collect();
+        assert_eq!(w.ids().unwrap(), live);
+        assert_eq!(w.user_version(), 77);
+        for &id in &live[..50] {
+            assert_eq!(w.get(id).unwrap().unwrap(), data[id as usize * d..(id as usize + 1) * d].to_vec());
+        }
+        assert_eq!(w.add(&data[..d], None).unwrap(), 2000, "default ids go on after the largest");
+        w.flush().unwrap();
+        let report = w.check(&Control::default()).unwrap();
+        assert!(report.corrupt.is_empty() && report.not_finite.is_empty(), "{report:?}");
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(r.len(), 1334, "the reader moved to the compacted file");
+        let bk = Index::open(&b, None, None, Mode::Read).unwrap();
+        assert_eq!(bk.ids().unwrap(), live);
+        assert_eq!(bk.user_version(), 77);
+        let q = &data[5 * d..6 * d];
+        let want: Vec<u64> = brute(&data, d, q, 2000).into_iter().filter(|i| i % 3 != 0).take(10).collect();
+        assert_eq!(exact_ids(&bk, q, 10), want);
+    }
+
+    #[test]
+    fn a_reader_backup_is_the_last_flush_although_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(3000, d, 9);
+        let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        w.add_batch(&data[..1000 * d], 1000, None, None, &Control::default()).unwrap();
+        w.flush().unwrap();
+        let before: Vec<Vec<u32>> = (0..1000).map(|s| graph::snapshot_lists(&w.snap().st, s)).collect();
+        w.add_batch(&data[1000 * d..], 2000, None, None, &Control::default()).unwrap(); // changes committed lists
+        w.delete(5).unwrap();
+        let r = Index::open(&p, None, None, Mode::Read).unwrap();
+        let b = dir.path().join("b.chassis");
+        r.backup(&b).unwrap();
+        let bk = Index::open(&b, None, None, Mode::Write).unwrap();
+        assert_eq!(bk.len(), 1000);
+        assert!(bk.contains(5).unwrap());
+        let after: Vec<Vec<u32>> = (0..1000).map(|s| graph::snapshot_lists(&bk.snap().st, s)).collect();
+        assert_eq!(before, after, "the copy has the committed lists, not the writer's newer ones");
+        assert!(bk.check(&Control::default()).unwrap().corrupt.is_empty());
+    }
+
+    #[test]
+    fn check_names_damaged_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.chassis");
+        let d = 8;
+        let data = rand_vecs(300, d, 10);
+        let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+        w.add_batch(&data, 300, None, None, &Control::default()).unwrap();
+        w.flush().unwrap();
+        let clean = w.check(&Control::default()).unwrap();
+        assert!(clean.corrupt.is_empty() && clean.not_finite.is_empty());
+        let st = w.snap().st.clone();
+        // Flip a vector byte of slot 10 and a neighbor entry of slot 20, behind the index's back.
+        // SAFETY: slot 10 is in a mapped, writable segment, and no search runs meanwhile.
+        unsafe { *(st.vector_ptr(10) as *mut u8) ^= 0x40 };
+        st.l0(20)[2].fetch_xor(1 << 20, Relaxed);
+        let report = w.check(&Control::default()).unwrap();
+        assert_eq!(report.corrupt, vec![10, 20]);
+        assert!(w.get(10).is_err(), "get refuses a vector that fails its checksum");
+        assert_eq!(w.search(&data[..d], 5, Some(10)).unwrap().len(), 5, "searches go on");
     }
 
     #[test]

@@ -79,3 +79,17 @@ pub fn unlock(file: &File) {
     // SAFETY: flock on a valid descriptor owned by `file`.
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
 }
+
+/// Free bytes for an unprivileged user on the filesystem holding `path`, if the system says.
+pub fn free_space(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data, for which all zero bytes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a zeroed out-struct of the right type.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}

@@ -335,6 +335,23 @@ impl Storage {
         self.upper_checked(r, layer).expect("heap reference made by alloc_upper")
     }
 
+    // ------------------------------------------------------------------ file offsets (backup)
+
+    /// File offsets of a slot's header and level-0 record, from a region table.
+    pub fn slot_offsets(&self, regions: &[RegionEntry], slot: u32) -> Option<(u64, u64)> {
+        let (k, local) = self.geo.locate(slot as u64);
+        let base = regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k)?.offset;
+        let layout = self.geo.segment_layout(self.geo.segment_slots(k));
+        Some((base + layout.headers + local * SLOT_HEADER as u64, base + layout.l0 + local * self.geo.l0_words as u64 * 4))
+    }
+
+    /// File offset of the list of `layer >= 1` at heap reference `r`.
+    pub fn upper_offset(&self, regions: &[RegionEntry], r: u64, layer: usize) -> Option<u64> {
+        let (chunk, off) = format::heap_ref_parts(r);
+        let base = regions.iter().filter(|r| r.kind == RegionKind::Heap).nth(chunk)?.offset;
+        Some(base + off + ((layer - 1) * self.geo.upper_words * 4) as u64)
+    }
+
     // ------------------------------------------------------------------ headers and sync
 
     /// Read both header copies (or as much of them as the file has).

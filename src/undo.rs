@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! header (24 bytes): magic "CHUNDO\0\x01" | base_seq u64 | xxh3 of the first 16 bytes
-//! records:           slot u32 | words u32 | words x u32 | xxh3 (u64) of slot, words and data
+//! records:           slot u32 | n u32 | n x u32 | xxh3 (u64) of slot, n and data
+//!                    (n with bit 31 set: a delete-marker record; its 2 words are the old
+//!                    marker, low half first)
 //! ```
 //!
 //! Records are written with `pwrite` before the list changes, so they are in the page cache
@@ -22,6 +24,14 @@ use xxhash_rust::xxh3::xxh3_64;
 
 const MAGIC: [u8; 8] = *b"CHUNDO\0\x01";
 const HEADER: u64 = 24;
+const MARKER: u32 = 1 << 31;
+
+/// One saved thing: a node's lists, or a slot's delete marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Lists(u32, Vec<u32>),
+    Marker(u32, u64),
+}
 
 pub fn undo_path(index: &Path) -> PathBuf {
     let mut p = index.as_os_str().to_owned();
@@ -63,6 +73,15 @@ impl UndoLog {
 
     /// Save `words` (a node's lists) for `slot`, restoring to commit `base_seq`.
     pub fn record(&mut self, base_seq: u64, slot: u32, words: &[u32]) -> Result<()> {
+        self.append(base_seq, slot, words.len() as u32, words)
+    }
+
+    /// Save the delete marker of `slot` before it changes.
+    pub fn record_marker(&mut self, base_seq: u64, slot: u32, old: u64) -> Result<()> {
+        self.append(base_seq, slot, MARKER | 2, &[old as u32, (old >> 32) as u32])
+    }
+
+    fn append(&mut self, base_seq: u64, slot: u32, n: u32, words: &[u32]) -> Result<()> {
         if self.cursor == 0 {
             let mut h = [0u8; HEADER as usize];
             h[0..8].copy_from_slice(&MAGIC);
@@ -77,7 +96,7 @@ impl UndoLog {
         }
         let mut rec = Vec::with_capacity(8 + 4 * words.len() + 8);
         rec.extend_from_slice(&slot.to_le_bytes());
-        rec.extend_from_slice(&(words.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&n.to_le_bytes());
         for w in words {
             rec.extend_from_slice(&w.to_le_bytes());
         }
@@ -122,7 +141,7 @@ impl UndoLog {
 
     /// The valid records of the log at `index`'s undo path if it restores to `base_seq`;
     /// an empty list if there is no log, or it belongs to another commit.
-    pub fn read(index: &Path, base_seq: u64) -> Result<Vec<(u32, Vec<u32>)>> {
+    pub fn read(index: &Path, base_seq: u64) -> Result<Vec<Record>> {
         let path = undo_path(index);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
@@ -133,7 +152,7 @@ impl UndoLog {
     }
 }
 
-fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<(u32, Vec<u32>)>> {
+fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     if bytes.len() < HEADER as usize
         || bytes[0..8] != MAGIC
@@ -145,7 +164,8 @@ fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<(u32, Vec<u32>)>> {
     let mut at = HEADER as usize;
     while at + 8 <= bytes.len() {
         let slot = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-        let n = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        let raw_n = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap());
+        let n = (raw_n & !MARKER) as usize;
         let end = at + 8 + 4 * n;
         if n > 1 << 20 || end + 8 > bytes.len() {
             break;
@@ -153,8 +173,14 @@ fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<(u32, Vec<u32>)>> {
         if xxh3_64(&bytes[at..end]).to_le_bytes() != bytes[end..end + 8] {
             break;
         }
-        let words = bytes[at + 8..end].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-        out.push((slot, words));
+        let words: Vec<u32> = bytes[at + 8..end].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        if raw_n & MARKER != 0 {
+            if words.len() == 2 {
+                out.push(Record::Marker(slot, words[0] as u64 | (words[1] as u64) << 32));
+            }
+        } else {
+            out.push(Record::Lists(slot, words));
+        }
         at = end + 8;
     }
     Ok(out)
@@ -171,12 +197,17 @@ mod tests {
         let mut u = UndoLog::new(&idx);
         u.record(5, 3, &[1, 2, 3]).unwrap();
         u.record(5, 9, &[4]).unwrap();
-        assert_eq!(UndoLog::read(&idx, 5).unwrap(), vec![(3, vec![1, 2, 3]), (9, vec![4])]);
+        u.record_marker(5, 11, 0xdead_beef_0000_0001).unwrap();
+        u.record(5, 12, &[7]).unwrap();
+        assert_eq!(
+            UndoLog::read(&idx, 5).unwrap(),
+            vec![Record::Lists(3, vec![1, 2, 3]), Record::Lists(9, vec![4]), Record::Marker(11, 0xdead_beef_0000_0001), Record::Lists(12, vec![7])]
+        );
         assert!(UndoLog::read(&idx, 6).unwrap().is_empty(), "a log for another commit is stale");
         let len = std::fs::metadata(undo_path(&idx)).unwrap().len();
         let f = OpenOptions::new().write(true).open(undo_path(&idx)).unwrap();
         f.set_len(len - 3).unwrap();
-        assert_eq!(UndoLog::read(&idx, 5).unwrap(), vec![(3, vec![1, 2, 3])]);
+        assert_eq!(UndoLog::read(&idx, 5).unwrap().len(), 3);
         u.clear().unwrap();
         assert!(UndoLog::read(&idx, 5).unwrap().is_empty());
         u.remove();

@@ -34,12 +34,14 @@ from chassis._chassis import (
     __version__,
     cpu_info,
 )
+from chassis._check import Check
 from chassis._options import IndexOptions
 from chassis._reader import IndexReader
 
 __all__ = [
     "ArgumentTypeError",
     "ChassisError",
+    "Check",
     "CorruptIndexError",
     "DimensionMismatchError",
     "IdInUseError",

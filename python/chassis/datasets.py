@@ -1,7 +1,21 @@
-"""Data sets for tests and benchmarks: .npy folders, generated clusters, exact k-NN.
+"""Data sets for tests and benchmarks: file formats, generated clusters, exact k-NN, recall.
 
-Only NumPy is needed. Everything returns float32 vectors, which is what
-`VectorIndex.add_batch` and `search_batch` take without a copy.
+Only NumPy is needed (h5py for HDF5 files, tqdm for progress bars: both optional).
+
+Readers and writers, one array per file unless said otherwise:
+
+| format | extension | layout | read |
+|---|---|---|---|
+| texmex | `.fvecs` `.ivecs` `.bvecs` | per row: int32 d, then d float32 / int32 / uint8 | memory-mapped, strided view past each row's header |
+| big-ann | `.fbin` `.ibin` `.u8bin` `.i8bin` | uint32 n, uint32 d, then n x d float32 / int32 / uint8 / int8 | memory-mapped from byte 8 |
+| NumPy | `.npy` | NumPy's own | memory-mapped |
+| ann-benchmarks | `.hdf5` `.h5` | `train`, `test`, `neighbors`, `distances`, attribute `distance` | memory-mapped when stored contiguous (needs h5py) |
+| folder | a directory | `base.npy`, `queries.npy`, `gt_ids.npy`, `gt_dist.npy` (or `*base*`, `*query*`, `*groundtruth*` files of the formats above) | as its files |
+
+`read(path)` returns the one array of a single-array file in its stored type (a read-only
+memory map where the table says so); `load(path)` returns a `Dataset` (float32 base and
+queries, ground truth when the source has it) for any of them. Malformed files raise
+`DatasetError`, a `ValueError` whose message names the file and the byte offset at fault.
 
     >>> from chassis.datasets import clustered, ground_truth, recall_at_k
     >>> base, queries = clustered(10_000, 64, 100)
@@ -12,15 +26,74 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Dataset", "load_npy_folder", "clustered", "ground_truth", "recall_at_k"]
+__all__ = [
+    "Dataset",
+    "DatasetError",
+    "load",
+    "read",
+    "write",
+    "load_npy_folder",
+    "load_folder",
+    "read_fvecs",
+    "read_ivecs",
+    "read_bvecs",
+    "write_fvecs",
+    "write_ivecs",
+    "write_bvecs",
+    "read_fbin",
+    "read_ibin",
+    "read_u8bin",
+    "read_i8bin",
+    "write_fbin",
+    "write_ibin",
+    "write_u8bin",
+    "write_i8bin",
+    "read_bin_ground_truth",
+    "write_bin_ground_truth",
+    "read_npy",
+    "read_hdf5",
+    "write_hdf5",
+    "clustered",
+    "ground_truth",
+    "recall_at_k",
+]
 
 _METRICS = ("euclidean", "cosine", "inner_product")
+_PathLike = str | os.PathLike[str]
+
+# extension -> element type
+VECS_TYPES: dict[str, np.dtype] = {
+    ".fvecs": np.dtype("<f4"),
+    ".ivecs": np.dtype("<i4"),
+    ".bvecs": np.dtype("u1"),
+}
+BIN_TYPES: dict[str, np.dtype] = {
+    ".fbin": np.dtype("<f4"),
+    ".ibin": np.dtype("<i4"),
+    ".u8bin": np.dtype("u1"),
+    ".i8bin": np.dtype("i1"),
+}
+HDF5_EXTENSIONS = (".hdf5", ".h5")
+ARRAY_EXTENSIONS = tuple(VECS_TYPES) + tuple(BIN_TYPES) + (".npy",)
+
+
+class DatasetError(ValueError):
+    """A data file that cannot be read as its format says: `path` and `offset` (bytes, or
+    None when the fault is not at one place) say where."""
+
+    def __init__(self, path: _PathLike, message: str, offset: int | None = None) -> None:
+        self.path = Path(path)
+        self.offset = offset
+        where = f"{self.path}" if offset is None else f"{self.path} at byte offset {offset}"
+        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)
@@ -50,17 +123,332 @@ class Dataset:
         )
 
 
+# ====================================================================== helpers
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+
+
+def _as_2d(array: npt.ArrayLike, path: Path) -> np.ndarray:
+    arr = np.asarray(array)
+    if arr.ndim != 2:
+        raise DatasetError(path, f"can only write a 2-D (rows, dimensions) array, not shape {arr.shape}")
+    return arr
+
+
+def _cast_for(arr: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
+    """`arr` as `dtype`, refusing casts that would change values (float to int, out of range)."""
+    if arr.dtype == dtype:
+        return arr
+    if dtype.kind == "f":
+        if arr.dtype.kind not in "fiub":
+            raise DatasetError(path, f"cannot write {arr.dtype} values as {dtype}")
+        return arr.astype(dtype)
+    if arr.dtype.kind not in "iub":
+        raise DatasetError(path, f"cannot write {arr.dtype} values as integer type {dtype}")
+    if arr.size:
+        info = np.iinfo(dtype)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise DatasetError(path, f"values {lo}..{hi} do not fit in {dtype}")
+    return arr.astype(dtype)
+
+
+def _empty_map(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
+    out = np.empty(shape, dtype=dtype)
+    out.flags.writeable = False
+    return out
+
+
+# ====================================================================== texmex .fvecs / .ivecs / .bvecs
+def read_vecs(
+    path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True, validate: bool = True
+) -> np.ndarray:
+    """An (n, d) array from a texmex file whose rows are an int32 d then d values of `dtype`.
+
+    With `mmap` (the default) the result is a read-only view into an `np.memmap` of the
+    file, strided to skip each row's 4-byte header: nothing is read until used. With
+    `validate` every row's header is checked against the first (a strided pass over the
+    file); the file length is always checked.
+    """
+    p = Path(path)
+    dt = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
+    size = _size(p)
+    if size == 0:
+        return _empty_map((0, 0), dt)
+    if size < 4:
+        raise DatasetError(p, f"the file is {size} bytes long, too short for the first row's 4-byte dimension header", 0)
+    dims = int(np.fromfile(p, dtype="<i4", count=1)[0])
+    if dims <= 0:
+        raise DatasetError(p, f"the first row's dimension header is {dims}; it must be positive", 0)
+    record = 4 + dims * dt.itemsize
+    rows, rest = divmod(size, record)
+    row_type = np.dtype([("d", "<i4"), ("v", dt, (dims,))])
+    assert row_type.itemsize == record
+    if rows and (validate or rest):
+        headers = np.memmap(p, dtype=row_type, mode="r", shape=(rows,))["d"]
+        step = 1 << 20
+        for r0 in range(0, rows, step):
+            bad = np.flatnonzero(headers[r0 : r0 + step] != dims)
+            if bad.size:
+                r = r0 + int(bad[0])
+                raise DatasetError(
+                    p,
+                    f"row {r} has dimension header {int(headers[r])} but row 0 has {dims}: "
+                    f"inconsistent dimensions (rows are 4 + {dims} x {dt.itemsize} = {record} bytes)",
+                    r * record,
+                )
+    if rest:
+        raise DatasetError(
+            p,
+            f"the file ends {rest} bytes into row {rows}: truncated, or not {record}-byte rows "
+            f"(4-byte header + {dims} x {dt.itemsize}-byte {dt.name}); file size {size} is not "
+            f"a multiple of {record}",
+            rows * record,
+        )
+    if mmap:
+        return np.memmap(p, dtype=row_type, mode="r", shape=(rows,))["v"]
+    data = np.fromfile(p, dtype=row_type, count=rows)["v"]
+    return np.ascontiguousarray(data)
+
+
+def write_vecs(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> None:
+    """Write an (n, d) array as texmex rows (int32 d, then d values of `dtype`)."""
+    p = Path(path)
+    arr = _as_2d(array, p)
+    dt = np.dtype(dtype)
+    n, d = arr.shape
+    if d < 1:
+        raise DatasetError(p, "cannot write rows of 0 dimensions in a vecs file")
+    rows = np.empty(n, dtype=np.dtype([("d", "<i4"), ("v", dt, (d,))]))
+    rows["d"] = d
+    rows["v"] = _cast_for(arr, dt, p)
+    rows.tofile(p)
+
+
+def read_fvecs(path: _PathLike, *, mmap: bool = True, validate: bool = True) -> npt.NDArray[np.float32]:
+    """An (n, d) float32 array from a `.fvecs` file (see `read_vecs`)."""
+    return read_vecs(path, "<f4", mmap=mmap, validate=validate)
+
+
+def read_ivecs(path: _PathLike, *, mmap: bool = True, validate: bool = True) -> npt.NDArray[np.int32]:
+    """An (n, d) int32 array from an `.ivecs` file (texmex ground truth; see `read_vecs`)."""
+    return read_vecs(path, "<i4", mmap=mmap, validate=validate)
+
+
+def read_bvecs(path: _PathLike, *, mmap: bool = True, validate: bool = True) -> npt.NDArray[np.uint8]:
+    """An (n, d) uint8 array from a `.bvecs` file (see `read_vecs`)."""
+    return read_vecs(path, "u1", mmap=mmap, validate=validate)
+
+
+def write_fvecs(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_vecs(path, array, "<f4")
+
+
+def write_ivecs(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_vecs(path, array, "<i4")
+
+
+def write_bvecs(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_vecs(path, array, "u1")
+
+
+# ====================================================================== big-ann .fbin / .ibin / .u8bin
+def _bin_header(p: Path) -> tuple[int, int, int]:
+    size = _size(p)
+    if size < 8:
+        raise DatasetError(p, f"the file is {size} bytes long, too short for the 8-byte header (uint32 rows, uint32 dimensions)", 0)
+    n, d = (int(x) for x in np.fromfile(p, dtype="<u4", count=2))
+    for name, value, at in (("rows", n, 0), ("dimensions", d, 4)):
+        if value >= 2**31:
+            raise DatasetError(p, f"the header's {name} field is {value} ({value - 2**32} as int32): not a count", at)
+    if d == 0 and n > 0:
+        raise DatasetError(p, f"the header says {n} rows of 0 dimensions", 4)
+    return n, d, size
+
+
+def read_bin(path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True) -> np.ndarray:
+    """An (n, d) array from a big-ann file: uint32 n, uint32 d, then n x d values of `dtype`.
+
+    With `mmap` (the default) a read-only `np.memmap` from byte 8. An `.ibin` ground-truth
+    file (n x d int32 ids followed by n x d float32 distances) reads as its ids; use
+    `read_bin_ground_truth` for both.
+    """
+    p = Path(path)
+    dt = np.dtype(dtype)
+    n, d, size = _bin_header(p)
+    row = d * dt.itemsize
+    expected = 8 + n * row
+    if size < expected:
+        full = (size - 8) // row if row else 0
+        raise DatasetError(
+            p,
+            f"truncated: the header promises {n} x {d} {dt.name} ({expected} bytes in all) but the "
+            f"file is {size} bytes and ends inside row {full}",
+            8 + full * row,
+        )
+    ground_truth_layout = dt.kind == "i" and dt.itemsize == 4 and size == 8 + 2 * n * row
+    if size > expected and not ground_truth_layout:
+        raise DatasetError(
+            p,
+            f"{size - expected} bytes past the {n} x {d} {dt.name} the header promises "
+            f"(wrong header, or another element type)",
+            expected,
+        )
+    if n == 0:
+        return _empty_map((0, d), dt)
+    if mmap:
+        return np.memmap(p, dtype=dt, mode="r", offset=8, shape=(n, d))
+    with open(p, "rb") as f:
+        f.seek(8)
+        return np.fromfile(f, dtype=dt, count=n * d).reshape(n, d)
+
+
+def write_bin(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> None:
+    """Write an (n, d) array as a big-ann file (uint32 n, uint32 d, values of `dtype`)."""
+    p = Path(path)
+    arr = _as_2d(array, p)
+    n, d = arr.shape
+    if n >= 2**31 or d >= 2**31:
+        raise DatasetError(p, f"shape {arr.shape} does not fit the uint32 header")
+    data = np.ascontiguousarray(_cast_for(arr, np.dtype(dtype), p))
+    with open(p, "wb") as f:
+        np.array([n, d], dtype="<u4").tofile(f)
+        data.tofile(f)
+
+
+def read_fbin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.float32]:
+    return read_bin(path, "<f4", mmap=mmap)
+
+
+def read_ibin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.int32]:
+    return read_bin(path, "<i4", mmap=mmap)
+
+
+def read_u8bin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.uint8]:
+    return read_bin(path, "u1", mmap=mmap)
+
+
+def read_i8bin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.int8]:
+    return read_bin(path, "i1", mmap=mmap)
+
+
+def write_fbin(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_bin(path, array, "<f4")
+
+
+def write_ibin(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_bin(path, array, "<i4")
+
+
+def write_u8bin(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_bin(path, array, "u1")
+
+
+def write_i8bin(path: _PathLike, array: npt.ArrayLike) -> None:
+    write_bin(path, array, "i1")
+
+
+def read_bin_ground_truth(
+    path: _PathLike, *, mmap: bool = True
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+    """(ids, distances), each (n, k), from a big-ann ground-truth file: uint32 n, uint32 k,
+    n x k int32 ids, then n x k float32 distances."""
+    p = Path(path)
+    n, k, size = _bin_header(p)
+    expected = 8 + 8 * n * k
+    if size != expected:
+        raise DatasetError(
+            p,
+            f"a ground-truth file of {n} x {k} is {expected} bytes (ids then distances), this one is {size}",
+            min(size, expected),
+        )
+    if n == 0:
+        return _empty_map((0, k), np.dtype("<i4")), _empty_map((0, k), np.dtype("<f4"))
+    if mmap:
+        ids = np.memmap(p, dtype="<i4", mode="r", offset=8, shape=(n, k))
+        dist = np.memmap(p, dtype="<f4", mode="r", offset=8 + 4 * n * k, shape=(n, k))
+        return ids, dist
+    raw = np.fromfile(p, dtype="<i4", offset=8)
+    return raw[: n * k].reshape(n, k), raw[n * k :].view("<f4").reshape(n, k)
+
+
+def write_bin_ground_truth(path: _PathLike, ids: npt.ArrayLike, distances: npt.ArrayLike) -> None:
+    p = Path(path)
+    ids_arr, dist_arr = _as_2d(ids, p), _as_2d(distances, p)
+    if ids_arr.shape != dist_arr.shape:
+        raise DatasetError(p, f"ids {ids_arr.shape} and distances {dist_arr.shape} differ in shape")
+    n, k = ids_arr.shape
+    with open(p, "wb") as f:
+        np.array([n, k], dtype="<u4").tofile(f)
+        np.ascontiguousarray(_cast_for(ids_arr.astype(np.int64), np.dtype("<i4"), p)).tofile(f)
+        np.ascontiguousarray(dist_arr, dtype="<f4").tofile(f)
+
+
+# ====================================================================== .npy
+def _npy_header(p: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    fmt = np.lib.format
+    with open(p, "rb") as f:
+        try:
+            version = fmt.read_magic(f)
+            reader = getattr(fmt, "_read_array_header", None)
+            if reader is not None:
+                shape, fortran, dtype = reader(f, version)
+            elif version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+        except (ValueError, OSError, SyntaxError) as exc:
+            raise DatasetError(p, f"not a readable .npy header: {exc}", 0) from None
+        return tuple(shape), bool(fortran), np.dtype(dtype), f.tell()
+
+
+def read_npy(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
+    """The array in a `.npy` file, memory-mapped read-only by default (checked against the
+    file length first, so a truncated file names the offset where data runs out)."""
+    p = Path(path)
+    shape, _fortran, dtype, offset = _npy_header(p)
+    if dtype.hasobject:
+        raise DatasetError(p, "holds Python objects, not numbers", offset)
+    size = _size(p)
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size < expected:
+        raise DatasetError(
+            p, f"truncated: shape {shape} of {dtype} needs {expected} bytes, the file has {size}", size
+        )
+    try:
+        return np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except ValueError as exc:
+        raise DatasetError(p, str(exc), offset) from None
+
+
+def write_npy(path: _PathLike, array: npt.ArrayLike) -> None:
+    np.save(Path(path), np.asarray(array), allow_pickle=False)
+
+
+def _npy_matrix(path: Path) -> np.ndarray:
+    array = read_npy(path)
+    if array.ndim != 2:
+        raise DatasetError(path, f"holds an array of shape {array.shape}, not (count, dimensions)")
+    return array
+
+
 def _load_float32(path: Path) -> npt.NDArray[np.float32]:
     """A 2-D float32 array from `path`: memory-mapped when stored as float32, else converted."""
-    array = np.load(path, mmap_mode="r")
-    if array.ndim != 2:
-        raise ValueError(f"{path} holds an array of shape {array.shape}, not (count, dimensions)")
-    if array.dtype == np.float32 and array.flags.c_contiguous:
-        return array  # a read-only memory map: no copy, pages read on use
+    return _float32(_npy_matrix(path))
+
+
+def _float32(array: np.ndarray) -> npt.NDArray[np.float32]:
+    """`array` unchanged when it is float32 (a memory map stays one), else a float32 copy."""
+    if array.dtype == np.float32:
+        return array
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def load_npy_folder(path: str | os.PathLike[str]) -> Dataset:
+# ====================================================================== folders
+def load_npy_folder(path: _PathLike) -> Dataset:
     """Load a folder holding base.npy, queries.npy and optionally gt_ids.npy / gt_dist.npy.
 
     float32 files are memory-mapped (read-only); a float16 base is widened to
@@ -71,19 +459,24 @@ def load_npy_folder(path: str | os.PathLike[str]) -> Dataset:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder with base.npy and queries.npy")
     base = _load_float32(folder / "base.npy")
-    queries = _load_float32(folder / "queries.npy")
+    queries = (
+        _load_float32(folder / "queries.npy")
+        if (folder / "queries.npy").exists()
+        else _empty_map((0, base.shape[1]), np.dtype(np.float32))
+    )
     if base.shape[1] != queries.shape[1]:
-        raise ValueError(
-            f"base has {base.shape[1]} dimensions but queries have {queries.shape[1]} in {folder}"
+        raise DatasetError(
+            folder / "queries.npy",
+            f"queries have {queries.shape[1]} dimensions but base.npy has {base.shape[1]}",
         )
 
     gt_ids = gt_dist = None
     if (folder / "gt_ids.npy").exists():
-        gt_ids = np.load(folder / "gt_ids.npy", mmap_mode="r")
+        gt_ids = _npy_matrix(folder / "gt_ids.npy")
         if gt_ids.shape[0] != queries.shape[0]:
-            raise ValueError(f"gt_ids.npy has {gt_ids.shape[0]} rows for {len(queries)} queries")
+            raise DatasetError(folder / "gt_ids.npy", f"{gt_ids.shape[0]} rows for {len(queries)} queries")
     if (folder / "gt_dist.npy").exists():
-        gt_dist = np.load(folder / "gt_dist.npy", mmap_mode="r")
+        gt_dist = _npy_matrix(folder / "gt_dist.npy")
 
     return Dataset(folder.name, base, queries, gt_ids, gt_dist, _folder_metric(folder))
 
@@ -97,11 +490,230 @@ def _folder_metric(folder: Path) -> str:
             metric = json.loads((folder / "stats.json").read_text()).get("metric", metric)
         except (ValueError, AttributeError):
             pass
-    if metric not in _METRICS:
-        raise ValueError(f"{folder} names metric {metric!r}; expected one of {_METRICS}")
-    return metric
+    canon = _canonical_metric(metric)
+    if canon is None:
+        raise DatasetError(folder, f"names metric {metric!r}; expected one of {_METRICS}")
+    return canon
 
 
+def _canonical_metric(name: Any) -> str | None:
+    aliases = {
+        "euclidean": "euclidean", "l2": "euclidean",
+        "cosine": "cosine", "angular": "cosine", "cos": "cosine",
+        "inner_product": "inner_product", "ip": "inner_product", "dot": "inner_product",
+    }
+    if isinstance(name, bytes):
+        name = name.decode()
+    return aliases.get(str(name).strip().lower())
+
+
+# in this order: a "query_groundtruth" file is ground truth, not queries
+_ROLES = {
+    "truth": ("groundtruth", "ground_truth", "gt", "neighbors", "truth"),
+    "queries": ("query", "queries", "test"),
+    "base": ("base", "train"),
+}
+
+
+def load_folder(path: _PathLike) -> Dataset:
+    """A folder as a `Dataset`: base.npy + queries.npy (see `load_npy_folder`), or files of any
+    single-array format whose names say their role: `*base*` (or `*train*`), `*query*` (or
+    `*test*`) and optionally `*groundtruth*` (or `*gt*`, `*neighbors*`), such as texmex's
+    sift_base.fvecs, sift_query.fvecs and sift_groundtruth.ivecs. Files named `*learn*` are
+    ignored."""
+    folder = Path(path)
+    if (folder / "base.npy").exists():
+        return load_npy_folder(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder")
+    files = [
+        f for f in sorted(folder.iterdir())
+        if f.is_file() and f.suffix.lower() in ARRAY_EXTENSIONS and "learn" not in f.stem.lower()
+    ]
+    found: dict[str, Path] = {}
+    for role, words in _ROLES.items():
+        matches = [
+            f for f in files
+            if _has_word(f.stem.lower(), words) and f not in found.values()
+            and not (role == "truth" and "dist" in f.stem.lower())  # gt_dist: distances, not ids
+        ]
+        if len(matches) > 1:
+            names = ", ".join(m.name for m in matches)
+            raise DatasetError(folder, f"several files could be the {role}: {names}")
+        if matches:
+            found[role] = matches[0]
+    if "base" not in found:
+        raise DatasetError(
+            folder, "no base vectors: expected base.npy, or a *base* / *train* file of "
+            + ", ".join(ARRAY_EXTENSIONS)
+        )
+    base = _float32(_matrix(found["base"]))
+    if "queries" in found:
+        queries = _float32(_matrix(found["queries"]))
+        if queries.shape[1] != base.shape[1]:
+            raise DatasetError(found["queries"], f"{queries.shape[1]} dimensions, the base has {base.shape[1]}")
+    else:
+        queries = _empty_map((0, base.shape[1]), np.dtype(np.float32))
+    gt_ids = gt_dist = None
+    if "truth" in found:
+        if found["truth"].suffix.lower() == ".ibin" and _is_bin_ground_truth(found["truth"]):
+            gt_ids, gt_dist = read_bin_ground_truth(found["truth"])
+        else:
+            gt_ids = _matrix(found["truth"])
+        if gt_ids.shape[0] != queries.shape[0]:
+            raise DatasetError(found["truth"], f"{gt_ids.shape[0]} rows of ground truth for {len(queries)} queries")
+    return Dataset(folder.name, base, queries, gt_ids, gt_dist, _folder_metric(folder))
+
+
+def _has_word(stem: str, words: tuple[str, ...]) -> bool:
+    parts = stem.replace("-", "_").replace(".", "_").split("_")
+    return any(w in parts or (len(w) > 3 and w in stem) for w in words)
+
+
+def _is_bin_ground_truth(p: Path) -> bool:
+    n, k, size = _bin_header(p)
+    return size == 8 + 8 * n * k and n * k > 0
+
+
+def _matrix(p: Path) -> np.ndarray:
+    array = read(p)
+    if array.ndim != 2:
+        raise DatasetError(p, f"holds an array of shape {array.shape}, not (count, dimensions)")
+    return array
+
+
+# ====================================================================== HDF5 (ann-benchmarks)
+def _h5py() -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError(
+            "reading or writing HDF5 needs h5py: pip install h5py (or chassis-index[hdf5])"
+        ) from None
+    return h5py
+
+
+def _h5_array(p: Path, ds: Any, mmap: bool) -> np.ndarray:
+    """A dataset of an open HDF5 file as an array: memory-mapped when stored contiguous and
+    unfiltered (as ann-benchmarks writes them), else read into memory."""
+    if mmap and ds.chunks is None and not ds.compression and ds.size:
+        offset = ds.id.get_offset()
+        if offset is not None and ds.dtype.isnative:
+            return np.memmap(p, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
+    return ds[()]
+
+
+def read_hdf5(path: _PathLike, *, mmap: bool = True) -> Dataset:
+    """An ann-benchmarks HDF5 file: `train` (base), `test` (queries), `neighbors` and
+    `distances` (ground truth, optional), attribute `distance` ("euclidean", "angular" ->
+    cosine, "dot"/"ip" -> inner_product). Needs h5py."""
+    h5py = _h5py()
+    p = Path(path)
+    _size(p)
+    try:
+        f = h5py.File(p, "r")
+    except OSError as exc:
+        raise DatasetError(p, f"not a readable HDF5 file: {exc}", 0) from None
+    with f:
+        for name in ("train", "test"):
+            if name not in f:
+                raise DatasetError(p, f"no {name!r} data set (found: {', '.join(f.keys()) or 'none'})")
+        metric_attr = f.attrs.get("distance", "euclidean")
+        metric = _canonical_metric(metric_attr)
+        if metric is None:
+            raise DatasetError(p, f"distance {metric_attr!r} is not one of euclidean, angular, dot")
+        arrays = {name: _h5_array(p, f[name], mmap) for name in ("train", "test", "neighbors", "distances") if name in f}
+    for name in ("train", "test"):
+        if arrays[name].ndim != 2:
+            raise DatasetError(p, f"{name!r} has shape {arrays[name].shape}, not (count, dimensions)")
+    base, queries = _float32(arrays["train"]), _float32(arrays["test"])
+    if base.shape[1] != queries.shape[1]:
+        raise DatasetError(p, f"'test' has {queries.shape[1]} dimensions, 'train' {base.shape[1]}")
+    gt_ids, gt_dist = arrays.get("neighbors"), arrays.get("distances")
+    if gt_ids is not None and gt_ids.shape[0] != queries.shape[0]:
+        raise DatasetError(p, f"'neighbors' has {gt_ids.shape[0]} rows for {queries.shape[0]} queries")
+    return Dataset(p.stem, base, queries, gt_ids, gt_dist, metric)
+
+
+def write_hdf5(
+    path: _PathLike,
+    train: npt.ArrayLike,
+    test: npt.ArrayLike,
+    neighbors: npt.ArrayLike | None = None,
+    distances: npt.ArrayLike | None = None,
+    metric: str = "euclidean",
+) -> None:
+    """Write an ann-benchmarks style HDF5 file (contiguous data sets, so `read_hdf5` maps them)."""
+    h5py = _h5py()
+    canon = _canonical_metric(metric)
+    if canon is None:
+        raise ValueError(f"metric is {metric!r}, expected one of {_METRICS}")
+    name = {"euclidean": "euclidean", "cosine": "angular", "inner_product": "dot"}[canon]
+    train_arr = np.asarray(train, dtype=np.float32)
+    with h5py.File(Path(path), "w") as f:
+        f.attrs["distance"] = name
+        f.attrs["dimension"] = int(train_arr.shape[1])
+        f.attrs["point_type"] = "float"
+        f.create_dataset("train", data=train_arr)
+        f.create_dataset("test", data=np.asarray(test, dtype=np.float32))
+        if neighbors is not None:
+            f.create_dataset("neighbors", data=np.asarray(neighbors, dtype=np.int32))
+        if distances is not None:
+            f.create_dataset("distances", data=np.asarray(distances, dtype=np.float32))
+
+
+# ====================================================================== dispatch
+_READERS: dict[str, Callable[..., np.ndarray]] = {
+    ".fvecs": read_fvecs, ".ivecs": read_ivecs, ".bvecs": read_bvecs,
+    ".fbin": read_fbin, ".ibin": read_ibin, ".u8bin": read_u8bin, ".i8bin": read_i8bin,
+    ".npy": read_npy,
+}
+_WRITERS: dict[str, Callable[[_PathLike, npt.ArrayLike], None]] = {
+    ".fvecs": write_fvecs, ".ivecs": write_ivecs, ".bvecs": write_bvecs,
+    ".fbin": write_fbin, ".ibin": write_ibin, ".u8bin": write_u8bin, ".i8bin": write_i8bin,
+    ".npy": write_npy,
+}
+
+
+def read(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
+    """The array of a single-array file, by extension (.fvecs .ivecs .bvecs .fbin .ibin
+    .u8bin .i8bin .npy), in its stored type; a read-only memory map unless `mmap=False`."""
+    p = Path(path)
+    reader = _READERS.get(p.suffix.lower())
+    if reader is None:
+        raise DatasetError(p, f"unknown extension {p.suffix!r}; known: {', '.join(_READERS)}")
+    return reader(p, mmap=mmap)
+
+
+def write(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write a 2-D array in the format its extension names (values converted when they fit)."""
+    p = Path(path)
+    writer = _WRITERS.get(p.suffix.lower())
+    if writer is None:
+        raise DatasetError(p, f"unknown extension {p.suffix!r}; known: {', '.join(_WRITERS)}")
+    writer(p, array)
+
+
+def load(path: _PathLike) -> Dataset:
+    """A `Dataset` from a folder, an HDF5 file or a single-array file.
+
+    A folder: see `load_folder`. `.hdf5` / `.h5`: see `read_hdf5`. A single array file
+    (.fvecs, .bvecs, .fbin, .u8bin, .npy, ...): its rows are the base, with no queries
+    and no ground truth (split queries off or read them from another file yourself). Bases
+    stored as float32 stay memory-mapped; other types are converted to float32 in memory.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return load_folder(p)
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or folder")
+    if p.suffix.lower() in HDF5_EXTENSIONS:
+        return read_hdf5(p)
+    base = _float32(_matrix(p))
+    return Dataset(p.stem, base, _empty_map((0, base.shape[1]), np.dtype(np.float32)), None, None)
+
+
+# ====================================================================== generated data
 def clustered(
     n: int,
     dims: int,
@@ -140,6 +752,7 @@ def clustered(
     return draw(n), draw(n_queries)
 
 
+# ====================================================================== exact k-NN
 def _as_f32(block: npt.ArrayLike) -> npt.NDArray[np.float32]:
     return np.ascontiguousarray(block, dtype=np.float32)
 
@@ -150,12 +763,24 @@ def _normalized(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return np.asarray(x / norms, dtype=np.float32)
 
 
+def _progress_bar(enabled: bool, total: int, desc: str) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="vec", unit_scale=True, leave=False)
+
+
 def ground_truth(
     base: npt.ArrayLike,
     queries: npt.ArrayLike,
     k: int,
     metric: str = "euclidean",
     block: int = 16_384,
+    *,
+    progress: bool = False,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
     """Exact k nearest neighbours of each query by brute force, ids int64 and distances float32.
 
@@ -164,10 +789,12 @@ def ground_truth(
     Rows where the base has fewer than k vectors are padded with id -1, distance inf.
 
     Work is blocked: `block` base rows against up to 1,024 queries at a time, so
-    memory stays near 4 * 1024 * block bytes whatever the sizes. Candidates are
-    found with float32 matrix products, then their distances are recomputed
-    directly in float64, which removes the rounding of the |q|^2 - 2 q.b + |b|^2
-    form from the final order.
+    memory stays near 4 * 1024 * block bytes whatever the sizes, and a memory-mapped base
+    (of any numeric type: it is converted block by block) is read once per 1,024 queries.
+    Candidates are found with float32 matrix products (BLAS), then their distances are
+    recomputed directly in float64, which removes the rounding of the
+    |q|^2 - 2 q.b + |b|^2 form from the final order. `progress=True` shows a tqdm bar
+    when tqdm is installed.
     """
     if metric not in _METRICS:
         raise ValueError(f"metric is {metric!r}, expected one of {_METRICS}")
@@ -190,64 +817,82 @@ def ground_truth(
         q_all = _normalized(q_all)
 
     q_step = 1_024
-    for q0 in range(0, nq, q_step):
-        q = q_all[q0 : q0 + q_step]
-        best_d = np.full((len(q), 0), np.inf, dtype=np.float32)
-        best_i = np.zeros((len(q), 0), dtype=np.int64)
-        for b0 in range(0, n, block):
-            b = _as_f32(base_arr[b0 : b0 + block])
-            if metric == "cosine":
-                b = _normalized(b)
-            dots = q @ b.T
-            if metric == "euclidean":
-                # a monotone stand-in for the distance: |b|^2 - 2 q.b (|q|^2 is per row)
-                scores = np.einsum("ij,ij->i", b, b)[None, :] - 2.0 * dots
-            else:
-                scores = -dots
-            ids = np.arange(b0, b0 + len(b), dtype=np.int64)
-            if scores.shape[1] > spare:  # keep only this block's best before merging
-                part = np.argpartition(scores, spare - 1, axis=1)[:, :spare]
-                scores = np.take_along_axis(scores, part, axis=1)
-                block_ids = ids[part]
-            else:
-                block_ids = np.broadcast_to(ids, scores.shape)
-            best_d = np.concatenate([best_d, scores], axis=1)
-            best_i = np.concatenate([best_i, block_ids], axis=1)
-            if best_d.shape[1] > spare:
-                part = np.argpartition(best_d, spare - 1, axis=1)[:, :spare]
-                best_d = np.take_along_axis(best_d, part, axis=1)
-                best_i = np.take_along_axis(best_i, part, axis=1)
+    bar = _progress_bar(progress, n * -(-nq // q_step), "ground truth")
+    try:
+        for q0 in range(0, nq, q_step):
+            q = q_all[q0 : q0 + q_step]
+            best_d = np.full((len(q), 0), np.inf, dtype=np.float32)
+            best_i = np.zeros((len(q), 0), dtype=np.int64)
+            for b0 in range(0, n, block):
+                b = _as_f32(base_arr[b0 : b0 + block])
+                if metric == "cosine":
+                    b = _normalized(b)
+                dots = q @ b.T
+                if metric == "euclidean":
+                    # a monotone stand-in for the distance: |b|^2 - 2 q.b (|q|^2 is per row)
+                    scores = np.einsum("ij,ij->i", b, b)[None, :] - 2.0 * dots
+                else:
+                    scores = -dots
+                ids = np.arange(b0, b0 + len(b), dtype=np.int64)
+                if scores.shape[1] > spare:  # keep only this block's best before merging
+                    part = np.argpartition(scores, spare - 1, axis=1)[:, :spare]
+                    scores = np.take_along_axis(scores, part, axis=1)
+                    block_ids = ids[part]
+                else:
+                    block_ids = np.broadcast_to(ids, scores.shape)
+                best_d = np.concatenate([best_d, scores], axis=1)
+                best_i = np.concatenate([best_i, block_ids], axis=1)
+                if best_d.shape[1] > spare:
+                    part = np.argpartition(best_d, spare - 1, axis=1)[:, :spare]
+                    best_d = np.take_along_axis(best_d, part, axis=1)
+                    best_i = np.take_along_axis(best_i, part, axis=1)
+                if bar is not None:
+                    bar.update(len(b))
 
-        exact = _exact_distances(base_arr, q, best_i, metric)
-        order = np.lexsort((best_i, exact), axis=1)[:, :kk]
-        out_ids[q0 : q0 + len(q), :kk] = np.take_along_axis(best_i, order, axis=1)
-        out_dist[q0 : q0 + len(q), :kk] = np.take_along_axis(exact, order, axis=1)
+            exact = _exact_distances(base_arr, q, best_i, metric)
+            order = np.lexsort((best_i, exact), axis=1)[:, :kk]
+            out_ids[q0 : q0 + len(q), :kk] = np.take_along_axis(best_i, order, axis=1)
+            out_dist[q0 : q0 + len(q), :kk] = np.take_along_axis(exact, order, axis=1)
+    finally:
+        if bar is not None:
+            bar.close()
     return out_ids, out_dist
 
 
 def _exact_distances(
     base: npt.NDArray, q: npt.NDArray[np.float32], cand: npt.NDArray[np.int64], metric: str
 ) -> npt.NDArray[np.float64]:
-    """Distances from each query row to its candidate base rows, computed in float64."""
-    flat = np.unique(cand)
-    rows = np.asarray(base[flat], dtype=np.float64)  # gather once; works on memory maps
-    vecs = rows[np.searchsorted(flat, cand)]  # (q, c, d)
-    qd = q.astype(np.float64)[:, None, :]
-    if metric == "euclidean":
-        return np.sqrt(((vecs - qd) ** 2).sum(axis=2))
-    if metric == "cosine":
-        norms = np.linalg.norm(vecs, axis=2)
-        norms[norms == 0] = 1.0
-        return 1.0 - (vecs * qd).sum(axis=2) / norms  # queries already normalised
-    return -(vecs * qd).sum(axis=2)
+    """Distances from each query row to its candidate base rows, computed in float64, a few
+    queries at a time so the (queries, candidates, dimensions) temporaries stay near 32 MiB."""
+    out = np.empty(cand.shape, dtype=np.float64)
+    per_query = max(1, cand.shape[1] * q.shape[1])
+    step = max(1, (4 << 20) // per_query)
+    for r0 in range(0, len(q), step):
+        c = cand[r0 : r0 + step]
+        flat = np.unique(c)
+        rows = np.asarray(base[flat], dtype=np.float64)  # gather once; works on memory maps
+        vecs = rows[np.searchsorted(flat, c)]  # (q, c, d)
+        qd = q[r0 : r0 + step].astype(np.float64)[:, None, :]
+        if metric == "euclidean":
+            out[r0 : r0 + step] = np.sqrt(((vecs - qd) ** 2).sum(axis=2))
+        elif metric == "cosine":
+            norms = np.linalg.norm(vecs, axis=2)
+            norms[norms == 0] = 1.0
+            out[r0 : r0 + step] = 1.0 - (vecs * qd).sum(axis=2) / norms  # queries normalised
+        else:
+            out[r0 : r0 + step] = -(vecs * qd).sum(axis=2)
+    return out
 
 
+# ====================================================================== recall
 def recall_at_k(found_ids: npt.ArrayLike, truth_ids: npt.ArrayLike, k: int) -> float:
     """Mean over queries of the fraction of the true k nearest found in the first k results.
 
     Each true id counts once, however often it is returned. Padding ids
     (2**64 - 1 from search_batch, -1 from ground_truth) never match.
     """
+    if k < 1:
+        raise ValueError(f"k is {k}, must be at least 1")
     found = _as_int64_ids(found_ids)[:, :k]
     truth = _as_int64_ids(truth_ids)[:, :k]
     if found.shape[0] != truth.shape[0]:
@@ -260,6 +905,7 @@ def recall_at_k(found_ids: npt.ArrayLike, truth_ids: npt.ArrayLike, k: int) -> f
     step = max(1, 4_000_000 // (k * k))  # bound the (rows, k, k) comparison
     for r0 in range(0, found.shape[0], step):
         f, t = found[r0 : r0 + step], truth[r0 : r0 + step]
+        # a true id returned twice counts once: compare each true id with all found ones
         match = (t[:, :, None] == f[:, None, :]).any(axis=2) & (t >= 0)
         hits += int(match.sum())
     return hits / (found.shape[0] * k)

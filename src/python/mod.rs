@@ -360,6 +360,48 @@ impl VectorIndex {
         self.with(py, |idx| idx.flush())
     }
 
+    /// Delete `id`: hidden from this handle's searches at once, durable at the next flush.
+    /// Returns False if no live vector has it.
+    fn delete(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let v = int_arg(id, "id")?;
+        if v < 0 || v >= u64::MAX as i128 {
+            self.index()?;
+            return Ok(false);
+        }
+        self.with(py, |idx| idx.delete(v as u64))
+    }
+
+    /// Vectors deleted and not yet compacted away.
+    fn deleted_count(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |idx| idx.deleted_count())
+    }
+
+    /// A full scan of vectors and graph; returns a `Check`.
+    #[pyo3(signature = (*, progress = false))]
+    fn check<'py>(&self, py: Python<'py>, progress: bool) -> PyResult<Bound<'py, PyAny>> {
+        let idx = self.index()?;
+        let total = py.detach(|| idx.snap().slots);
+        let r = run::run_long_threaded(py, total, progress, "checking", |ctl| idx.check(ctl))?;
+        py.import("chassis._check")?.getattr("Check")?.call1((r.unreachable, r.not_finite, r.corrupt))
+    }
+
+    /// Write a consistent copy of the last flush to `path` (a writer flushes first), renamed
+    /// into place when whole.
+    fn backup(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+        let p: PathBuf = py.import("os")?.getattr("fspath")?.call1((path,))?.extract()?;
+        self.with(py, |idx| idx.backup(&p))
+    }
+
+    /// Rewrite the file without deleted vectors, with a rebuilt graph and the same ids.
+    /// Flushes first; Ctrl-C or an error leaves the original untouched.
+    #[pyo3(signature = (*, threads = None, progress = false))]
+    fn compact(&self, py: Python<'_>, threads: Option<&Bound<'_, PyAny>>, progress: bool) -> PyResult<()> {
+        let threads = opt_count(threads, "threads", 1024)?;
+        let idx = self.index()?;
+        let total = py.detach(|| idx.len());
+        run::run_long_threaded(py, total, progress, "compacting", |ctl| idx.compact(threads, ctl))
+    }
+
     /// Discard everything since the last flush; the writer lock is kept.
     fn rollback(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, |idx| idx.rollback())

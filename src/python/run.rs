@@ -52,14 +52,31 @@ impl<'py> Progress<'py> {
     }
 }
 
-/// Run `work` (given the cancel/progress control) without the GIL.
+/// Run `work` (given the cancel/progress control) without the GIL; small work inline.
 pub fn run_long<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, work: F) -> PyResult<T>
 where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
 {
+    run(py, total, progress, desc, total < INLINE_BELOW && !progress, work)
+}
+
+/// `run_long` for work whose size does not tell its length (a scan, a compaction).
+pub fn run_long_threaded<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce(&Control) -> Result<T> + Send,
+{
+    run(py, total, progress, desc, false, work)
+}
+
+fn run<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, inline: bool, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce(&Control) -> Result<T> + Send,
+{
     let ctl = Control::default();
-    if total < INLINE_BELOW && !progress {
+    if inline {
         return py.detach(|| work(&ctl)).map_err(to_py);
     }
     let mut bar = Progress::new(py, progress, total, desc);

@@ -1,0 +1,166 @@
+"""`python -m chassis bench`: the quick run end to end in a subprocess, --data on files the
+test writes, --compare with missing peers, and the option errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import child_env
+
+from chassis import __main__ as cli
+from chassis import _bench
+from chassis import datasets as D
+
+
+def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "chassis", "bench", *args],
+        capture_output=True, text=True, timeout=timeout, env=child_env(),
+    )
+
+
+def _check_sweep(points: list[dict], min_last_recall: float = 0.0) -> None:
+    assert points, "empty sweep"
+    recalls = [p["recall"] for p in points]
+    assert all(0.0 <= r <= 1.0 for r in recalls), recalls
+    assert all(b >= a - 0.02 for a, b in zip(recalls, recalls[1:])), f"recall falls with ef: {recalls}"
+    assert all(p["qps"] > 0 for p in points)
+    assert [p["ef"] for p in points] == sorted(p["ef"] for p in points)
+    assert recalls[-1] >= min_last_recall, recalls
+
+
+def test_quick_run_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "out.json"
+    proc = _run("--quick", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = proc.stdout
+    for column in ("ef", "recall@10", "QPS", "QPS@0.9", "build:", "open:", "ground truth"):
+        assert column in text, f"{column!r} missing from:\n{text}"
+    everything = json.loads(out.read_text())
+    chassis = everything["engines"]["chassis"]
+    _check_sweep(chassis["sweep"]["batch"], min_last_recall=0.9)
+    assert chassis["build_s"] > 0 and chassis["open_ms"] > 0 and chassis["file_bytes"] > 0
+    assert set(chassis["qps_at"]["batch"]) == {"0.9", "0.95", "0.99"}
+    assert everything["data"]["n"] == 10_000 and everything["data"]["queries"] == 200
+    assert everything["data"]["ground_truth"] == "computed"
+
+
+def test_data_fvecs_file_last_rows_become_queries(tmp_path):
+    base, _ = D.clustered(3_000, 16, 0, seed=2)
+    path = tmp_path / "vectors.fvecs"
+    D.write_fvecs(path, base)
+    out = tmp_path / "fvecs.json"
+    proc = _run("--data", str(path), "--queries", "100", "--ef", "10,40,160", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vectors.fvecs (last 100 rows as queries): 2,900 x 16" in proc.stdout
+    everything = json.loads(out.read_text())
+    assert everything["data"]["n"] == 2_900 and everything["data"]["queries"] == 100
+    _check_sweep(everything["engines"]["chassis"]["sweep"]["batch"], min_last_recall=0.95)
+
+
+def test_data_with_separate_queries_and_truth_files(tmp_path, capsys):
+    """In-process: --queries PATH and --truth PATH are used as given (no ground truth pass)."""
+    base, queries = D.clustered(1_500, 8, 50, seed=6)
+    truth, _ = D.ground_truth(base, queries, 10)
+    D.write_fbin(tmp_path / "b.fbin", base)
+    D.write_fbin(tmp_path / "q.fbin", queries)
+    D.write_ivecs(tmp_path / "gt.ivecs", truth)
+    out = tmp_path / "o.json"
+    rc = cli.main(["bench", "--data", str(tmp_path / "b.fbin"), "--queries", str(tmp_path / "q.fbin"),
+                   "--truth", str(tmp_path / "gt.ivecs"), "--ef", "20,80", "--quick",
+                   "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "ground truth: exact" not in printed
+    everything = json.loads(out.read_text())
+    assert everything["data"]["ground_truth"] == "given"
+    _check_sweep(everything["engines"]["chassis"]["sweep"]["batch"], min_last_recall=0.95)
+
+
+def test_compare_skips_missing_peers_and_reports_ratios(tmp_path, capsys, monkeypatch):
+    class Missing(_bench.Engine):
+        name = package = "usearch"
+
+        def __init__(self) -> None:
+            raise ImportError("No module named 'usearch'")
+
+    monkeypatch.setitem(_bench.ENGINES, "usearch", Missing)
+    peers = ["usearch"]
+    try:
+        import hnswlib  # noqa: F401
+
+        peers.append("hnswlib")
+    except ImportError:
+        pass
+    out = tmp_path / "c.json"
+    rc = cli.main(["bench", "--quick", "--n", "1500", "--queries", "50", "--ef", "10,40",
+                   "--compare", ",".join(peers), "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "skipped usearch" in printed
+    everything = json.loads(out.read_text())
+    assert "usearch" not in everything["engines"]
+    if "hnswlib" in peers:
+        assert "vs hnswlib" in printed and "hnswlib QPS" in printed
+        _check_sweep(everything["engines"]["hnswlib"]["sweep"]["batch"])
+        assert set(everything["ratios"]["hnswlib"]) >= {"build_s", "open_ms", "qps_at"}
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    rc = cli.main(["bench", "--quick", "--plot", str(tmp_path / "p.png")])
+    assert rc == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_plot_draws_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "p.png"
+    rc = cli.main(["bench", "--quick", "--n", "800", "--queries", "30", "--ef", "10,20",
+                   "--plot", str(png)])
+    assert rc == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_malformed_data_file_is_reported(tmp_path, capsys):
+    path = tmp_path / "bad.fvecs"
+    D.write_fvecs(path, np.zeros((4, 3), np.float32))
+    path.write_bytes(path.read_bytes()[:-2])
+    assert cli.main(["bench", "--data", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.fvecs" in err and "byte offset 48" in err
+
+
+def test_option_errors():
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--compare", "nosuchlib"])
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--ef", "0,5"])
+    assert cli.main([]) == 2
+
+
+def test_interpolation_at_equal_recall():
+    sweep = [(0.80, 1000.0), (0.90, 800.0), (1.0, 400.0)]
+    assert _bench.interpolate_qps(sweep, 0.95) == (pytest.approx(600.0), "interpolated")
+    assert _bench.interpolate_qps(sweep, 0.5) == (1000.0, "at-first-point")
+    assert _bench.interpolate_qps(sweep[:2], 0.95) == (None, "not-reached")
+    assert _bench.ratio(2.0, 4.0) == 0.5 and _bench.ratio(None, 1.0) is None
+
+
+def test_bench_module_is_shared_with_the_benchmarks():
+    """benchmarks/_common.py re-exports chassis._bench instead of repeating it."""
+    import importlib.util
+    from pathlib import Path
+
+    common = Path(__file__).resolve().parents[1] / "benchmarks" / "_common.py"
+    if not common.exists():
+        pytest.skip("no benchmarks/ next to the tests")
+    spec = importlib.util.spec_from_file_location("_bench_common_under_test", common)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.make_engine is _bench.make_engine
+    assert module.interpolate_qps is _bench.interpolate_qps
