@@ -427,14 +427,24 @@ impl<'a> Graph<'a> {
                 let mut cands: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
                 cands.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
                 let chosen = self.select(&cands, self.m, sc);
+                let cap = if layer == 0 { 2 * self.m } else { self.m };
                 {
                     let _g = locks[slot as usize % LOCK_STRIPES].lock();
-                    let ids: Vec<u32> = chosen.iter().map(|c| c.1).collect();
                     if let Some(list) = list_of(self.st, slot, layer) {
+                        // Another thread may already have linked a node of its own here (it
+                        // found this one through a layer above): keep those links too.
+                        let n = list_len(list);
+                        let mut ids: Vec<u32> = chosen.iter().map(|c| c.1).collect();
+                        let extra: Vec<u32> = list[2..2 + n].iter().map(|e| e.load(Relaxed)).filter(|e| *e < self.limit && !ids.contains(e)).collect();
+                        if !extra.is_empty() {
+                            let mut all: Vec<(f32, u32)> = chosen.clone();
+                            all.extend(extra.iter().map(|&e| (self.dist(&q, e), e)));
+                            all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                            ids = if all.len() <= cap { all.iter().map(|c| c.1).collect() } else { self.select(&all, cap, sc).iter().map(|c| c.1).collect() };
+                        }
                         write_list(list, slot, layer, &ids, level);
                     }
                 }
-                let cap = if layer == 0 { 2 * self.m } else { self.m };
                 for &(d, n) in &chosen {
                     self.link_back(n, slot, d, layer, cap, locks, before_modify, sc)?;
                 }

@@ -100,6 +100,13 @@ pub struct Filter {
     pub excluded: Vec<u64>,
 }
 
+/// Filters of a batch: one for all queries, or one per query.
+#[derive(Clone, Copy)]
+pub enum BatchFilter<'a> {
+    Same(Option<&'a Filter>),
+    PerQuery(&'a [Filter]),
+}
+
 /// A filter in slots. Ids not in the index are simply never matched.
 struct SlotFilter {
     allowed: Option<HashSet<u32>>,
@@ -272,10 +279,12 @@ fn check_k(k: usize) -> Result<()> {
     Ok(())
 }
 
+/// `.<name>.<what>-<pid>-<nanos><n>` beside `path`: unique to this process and call.
 fn tmp_sibling(path: &Path, what: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    path.with_file_name(format!(".{name}.{what}-{}-{nanos}", std::process::id()))
+    path.with_file_name(format!(".{name}.{what}-{}-{nanos}{}", std::process::id(), N.fetch_add(1, Relaxed)))
 }
 
 impl Index {
@@ -945,6 +954,10 @@ impl Index {
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
         let (cslots, cseq) = (w.committed.slots, w.committed.seq);
         let result = with_threads(threads, || self.link(st, cslots, cseq, start, n, &levels, ctl)).and_then(|r| r);
+        // A large batch: give nodes the pruning left without a way in one (checked in O(slots),
+        // so not after small adds).
+        let total = start + n as u64;
+        let result = result.and_then(|()| if n >= 1000 || n as u64 * 8 >= total { self.repair(st, cslots, cseq, total as u32) } else { Ok(()) });
         let sp = self.savepoint.lock().take().unwrap();
         if let Err(e) = result {
             for (slot, words) in &sp.saved {
@@ -1022,6 +1035,88 @@ impl Index {
         if let Some(sp) = sp.as_mut() {
             if n < sp.start {
                 sp.saved.entry(n).or_insert_with(|| graph::snapshot_lists(st, n));
+            }
+        }
+        Ok(())
+    }
+
+    /// Make every node reachable on layer 0 from the entry point: for each node that is not,
+    /// add it to the list of its nearest reachable out-neighbor (replacing that list's farthest
+    /// entry when full). The pruning heuristic can leave a node with no way in.
+    fn repair(&self, st: &Storage, cslots: u64, cseq: u64, n: u32) -> Result<()> {
+        let (entry, max_level) = *self.entry.lock();
+        if entry == EMPTY || entry >= n {
+            return Ok(());
+        }
+        let g = Graph::new(st, self.metric(), n);
+        let cap = 2 * st.geo.m;
+        let mut buf = Vec::new();
+        // A node whose out-neighbors are all unreachable yet, or whose new in-edge pushed out
+        // another node's only one, is fixed by the next pass.
+        for _pass in 0..3 {
+            let mut seen = vec![false; n as usize];
+            let mut stack = vec![entry];
+            seen[entry as usize] = true;
+            let walk = |stack: &mut Vec<u32>, seen: &mut Vec<bool>| {
+                while let Some(s) = stack.pop() {
+                    let l0 = st.l0(s);
+                    for e in &l0[2..2 + graph::list_len(l0)] {
+                        let nb = e.load(Relaxed);
+                        if nb < n && !seen[nb as usize] {
+                            seen[nb as usize] = true;
+                            stack.push(nb);
+                        }
+                    }
+                }
+            };
+            walk(&mut stack, &mut seen);
+            if seen.iter().all(|&x| x) {
+                return Ok(());
+            }
+            let mut indeg = vec![0u32; n as usize];
+            for s in 0..n {
+                let l0 = st.l0(s);
+                for e in &l0[2..2 + graph::list_len(l0)] {
+                    let nb = e.load(Relaxed);
+                    if nb < n {
+                        indeg[nb as usize] += 1;
+                    }
+                }
+            }
+            for u in 0..n {
+                if seen[u as usize] {
+                    continue;
+                }
+                let uv = g.vector_f32(u, &mut buf).to_vec();
+                let l0 = st.l0(u);
+                let best = l0[2..2 + graph::list_len(l0)]
+                    .iter()
+                    .map(|e| e.load(Relaxed))
+                    .filter(|&v| v < n && seen[v as usize])
+                    .map(|v| (g.dist(&uv, v), v))
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+                    // An island: its out-neighbors are unreachable too; find a way in by search.
+                    .or_else(|| g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize]).first().copied());
+                let Some((_, v)) = best else { continue };
+                let _lock = self.locks[v as usize % LOCK_STRIPES].lock();
+                self.before_modify(st, cslots, cseq, v)?;
+                let list = st.l0(v);
+                let mut cur: Vec<u32> = list[2..2 + graph::list_len(list)].iter().map(|e| e.load(Relaxed)).collect();
+                if cur.len() >= cap {
+                    // Drop the farthest entry that has another way in.
+                    let vv = g.vector_f32(v, &mut buf).to_vec();
+                    let Some(far) = (0..cur.len()).filter(|&i| indeg[cur[i] as usize] > 1).max_by(|&a, &b| g.dist(&vv, cur[a]).total_cmp(&g.dist(&vv, cur[b]))) else {
+                        continue;
+                    };
+                    indeg[cur[far] as usize] -= 1;
+                    cur.remove(far);
+                }
+                indeg[u as usize] += 1;
+                cur.push(u);
+                graph::write_list(list, v, 0, &cur, graph::level_of(st, v));
+                seen[u as usize] = true;
+                stack.push(u);
+                walk(&mut stack, &mut seen);
             }
         }
         Ok(())
@@ -1129,6 +1224,7 @@ impl Index {
                     if h.seq != snap.seq {
                         continue;
                     }
+                    let _ = std::fs::remove_file(&tmp); // an earlier attempt's
                     copy_commit(&snap.st, &h, &tmp)?;
                     // Lists changed since the commit: their committed contents are in the
                     // writer's undo log, saved before each change, so also before our copy.
@@ -1421,7 +1517,7 @@ impl Index {
         threads: Option<usize>,
         ctl: &Control,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
-        self.search_batch_in(&self.snap(), qs, nq, k, ef, filter, threads, ctl)
+        self.search_batch_in(&self.snap(), qs, nq, k, ef, BatchFilter::Same(filter), threads, ctl)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1432,11 +1528,16 @@ impl Index {
         nq: usize,
         k: usize,
         ef: Option<usize>,
-        filter: Option<&Filter>,
+        filter: BatchFilter<'_>,
         threads: Option<usize>,
         ctl: &Control,
     ) -> Result<(Vec<u64>, Vec<f32>)> {
         self.check_open()?;
+        if let BatchFilter::PerQuery(f) = filter {
+            if f.len() != nq {
+                return Err(Error::invalid(format!("{} filters for {nq} queries", f.len()), "pass one filter per query"));
+            }
+        }
         check_k(k)?;
         let ef = self.effective_ef(ef)?;
         let d = self.dims();
@@ -1453,16 +1554,24 @@ impl Index {
         for (r, row) in qs.chunks_exact(d).enumerate() {
             self.check_vector(row, &format!("query {r}"))?;
         }
-        let f = filter.map(|f| self.slot_filter(snap, f));
+        let same = match filter {
+            BatchFilter::Same(f) => f.map(|f| self.slot_filter(snap, f)),
+            BatchFilter::PerQuery(_) => None,
+        };
         let mut ids = vec![RESERVED_ID; nq * k];
         let mut dists = vec![f32::INFINITY; nq * k];
         let run = || {
-            ids.par_chunks_mut(k).zip(dists.par_chunks_mut(k)).zip(qs.par_chunks_exact(d)).with_max_len(16).for_each(|((ir, dr), q)| {
+            ids.par_chunks_mut(k).zip(dists.par_chunks_mut(k)).zip(qs.par_chunks_exact(d)).enumerate().with_max_len(16).for_each(|(i, ((ir, dr), q))| {
                 if ctl.cancelled() {
                     return;
                 }
                 let q = self.prepare_query(q, "query").expect("checked above");
-                for (j, h) in self.search_prepared(snap, &q, k, ef, f.as_ref()).into_iter().enumerate() {
+                let own = match filter {
+                    BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
+                    BatchFilter::Same(_) => None,
+                };
+                let f = own.as_ref().or(same.as_ref());
+                for (j, h) in self.search_prepared(snap, &q, k, ef, f).into_iter().enumerate() {
                     ir[j] = h.id;
                     dr[j] = h.distance;
                 }

@@ -155,12 +155,13 @@ def _load(args: argparse.Namespace) -> _Data:
         n = args.n or (10_000 if args.quick else 20_000)
         dims = args.dims or 64
         q = count or (200 if args.quick else 1_000)
-        base, queries = datasets.clustered(n, dims, q, seed=args.seed)
-        return _Data(f"clustered (generated, seed {args.seed})", base, queries, None,
+        generated = datasets.clustered(n, dims, q, seed=args.seed)
+        return _Data(f"clustered (generated, seed {args.seed})", *generated, None,
                      args.metric or "euclidean", "generated")
 
     path = Path(args.data)
     truth: np.ndarray | None = None
+    queries: np.ndarray | None
     metric = "euclidean"
     if path.is_dir() or path.suffix.lower() in datasets.HDF5_EXTENSIONS:
         ds = datasets.load(path)
@@ -202,6 +203,7 @@ def _measure(engine: _bench.Engine, data: _Data, args: argparse.Namespace, folde
              threads: int) -> dict[str, Any]:
     """Build, persist, reopen and sweep one engine; every figure in a dict."""
     path = str(folder / f"{engine.name}.index")
+    assert data.truth is not None
     out: dict[str, Any] = {"version": engine.version}
     n = len(data.base)
     out["build_s"] = engine.build(path, data.base, metric=data.metric, m=args.m,

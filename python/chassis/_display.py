@@ -24,12 +24,12 @@ def _get(index: Any, name: str) -> Any:
 
 def _size_text(path: Any) -> str:
     try:
-        size = os.path.getsize(path)
+        size = float(os.path.getsize(path))
     except (OSError, TypeError):
         return "missing"
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":
-            return f"{size:,} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
+            return f"{size:,.0f} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
         size /= 1024
     return ""  # not reached
 

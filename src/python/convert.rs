@@ -100,6 +100,8 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     }
     match u.dtype().kind() {
         b'u' => {}
+        // Only in filters (see `filter_ids_arg`); as ids of vectors, booleans make no sense.
+        b'b' => return Err(type_error(py, "ids are booleans".into(), "pass integer ids (a boolean mask is accepted by allowed= and excluded=)")),
         b'i' => {
             if u.len() > 0 && a.call_method0("min")?.extract::<i64>()? < 0 {
                 return Err(invalid(py, "ids include a negative number".into(), "use ids from 0 to 2**64-2"));
@@ -112,6 +114,31 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     kw.set_item("dtype", np.getattr("uint64")?)?;
     let c = np.call_method("ascontiguousarray", (a,), Some(&kw))?.cast_into::<PyArray1<u64>>()?;
     Ok(c.readonly().as_slice()?.to_vec())
+}
+
+/// Ids for a filter: integer ids as in `ids_arg`, or a boolean mask indexed by id
+/// (`mask[id]` true: the id is in the set).
+pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if let Ok(u) = obj.cast::<PyUntypedArray>() {
+        if u.dtype().kind() == b'b' {
+            if u.ndim() != 1 {
+                return Err(invalid(obj.py(), format!("the mask has shape {:?}; expected one axis", u.shape()), "pass a 1-D boolean array indexed by id"));
+            }
+            let nz = numpy(obj.py())?.call_method1("flatnonzero", (obj,))?;
+            return ids_arg(&nz);
+        }
+    }
+    ids_arg(obj)
+}
+
+/// Whether `obj` is a sequence of per-query id collections (a list or tuple whose first item
+/// is itself a sequence or array) rather than one collection of ids.
+pub fn is_per_query(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !(obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<pyo3::types::PyTuple>()) || obj.len()? == 0 {
+        return Ok(false);
+    }
+    let first = obj.get_item(0)?;
+    Ok(first.is_none() || first.hasattr("__len__")? || first.cast::<PyUntypedArray>().is_ok())
 }
 
 /// A (rows, cols) matrix from a row-major Vec, handed over without a copy.

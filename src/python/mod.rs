@@ -10,9 +10,9 @@ mod run;
 
 use crate::error::{Error, Result};
 use crate::format::{Metric, Precision};
-use crate::index::{Filter, Hit, Index, Mode, Options, Snap, MAX_K};
+use crate::index::{BatchFilter, Filter, Hit, Index, Mode, Options, Snap, MAX_K};
 use std::sync::Arc;
-use convert::{count_arg, f32_array, id_arg, ids_arg, int_arg, matrix, vector};
+use convert::{count_arg, f32_array, filter_ids_arg, id_arg, ids_arg, int_arg, is_per_query, matrix, vector};
 use errors::{to_py, type_error, IntoPyResult};
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
 use parking_lot::RwLock;
@@ -110,6 +110,20 @@ struct SearchArgs {
     k: usize,
     ef: Option<usize>,
     filter: Option<Filter>,
+    /// search_batch: one filter per query.
+    per_query: Option<Vec<Filter>>,
+}
+
+/// One `allowed`/`excluded` value: None, ids, or a boolean mask.
+fn filter_set(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u64>>> {
+    obj.filter(|a| !a.is_none()).map(filter_ids_arg).transpose()
+}
+
+fn make_filter(allowed: Option<Vec<u64>>, excluded: Option<Vec<u64>>) -> Option<Filter> {
+    if allowed.is_none() && excluded.is_none() {
+        return None;
+    }
+    Some(Filter { allowed, excluded: excluded.unwrap_or_default() })
 }
 
 impl SearchArgs {
@@ -119,10 +133,42 @@ impl SearchArgs {
             _ => 10,
         };
         let ef = opt_count(ef, "ef", MAX_K)?;
-        let allowed = allowed.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
-        let excluded = excluded.filter(|a| !a.is_none()).map(ids_arg).transpose()?;
-        let filter = if allowed.is_none() && excluded.is_none() { None } else { Some(Filter { allowed, excluded: excluded.unwrap_or_default() }) };
-        Ok(SearchArgs { k, ef, filter })
+        let filter = make_filter(filter_set(allowed)?, filter_set(excluded)?);
+        Ok(SearchArgs { k, ef, filter, per_query: None })
+    }
+
+    /// As `parse`, where `allowed` and `excluded` may also be lists with one entry (ids, a
+    /// mask, or None) per query.
+    fn parse_batch(
+        k: Option<&Bound<'_, PyAny>>,
+        ef: Option<&Bound<'_, PyAny>>,
+        allowed: Option<&Bound<'_, PyAny>>,
+        excluded: Option<&Bound<'_, PyAny>>,
+        nq: usize,
+    ) -> PyResult<SearchArgs> {
+        let per = |o: Option<&Bound<'_, PyAny>>| -> PyResult<bool> { o.filter(|a| !a.is_none()).map(is_per_query).unwrap_or(Ok(false)) };
+        if !per(allowed)? && !per(excluded)? {
+            return Self::parse(k, ef, allowed, excluded);
+        }
+        let mut a = Self::parse(k, ef, None, None)?;
+        let split = |o: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Vec<Option<Vec<u64>>>> {
+            match o.filter(|x| !x.is_none()) {
+                None => Ok(vec![None; nq]),
+                Some(x) if is_per_query(x)? => {
+                    if x.len()? != nq {
+                        return Err(errors::named(x.py(), "InvalidArgumentError", format!("{name} has {} entries for {nq} queries", x.len()?), "pass one entry per query, or one set for all"));
+                    }
+                    (0..nq).map(|i| filter_set(Some(&x.get_item(i)?))).collect()
+                }
+                Some(x) => {
+                    let one = filter_set(Some(x))?;
+                    Ok(vec![one; nq])
+                }
+            }
+        };
+        let (al, ex) = (split(allowed, "allowed")?, split(excluded, "excluded")?);
+        a.per_query = Some(al.into_iter().zip(ex).map(|(a, e)| make_filter(a, e).unwrap_or_default()).collect());
+        Ok(a)
     }
 }
 
@@ -146,7 +192,7 @@ fn do_search_batch<'py>(
     idx: &Index,
     snap: Option<&Arc<Snap>>,
     queries: &Bound<'py, PyAny>,
-    a: SearchArgs,
+    args: (Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>),
     threads: Option<&Bound<'py, PyAny>>,
     progress: bool,
 ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
@@ -154,6 +200,7 @@ fn do_search_batch<'py>(
     let arr = f32_array(queries, 2, "queries")?;
     let shape = arr.shape().to_vec();
     let (nq, d) = (shape[0], shape[1]);
+    let a = SearchArgs::parse_batch(args.0, args.1, args.2, args.3, nq)?;
     let dims = idx.dims();
     if d != dims && nq > 0 {
         return Err(to_py(Error::new(
@@ -169,7 +216,11 @@ fn do_search_batch<'py>(
         None => py.detach(|| idx.snap()),
     };
     let (ids, dists) = run::run_long(py, nq as u64, progress, "searching", |ctl| {
-        idx.search_batch_in(&snap, qs, nq, a.k, a.ef, a.filter.as_ref(), threads, ctl)
+        let filters = match &a.per_query {
+            Some(v) => BatchFilter::PerQuery(v),
+            None => BatchFilter::Same(a.filter.as_ref()),
+        };
+        idx.search_batch_in(&snap, qs, nq, a.k, a.ef, filters, threads, ctl)
     })?;
     Ok((matrix(py, nq, a.k, ids), matrix(py, nq, a.k, dists)))
 }
@@ -315,8 +366,7 @@ impl VectorIndex {
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
-        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
-        do_search_batch(py, &*self.index()?, None, queries, a, threads, progress)
+        do_search_batch(py, &*self.index()?, None, queries, (k, ef, allowed, excluded), threads, progress)
     }
 
     /// A snapshot: one committed state (a writer's: with its published adds), pinned for as
@@ -467,6 +517,11 @@ impl VectorIndex {
         self.with(py, |idx| Ok(idx.pending()))
     }
 
+    /// An HTML summary for notebooks.
+    fn _repr_html_<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        slf.py().import("chassis._display")?.getattr("repr_html")?.call1((slf,))
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let path = self.path.bind(py).str().map(|s| s.to_string()).unwrap_or_default();
         let state = self.inner.read().clone().map(|i| py.detach(|| (i.len(), if i.is_read_only() { 0 } else { i.pending() })));
@@ -522,8 +577,7 @@ impl Snapshot {
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
-        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
-        do_search_batch(py, &self.idx, Some(&self.snap), queries, a, threads, progress)
+        do_search_batch(py, &self.idx, Some(&self.snap), queries, (k, ef, allowed, excluded), threads, progress)
     }
     fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
         let id = id_arg(id)?;
