@@ -11,6 +11,7 @@ use crate::graph::{self, Graph, LOCK_STRIPES};
 use crate::os;
 use crate::storage::Storage;
 use crate::undo::{undo_path, Record, UndoLog};
+use crate::warm::Warm;
 use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -128,6 +129,28 @@ enum Rows<'a> {
     Stored(&'a [u8]),
 }
 
+/// What the system holds of an index's mappings (`memory_stats`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Address space of the index's mappings (mostly never touched: the file is sparse).
+    pub mapped_bytes: u64,
+    /// What the index has written: the ranges warm reads.
+    pub written_bytes: u64,
+    /// Of the written ranges, bytes in memory now (mincore).
+    pub resident_bytes: u64,
+    pub vector_bytes: u64,
+    /// Of the vectors, bytes mapped by huge pages (FilePmdMapped), where the system says.
+    pub vector_huge_bytes: Option<u64>,
+    /// Of the slot headers, lists and heap, bytes mapped by huge pages: 0 by ADR-0016.
+    pub graph_huge_bytes: Option<u64>,
+    pub huge_pages_asked: bool,
+    pub warm_running: bool,
+    pub warm_done_bytes: u64,
+    pub warm_total_bytes: u64,
+    /// How warm reads pages in on this system.
+    pub populate: &'static str,
+}
+
 /// What `check()` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckReport {
@@ -234,6 +257,10 @@ pub struct Index {
     savepoint: Mutex<Option<Savepoint>>,
     ids: Mutex<IdMap>,
     closed: AtomicBool,
+    /// ADR-0019: the background read-in, and whether it was asked for (a reader that moves to
+    /// a new file reads that in too).
+    warm: Mutex<Option<Warm>>,
+    warm_on: AtomicBool,
     /// Things the caller should be told about once (a damaged header copy, a replayed log).
     pub warnings: Vec<String>,
 }
@@ -430,6 +457,7 @@ impl Index {
     fn from_file(path: &Path, file: File, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
         let mut warnings = Vec::new();
         let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
+        let fell_back = !warnings.is_empty();
         if let Some(d) = dims {
             if d != h.dims as usize {
                 return Err(Error::new(
@@ -454,9 +482,9 @@ impl Index {
                 ("precision", o.precision.name().to_string(), h.precision.name().to_string()),
                 ("max_connections", o.max_connections.to_string(), h.max_connections.to_string()),
             ];
-            // A read-only open takes metric and precision from the file, as chassisdb does.
+            // A read-only open takes the fixed options from the file, as chassisdb does.
             for (name, want, have) in fixed {
-                if want != have && !(mode == Mode::Read && name != "max_connections") {
+                if want != have && mode == Mode::Write {
                     return Err(Error::new(
                         ErrorKind::OptionsMismatch,
                         format!("{} was created with {name}={have}, not {want}", path.display()),
@@ -502,12 +530,24 @@ impl Index {
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
             closed: AtomicBool::new(false),
+            warm: Mutex::new(None),
+            warm_on: AtomicBool::new(false),
             warnings,
         };
         let mut idx = idx;
         if mode == Mode::Write {
             idx.replay_undo()?;
+            if fell_back {
+                idx.clear_stale_markers()?;
+            }
             idx.remove_leftovers();
+        }
+        // huge_pages=None: on when warm is and vectors are 2 KB or longer (as chassisdb).
+        if idx.opts.huge_pages.unwrap_or(idx.opts.warm && idx.geo.vec_bytes >= 2048) {
+            idx.use_huge_pages();
+        }
+        if idx.opts.warm {
+            idx.warm();
         }
         Ok(idx)
     }
@@ -529,6 +569,27 @@ impl Index {
             ));
         }
         self.undo.get_mut().log.remove();
+        Ok(())
+    }
+
+    /// A writer opening on the older header copy (the newer one is damaged): the lost commit's
+    /// deletes left markers newer than the commit in use; clear them, so that the next commit
+    /// does not make them count. O(slots), and only in this case.
+    fn clear_stale_markers(&self) -> Result<()> {
+        let snap = self.view.read().clone();
+        let mut n = 0;
+        for s in 0..snap.slots as u32 {
+            let word = &snap.st.header(s)[2];
+            if let format::Marker::Deleted(seq) = format::read_marker(word.load(Relaxed), s) {
+                if seq > snap.seq {
+                    word.store(0, Release);
+                    n += 1;
+                }
+            }
+        }
+        if n > 0 {
+            snap.st.sync_data()?;
+        }
         Ok(())
     }
 
@@ -667,6 +728,7 @@ impl Index {
         if cur.st.map_new_regions(&h).is_err() {
             return self.reopen(&mut w);
         }
+        self.advise_committed(&cur.st, h.slots);
         self.publish(Snap {
             st: cur.st.clone(),
             seq: h.seq,
@@ -705,6 +767,13 @@ impl Index {
             ));
         }
         let st = Arc::new(Storage::open(&self.path, file, false, &h)?);
+        st.huge.store(self.view.read().st.huge.load(Acquire), Release);
+        self.advise_committed(&st, h.slots);
+        let rewarm = self.warm_on.load(Acquire);
+        drop(self.warm.lock().take()); // stop reading the old file before it goes
+        if rewarm {
+            *self.warm.lock() = Some(Warm::start(st.clone(), h.slots));
+        }
         self.publish(Snap {
             st,
             seq: h.seq,
@@ -929,6 +998,13 @@ impl Index {
         if let Err(e) = room {
             give_back();
             return Err(e);
+        }
+        // The pieces this batch fills whole are written once: ask for huge pages before writing
+        // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
+        if st.huge.load(Acquire) {
+            for (p, len) in st.vector_pieces(start, start + n as u64) {
+                os::advise_huge(p as *const u8, len, true);
+            }
         }
         // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
         let vb = self.geo.vec_bytes;
@@ -1201,6 +1277,93 @@ impl Index {
         Ok(s.slots - s.live)
     }
 
+    // ------------------------------------------------------------------ memory policies
+
+    /// Slots whose vectors will not be written again: the committed ones.
+    fn committed_slots(&self) -> u64 {
+        if self.read_only {
+            self.view.read().slots
+        } else {
+            self.writer.lock().committed.slots
+        }
+    }
+
+    /// ADR-0016: ask for huge pages under the whole 2 MiB pieces of committed vectors.
+    fn advise_committed(&self, st: &Storage, slots: u64) {
+        if st.huge.load(Acquire) {
+            for (p, len) in st.vector_pieces(0, slots) {
+                os::advise_huge(p as *const u8, len, true);
+            }
+        }
+    }
+
+    /// Ask for huge pages under the index's vectors from now on (ADR-0016): the committed
+    /// ones now, those committed later at each commit (a reader: at each new snapshot), and a
+    /// batch's before it writes them. A request: the system may grant it or not
+    /// (see `memory_stats`).
+    pub fn use_huge_pages(&self) {
+        let st = self.view.read().st.clone();
+        st.huge.store(true, Release);
+        self.advise_committed(&st, self.committed_slots());
+    }
+
+    /// Stop asking for huge pages; ranges asked for before are told not to use them
+    /// (MADV_NOHUGEPAGE), which keeps the huge pages the kernel already gave.
+    pub fn keep_small_pages(&self) {
+        let st = self.view.read().st.clone();
+        st.huge.store(false, Release);
+        for (p, len) in st.vector_areas() {
+            os::advise_huge(p as *const u8, len, false);
+        }
+    }
+
+    /// ADR-0019: read the written part of the file into memory on a background thread. Asking
+    /// while it runs does nothing; asking once it is done reads what the index holds then.
+    pub fn warm(&self) {
+        self.warm_on.store(true, Release);
+        let mut w = self.warm.lock();
+        if w.as_ref().is_some_and(|w| w.running()) {
+            return;
+        }
+        let snap = self.view.read().clone();
+        let slots = snap.slots.max(if self.read_only { 0 } else { self.writer.lock().slots });
+        *w = Some(Warm::start(snap.st.clone(), slots));
+    }
+
+    /// Stop a running warm (waits for at most one 8 MiB step).
+    pub fn stop_warm(&self) {
+        drop(self.warm.lock().take());
+    }
+
+    /// What the system holds of this index's mappings now.
+    pub fn memory_stats(&self) -> Result<MemoryStats> {
+        self.check_open()?;
+        let snap = self.snap();
+        let st = &snap.st;
+        let mapped = st.mapped_ranges();
+        let written = st.written_ranges(snap.slots);
+        let vectors: Vec<(usize, usize)> = written.iter().filter(|r| r.2).map(|r| (r.0, r.0 + r.1)).collect();
+        let others: Vec<(usize, usize)> = written.iter().filter(|r| !r.2).map(|r| (r.0, r.0 + r.1)).collect();
+        let w = self.warm.lock();
+        Ok(MemoryStats {
+            mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
+            written_bytes: written.iter().map(|r| r.1 as u64).sum(),
+            resident_bytes: written.iter().map(|r| os::resident(r.0 as *const u8, r.1)).sum(),
+            vector_bytes: vectors.iter().map(|r| (r.1 - r.0) as u64).sum(),
+            vector_huge_bytes: os::file_pmd_mapped(&vectors),
+            graph_huge_bytes: os::file_pmd_mapped(&others),
+            huge_pages_asked: st.huge.load(Acquire),
+            warm_running: w.as_ref().is_some_and(|w| w.running()),
+            warm_done_bytes: w.as_ref().map(|w| w.done.load(Relaxed)).unwrap_or(0),
+            warm_total_bytes: w.as_ref().map(|w| w.total).unwrap_or(0),
+            populate: match os::populate_mode() {
+                os::Populate::PopulateRead => "MADV_POPULATE_READ",
+                os::Populate::WillNeed => "MADV_WILLNEED",
+                os::Populate::Nothing => "none",
+            },
+        })
+    }
+
     // ------------------------------------------------------------------ backup and compaction
 
     /// Write a consistent copy of the last flush to `dest` (a writer flushes first), renamed
@@ -1325,6 +1488,12 @@ impl Index {
         }
         self.publish(Snap::clone_of(&nsnap));
         drop(new);
+        nsnap.st.huge.store(snap.st.huge.load(Acquire), Release);
+        self.advise_committed(&nsnap.st, nsnap.slots);
+        if self.warm_on.load(Acquire) {
+            drop(self.warm.lock().take());
+            *self.warm.lock() = Some(Warm::start(nsnap.st.clone(), nsnap.slots));
+        }
         let _ = std::fs::remove_file(undo_path(&tmp));
         Ok(())
     }
@@ -1472,13 +1641,40 @@ impl Index {
         if snap.live == 0 {
             return Vec::new();
         }
+        let st = &snap.st;
+        let euclid = self.metric() == Metric::Euclidean;
+        // Slots whose vector failed its checksum: their distance is wrong, so they are never
+        // returned (check() names them); the search runs again without them to fill k.
+        let mut bad: Vec<u32> = Vec::new();
+        loop {
+            let raw = self.search_slots(snap, q, k, ef, filter, &bad);
+            let mut hits = Vec::with_capacity(raw.len());
+            let before = bad.len();
+            for (d, s) in raw {
+                let Some(id) = snap.live_id(s) else { continue };
+                if format::vector_crc(st.vector_bytes(s)) != st.header(s)[3].load(Relaxed) as u32 {
+                    bad.push(s);
+                    continue;
+                }
+                hits.push(Hit { id, distance: if euclid { d.max(0.0).sqrt() } else { d } });
+            }
+            if bad.len() == before || bad.len() > 64 {
+                return hits;
+            }
+        }
+    }
+
+    /// The search proper: (distance, slot) of the k nearest accepted slots, nearest first.
+    fn search_slots(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>, bad: &[u32]) -> Vec<(f32, u32)> {
         let visible = snap.slots as u32;
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
         // Deleted nodes route but are never returned (the check is skipped when none are).
         let any_deleted = snap.live < snap.slots;
-        let accept = |s: u32| s < visible && filter.is_none_or(|f| f.allows(s)) && (!any_deleted || snap.live_id(s).is_some());
-        let raw = match filter.and_then(|f| f.allowed.as_ref()) {
+        let accept = |s: u32| {
+            s < visible && filter.is_none_or(|f| f.allows(s)) && (!any_deleted || snap.live_id(s).is_some()) && (bad.is_empty() || !bad.contains(&s))
+        };
+        match filter.and_then(|f| f.allowed.as_ref()) {
             Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => exact.scan(q, k, allowed.iter().copied().filter(|&s| accept(s))),
             // The beam would cover everything anyway: scan, which is exact even where the graph
             // is not connected.
@@ -1488,20 +1684,13 @@ impl Index {
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
                 let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, visible, &accept);
-                if hits.len() < k && filter.is_some() {
+                if hits.len() < k && (filter.is_some() || !bad.is_empty()) {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
                 } else {
                     hits
                 }
             }
-        };
-        let euclid = self.metric() == Metric::Euclidean;
-        raw.into_iter()
-            .filter_map(|(d, s)| {
-                let id = snap.live_id(s)?;
-                Some(Hit { id, distance: if euclid { d.max(0.0).sqrt() } else { d } })
-            })
-            .collect()
+        }
     }
 
     /// Search many queries (`qs` is nq x dims) on `threads` threads. Returns ids and distances,
@@ -1560,25 +1749,37 @@ impl Index {
         };
         let mut ids = vec![RESERVED_ID; nq * k];
         let mut dists = vec![f32::INFINITY; nq * k];
-        let run = || {
-            ids.par_chunks_mut(k).zip(dists.par_chunks_mut(k)).zip(qs.par_chunks_exact(d)).enumerate().with_max_len(16).for_each(|(i, ((ir, dr), q))| {
-                if ctl.cancelled() {
-                    return;
-                }
-                let q = self.prepare_query(q, "query").expect("checked above");
-                let own = match filter {
-                    BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
-                    BatchFilter::Same(_) => None,
-                };
-                let f = own.as_ref().or(same.as_ref());
-                for (j, h) in self.search_prepared(snap, &q, k, ef, f).into_iter().enumerate() {
-                    ir[j] = h.id;
-                    dr[j] = h.distance;
-                }
-                ctl.done.fetch_add(1, Relaxed);
-            });
+        let one = |i: usize, ir: &mut [u64], dr: &mut [f32], q: &[f32]| {
+            if ctl.cancelled() {
+                return;
+            }
+            let q = self.prepare_query(q, "query").expect("checked above");
+            let own = match filter {
+                BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
+                BatchFilter::Same(_) => None,
+            };
+            for (j, h) in self.search_prepared(snap, &q, k, ef, own.as_ref().or(same.as_ref())).into_iter().enumerate() {
+                ir[j] = h.id;
+                dr[j] = h.distance;
+            }
+            ctl.done.fetch_add(1, Relaxed);
         };
-        with_threads(threads, run)?;
+        if threads == Some(1) {
+            // On the calling thread: Python threads that each search with threads=1 then run
+            // side by side instead of queueing for one shared worker.
+            for (i, ((ir, dr), q)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).zip(qs.chunks_exact(d)).enumerate() {
+                one(i, ir, dr, q);
+            }
+        } else {
+            with_threads(threads, || {
+                ids.par_chunks_mut(k)
+                    .zip(dists.par_chunks_mut(k))
+                    .zip(qs.par_chunks_exact(d))
+                    .enumerate()
+                    .with_max_len(16)
+                    .for_each(|(i, ((ir, dr), q))| one(i, ir, dr, q));
+            })?;
+        }
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }
@@ -1642,6 +1843,7 @@ impl Index {
             del_visible: h.seq + 1,
         });
         w.deletes = 0;
+        self.advise_committed(&snap.st, h.slots);
         w.committed = h;
         let mut u = self.undo.lock();
         u.saved.clear();
@@ -1697,6 +1899,7 @@ impl Index {
         if self.closed.swap(true, AcqRel) {
             return Ok(());
         }
+        self.stop_warm();
         if self.read_only {
             return Ok(());
         }

@@ -8,7 +8,8 @@
 //! - [`undo`]: the log that makes a killed writer's changes disappear
 //! - [`graph`]: HNSW search and insertion
 //! - [`distance`]: SIMD kernels chosen at run time; [`cpu`]: the prefetch policy of ADR-0015
-//! - [`index`]: the index a caller uses
+//! - [`index`]: the index a caller uses; [`warm`]: background read-in (ADR-0019);
+//!   [`os`]: system calls and memory advice (huge pages, ADR-0016)
 
 pub mod cpu;
 pub mod distance;
@@ -19,6 +20,7 @@ pub mod index;
 pub mod os;
 pub mod storage;
 pub mod undo;
+pub mod warm;
 
 #[cfg(feature = "python")]
 mod python;

@@ -93,3 +93,212 @@ pub fn free_space(path: &std::path::Path) -> Option<u64> {
     }
     Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
+
+// ---------------------------------------------------------------------- memory advice
+//
+// The requests of ADR-0016 (huge pages) and ADR-0019 (warm), behind one small interface.
+// Each is a request: where the system has no such call, or refuses, nothing happens, and
+// the index works the same, only without the gain. What the kernel granted is read back
+// from /proc/self/smaps (`file_pmd_mapped`) and mincore (`resident`).
+
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Ask for huge pages under `[p, p + len)` (2 MiB aligned, a file mapping), and mark it as read
+/// at random so that a miss reads its own huge page and not the next one (ADR-0016, 3); or,
+/// with `on` false, ask for none (MADV_NOHUGEPAGE; `p` page-aligned). Returns false where the
+/// system has no such request or refused it.
+pub fn advise_huge(p: *const u8, len: usize, on: bool) -> bool {
+    if len == 0 {
+        return true;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: madvise only gives advice about a range of this process's own mapping; the
+        // caller passes a range inside one of its live mappings.
+        unsafe {
+            if on {
+                libc::madvise(p as *mut libc::c_void, len, libc::MADV_HUGEPAGE) == 0
+                    && libc::madvise(p as *mut libc::c_void, len, libc::MADV_RANDOM) == 0
+            } else {
+                libc::madvise(p as *mut libc::c_void, len, libc::MADV_NOHUGEPAGE) == 0
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (p, len, on);
+        false
+    }
+}
+
+/// How `populate` reads pages in, probed on first use: MADV_POPULATE_READ (Linux 5.14+), or
+/// MADV_WILLNEED where that is refused (older Linux: only in part; macOS: all of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Populate {
+    PopulateRead,
+    WillNeed,
+    Nothing,
+}
+
+static POPULATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The way `populate` works on this system (after the first call; before it, the first choice).
+pub fn populate_mode() -> Populate {
+    match POPULATE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Populate::WillNeed,
+        2 => Populate::Nothing,
+        _ if cfg!(target_os = "linux") => Populate::PopulateRead,
+        _ if cfg!(unix) => Populate::WillNeed,
+        _ => Populate::Nothing,
+    }
+}
+
+const MADV_POPULATE_READ: libc::c_int = 22;
+
+/// Read `[p, p + len)` of a file mapping into memory (page-aligned `p`).
+pub fn populate(p: *const u8, len: usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if populate_mode() == Populate::PopulateRead {
+        // SAFETY: advice about a range inside a live mapping of this process.
+        let r = unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_POPULATE_READ) };
+        if r == 0 {
+            return;
+        }
+        let e = std::io::Error::last_os_error().raw_os_error();
+        if e == Some(libc::EINVAL) || e == Some(libc::ENOSYS) || e == Some(libc::EPERM) {
+            // A kernel before 5.14 (or a filter that refuses the call): fall back for good.
+            POPULATE.store(1, Relaxed);
+        } else {
+            return;
+        }
+    }
+    if populate_mode() == Populate::WillNeed {
+        // SAFETY: as above.
+        unsafe { libc::madvise(p as *mut libc::c_void, len, libc::MADV_WILLNEED) };
+    }
+}
+
+/// Bytes of `[p, p + len)` (page-aligned `p`) resident in memory, by mincore.
+pub fn resident(p: *const u8, len: usize) -> u64 {
+    let ps = page_size();
+    let pages = len.div_ceil(ps);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `vec` has one byte per page of the range, which lies in a live mapping.
+    let r = unsafe { libc::mincore(p as *mut libc::c_void, len, vec.as_mut_ptr() as *mut _) };
+    if r != 0 {
+        return 0;
+    }
+    vec.iter().filter(|b| **b & 1 != 0).count() as u64 * ps as u64
+}
+
+/// Bytes of the given address ranges that the kernel maps with huge pages of a file
+/// (`FilePmdMapped` in /proc/self/smaps); None where the system does not say.
+pub fn file_pmd_mapped(ranges: &[(usize, usize)]) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut total = 0u64;
+    let mut cur: Option<(usize, usize)> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("FilePmdMapped:") {
+            if let Some((s, e)) = cur {
+                if ranges.iter().any(|&(a, b)| s < b && a < e) {
+                    let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+                    // A VMA partly inside the ranges counts for its overlap at most.
+                    let overlap: usize = ranges.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum();
+                    total += (kb * 1024).min(overlap as u64);
+                }
+            }
+            continue;
+        }
+        let Some((range, _)) = line.split_once(' ') else { continue };
+        if let Some((s, e)) = range.split_once('-') {
+            if let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) {
+                cur = Some((s, e));
+            }
+        }
+    }
+    Some(total)
+}
+
+/// Drop a file's pages from the page cache (after writing back what is dirty), for cold-start
+/// measurements. Linux: posix_fadvise(DONTNEED); elsewhere nothing.
+pub fn evict(file: &File) -> io::Result<()> {
+    file.sync_all()?;
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: posix_fadvise on a valid descriptor; errors come back as the return value.
+        let r = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+    }
+    Ok(())
+}
+
+/// Map `len` bytes of `file` at `offset` at an address aligned to `align` (a power of two),
+/// so that 2 MiB pieces of the file can be mapped by huge pages (the kernel needs the address
+/// and the file offset to agree modulo 2 MiB). A PROT_NONE reservation `align` larger is made
+/// first and the file mapped over its aligned part; the spare head and tail stay reserved until
+/// the mapping is dropped (splitting a mapping can fail once the kernel's map count is high).
+pub struct AlignedMap {
+    base: *mut u8,
+    reserved: usize,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; see storage.rs for how it
+// is accessed.
+unsafe impl Send for AlignedMap {}
+unsafe impl Sync for AlignedMap {}
+
+impl AlignedMap {
+    pub fn new(file: &File, offset: u64, len: usize, writable: bool, align: usize) -> io::Result<AlignedMap> {
+        let reserved = len + align;
+        // SAFETY: an anonymous reservation with no access; nothing aliases it.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), reserved, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANON, -1, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = base as *mut u8;
+        let ptr = ((base as usize).div_ceil(align) * align) as *mut u8;
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: MAP_FIXED over part of our own reservation, which nothing else uses.
+        let m = unsafe { libc::mmap(ptr as *mut libc::c_void, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t) };
+        if m == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: unmapping our own reservation.
+            unsafe { libc::munmap(base as *mut libc::c_void, reserved) };
+            return Err(e);
+        }
+        Ok(AlignedMap { base, reserved, ptr, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// msync the mapping (systems where fdatasync does not cover shared mappings).
+    pub fn flush(&self) -> io::Result<()> {
+        // SAFETY: msync of our own live mapping.
+        if unsafe { libc::msync(self.ptr as *mut libc::c_void, self.len, libc::MS_SYNC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AlignedMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the whole reservation (file part included); no reference into it
+        // outlives the AlignedMap (Storage hands out references tied to its own lifetime).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.reserved) };
+    }
+}

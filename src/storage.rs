@@ -4,7 +4,7 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
-    self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK, HEADER_COPY_SIZE,
+    self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK, HEADER_COPY_SIZE, HUGE_PAGE,
     MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
 };
 use crate::os;
@@ -13,13 +13,16 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
 
-/// A mapped segment of `layout.slots` slots.
+/// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
+/// offset is 2 MiB-aligned, so that its vectors can sit on huge pages (ADR-0016).
 struct Segment {
-    map: MmapRaw,
+    map: os::AlignedMap,
     layout: SegmentLayout,
+    /// File offset of the segment.
+    offset: u64,
 }
 
 /// A mapped heap chunk of upper-layer lists.
@@ -39,6 +42,10 @@ pub struct Storage {
     heaps: Box<[OnceLock<HeapChunk>]>,
     seg_count: AtomicUsize,
     heap_count: AtomicUsize,
+    /// ADR-0016: whether huge pages are asked for under the vectors. Everything else is
+    /// always told MADV_NOHUGEPAGE (our mappings are 2 MiB-aligned, and a kernel with large
+    /// page-cache folios would otherwise map some of the graph with them).
+    pub huge: AtomicBool,
     /// Allocation state (the writer's, or a reader's view of the table): one lock, taken by
     /// whoever adds regions, never by searches.
     alloc: Mutex<Alloc>,
@@ -72,6 +79,7 @@ impl Storage {
             heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             seg_count: AtomicUsize::new(0),
             heap_count: AtomicUsize::new(0),
+            huge: AtomicBool::new(false),
             alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots: header.slots }),
         };
         s.map_new_regions(header)?;
@@ -107,10 +115,6 @@ impl Storage {
     }
 
     fn map_region(&self, a: &mut Alloc, r: RegionEntry) -> Result<()> {
-        let mut opts = MmapOptions::new();
-        opts.offset(r.offset).len(r.len as usize);
-        let map = if self.writable { opts.map_raw(&self.file) } else { opts.map_raw_read_only(&self.file) }
-            .map_err(|e| Error::io(e, "mapping", &self.path))?;
         match r.kind {
             RegionKind::Segment => {
                 let k = self.seg_count.load(Acquire);
@@ -118,11 +122,28 @@ impl Storage {
                 if layout.len != r.len {
                     return Err(Error::corrupt(format!("{}: a segment has the wrong size", self.path.display())));
                 }
+                let align = if r.offset % HUGE_PAGE == 0 { HUGE_PAGE as usize } else { os::page_size() };
+                let map = os::AlignedMap::new(&self.file, r.offset, r.len as usize, self.writable, align)
+                    .map_err(|e| Error::io(e, "mapping", &self.path))?;
+                // Slot headers and lists never on huge pages; vectors only when asked (and then
+                // only whole pieces, see `vector_pieces`).
+                let p = map.as_ptr();
+                // SAFETY (pointer arithmetic): both offsets lie inside the mapping.
+                let (hdr, end) = unsafe { (p.add(layout.headers as usize), p.add(map.len())) };
+                os::advise_huge(hdr, end as usize - hdr as usize, false);
+                if !self.huge.load(Acquire) {
+                    os::advise_huge(p, layout.headers as usize, false);
+                }
                 let cell = self.segments.get(k).ok_or_else(Self::full)?;
-                let _ = cell.set(Segment { map, layout });
+                let _ = cell.set(Segment { map, layout, offset: r.offset });
                 self.seg_count.store(k + 1, Release);
             }
             RegionKind::Heap => {
+                let mut opts = MmapOptions::new();
+                opts.offset(r.offset).len(r.len as usize);
+                let map = if self.writable { opts.map_raw(&self.file) } else { opts.map_raw_read_only(&self.file) }
+                    .map_err(|e| Error::io(e, "mapping", &self.path))?;
+                os::advise_huge(map.as_ptr(), map.len(), false);
                 let k = self.heap_count.load(Acquire);
                 let cell = self.heaps.get(k).ok_or_else(Self::full)?;
                 let _ = cell.set(HeapChunk { map, len: r.len });
@@ -335,6 +356,97 @@ impl Storage {
         self.upper_checked(r, layer).expect("heap reference made by alloc_upper")
     }
 
+    // ------------------------------------------------------------------ memory policies
+
+    fn segments_upto(&self, slots: u64) -> impl Iterator<Item = (&Segment, u64)> {
+        let mut start = 0u64;
+        (0..self.seg_count.load(Acquire)).map_while(move |k| {
+            let seg = self.segments[k].get()?;
+            let first = start;
+            start += seg.layout.slots;
+            (first < slots).then_some((seg, (slots - first).min(seg.layout.slots)))
+        })
+    }
+
+    /// Address ranges of the whole 2 MiB pieces that hold nothing but the vectors of slots
+    /// `[from, to)`: what ADR-0016 asks huge pages for. One range per segment.
+    pub fn vector_pieces(&self, from: u64, to: u64) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut first = 0u64;
+        for k in 0..self.seg_count.load(Acquire) {
+            let Some(seg) = self.segments[k].get() else { break };
+            let n = seg.layout.slots;
+            let (a, b) = (from.max(first), to.min(first + n));
+            first += n;
+            if a >= b || seg.offset % HUGE_PAGE != 0 {
+                continue;
+            }
+            let stride = self.geo.stride as u64;
+            let lo = align_up((a - (first - n)) * stride, HUGE_PAGE);
+            let hi = ((b - (first - n)) * stride) / HUGE_PAGE * HUGE_PAGE;
+            if hi > lo {
+                out.push((seg.map.as_ptr() as usize + lo as usize, (hi - lo) as usize));
+            }
+        }
+        out
+    }
+
+    /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
+    pub fn vector_areas(&self) -> Vec<(usize, usize)> {
+        (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.layout.headers as usize)).collect()
+    }
+
+    /// Address ranges of what the index has written for `slots` slots, in file order: each
+    /// segment's vectors, slot headers and level-0 records up to the last slot, and each heap
+    /// chunk up to its last entry (ADR-0019, 2). Page-aligned. `vectors` tells which are
+    /// vector ranges.
+    pub fn written_ranges(&self, slots: u64) -> Vec<(usize, usize, bool)> {
+        let ps = os::page_size();
+        let page = |p: usize, len: usize, vectors: bool| {
+            let s = p / ps * ps;
+            (s, (p + len).div_ceil(ps) * ps - s, vectors)
+        };
+        let mut segs: Vec<(u64, Vec<(usize, usize, bool)>)> = self
+            .segments_upto(slots)
+            .map(|(seg, n)| {
+                let base = seg.map.as_ptr() as usize;
+                let l = &seg.layout;
+                let v = vec![
+                    page(base + l.vectors as usize, (n * self.geo.stride as u64) as usize, true),
+                    page(base + l.headers as usize, (n * SLOT_HEADER as u64) as usize, false),
+                    page(base + l.l0 as usize, (n * self.geo.l0_words as u64 * 4) as usize, false),
+                ];
+                (seg.offset, v)
+            })
+            .collect();
+        let a = self.alloc.lock();
+        for (i, r) in a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
+            if let Some(h) = self.heaps[i].get() {
+                if r.used > 0 {
+                    segs.push((r.offset, vec![page(h.map.as_ptr() as usize, r.used as usize, false)]));
+                }
+            }
+        }
+        segs.sort_by_key(|s| s.0);
+        segs.into_iter().flat_map(|s| s.1).filter(|r| r.1 > 0).collect()
+    }
+
+    /// (address, length, file offset) of every mapping (the warm thread's read-only view).
+    pub fn mapped_regions_with_offsets(&self) -> Vec<(usize, usize, u64)> {
+        let a = self.alloc.lock();
+        let mut heaps = a.regions.iter().filter(|r| r.kind == RegionKind::Heap);
+        let segs = (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.map.len(), s.offset));
+        let hs: Vec<_> = (0..self.heap_count.load(Acquire)).filter_map(|k| self.heaps[k].get().map(|h| (h.map.as_ptr() as usize, h.len as usize, heaps.next().map(|r| r.offset).unwrap_or(0)))).collect();
+        segs.chain(hs).collect()
+    }
+
+    /// Address ranges of every mapping of the index (for memory statistics).
+    pub fn mapped_ranges(&self) -> Vec<(usize, usize)> {
+        let segs = (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.map.len()));
+        let heaps = (0..self.heap_count.load(Acquire)).filter_map(|k| self.heaps[k].get()).map(|h| (h.map.as_ptr() as usize, h.len as usize));
+        segs.chain(heaps).collect()
+    }
+
     // ------------------------------------------------------------------ file offsets (backup)
 
     /// File offsets of a slot's header and level-0 record, from a region table.
@@ -379,10 +491,11 @@ impl Storage {
     pub fn sync_data(&self) -> Result<()> {
         #[cfg(not(target_os = "linux"))]
         {
-            let segs = self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()).map(|s| &s.map);
-            let heaps = self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()).map(|h| &h.map);
-            for m in segs.chain(heaps) {
-                m.flush().map_err(|e| Error::io(e, "writing", &self.path))?;
+            for s in self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()) {
+                s.map.flush().map_err(|e| Error::io(e, "writing", &self.path))?;
+            }
+            for h in self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()) {
+                h.map.flush().map_err(|e| Error::io(e, "writing", &self.path))?;
             }
         }
         os::sync_data(&self.file).map_err(|e| Error::io(e, "syncing", &self.path))

@@ -23,9 +23,7 @@ Offsets follow docs/format.md; ``test_layout_arithmetic`` checks them against th
 from __future__ import annotations
 
 import json
-import shutil
 import struct
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -427,7 +425,7 @@ def find_case(p, name: str) -> Case:
     raise KeyError(name)
 
 
-@pytest.mark.parametrize("name", _cases())
+@pytest.mark.parametrize("name", _cases(), ids=lambda n: n.replace(" ", "-").replace("'", "").replace(",", ""))
 def test_damaged_file(pristine, tmp_path, name):
     p = pristine
     case = find_case(p, name)

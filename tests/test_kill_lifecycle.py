@@ -52,7 +52,7 @@ from conftest import (
     run_python,
 )
 
-pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")]
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL"), pytest.mark.slow]
 
 DIMS = 16
 KINDS = ["delete", "compact", "backup"]

@@ -39,7 +39,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-import chassis
 from chassis import IdInUseError, IndexOptions, IndexReader, VectorIndex
 from conftest import (
     NO_ID,
@@ -373,8 +372,8 @@ class LifecycleMachine(RuleBasedStateMachine):
 
 TestLifecycleMachine = LifecycleMachine.TestCase
 TestLifecycleMachine.settings = settings(
-    max_examples=max(30, settings().max_examples),
-    stateful_step_count=30,
+    max_examples=max(100, settings().max_examples),  # ~6 s here; HYPOTHESIS_PROFILE=thorough: 300
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
@@ -672,6 +671,33 @@ def test_compaction_is_followed_by_readers_here_and_in_another_process(tmp_path)
         w.close()
 
 
+def test_user_version_of_writers_readers_and_snapshots(tmp_path):
+    path = tmp_path / "uv.chassis"
+    with VectorIndex(path, 4) as w:
+        assert w.user_version == 0
+        w.add(np.ones(4, np.float32))
+        w.user_version = 1
+        w.flush()
+        r = IndexReader(path)
+        snap = r.snapshot()
+        w.user_version = 2**64 - 1
+        assert w.user_version == 2**64 - 1 and w.pending == 0
+        assert r.user_version == 1, "a reader sees user_version only once flushed"
+        w.flush()  # a user_version change alone is something to commit
+        assert r.user_version == 2**64 - 1
+        assert snap.user_version == 1, "a snapshot reports its own commit's user_version"
+        w.user_version = 3
+        w.rollback()
+        assert w.user_version == 2**64 - 1
+        for bad in (-1, 2**64):
+            with pytest.raises((ValueError, OverflowError, TypeError)):
+                w.user_version = bad
+        assert w.user_version == 2**64 - 1
+        r.close()
+    with IndexReader(path) as r2:
+        assert r2.user_version == 2**64 - 1
+
+
 def test_backup_from_a_reader_while_a_writer_thread_writes_is_one_flushed_state(tmp_path):
     path = tmp_path / "b.chassis"
     pool = clustered_data(12_000, 16, seed=9)
@@ -716,11 +742,11 @@ def test_backup_from_a_reader_while_a_writer_thread_writes_is_one_flushed_state(
     t.start()
     dests = []
     try:
-        for b in range(12):
+        for b in range(20):
             dest = tmp_path / f"backup{b}.chassis"
             reader.backup(dest)
             dests.append(dest)
-            time.sleep(0.01)
+            time.sleep(0.005)
     finally:
         stop.set()
         t.join()

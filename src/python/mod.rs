@@ -452,6 +452,51 @@ impl VectorIndex {
         run::run_long_threaded(py, total, progress, "compacting", |ctl| idx.compact(threads, ctl))
     }
 
+    /// Ask for huge pages under the vectors from now on (ADR-0016). A request: see
+    /// `memory_stats()` for what the system granted.
+    fn use_huge_pages(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |idx| {
+            idx.use_huge_pages();
+            Ok(())
+        })
+    }
+
+    /// Stop asking for huge pages (ADR-0016).
+    fn keep_small_pages(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |idx| {
+            idx.keep_small_pages();
+            Ok(())
+        })
+    }
+
+    /// Read the written part of the file into memory on a background thread (ADR-0019).
+    /// Returns at once; asking while it runs does nothing.
+    fn warm(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |idx| {
+            idx.warm();
+            Ok(())
+        })
+    }
+
+    /// What the system holds of this index's mappings: written and resident bytes, vector
+    /// bytes on huge pages, and the warm thread's progress.
+    fn memory_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self.with(py, |idx| idx.memory_stats())?;
+        let d = PyDict::new(py);
+        d.set_item("mapped_bytes", m.mapped_bytes)?;
+        d.set_item("written_bytes", m.written_bytes)?;
+        d.set_item("resident_bytes", m.resident_bytes)?;
+        d.set_item("vector_bytes", m.vector_bytes)?;
+        d.set_item("vector_huge_bytes", m.vector_huge_bytes)?;
+        d.set_item("graph_huge_bytes", m.graph_huge_bytes)?;
+        d.set_item("huge_pages_asked", m.huge_pages_asked)?;
+        d.set_item("warm_running", m.warm_running)?;
+        d.set_item("warm_done_bytes", m.warm_done_bytes)?;
+        d.set_item("warm_total_bytes", m.warm_total_bytes)?;
+        d.set_item("populate", m.populate)?;
+        Ok(d)
+    }
+
     /// Discard everything since the last flush; the writer lock is kept.
     fn rollback(&self, py: Python<'_>) -> PyResult<()> {
         self.with(py, |idx| idx.rollback())
