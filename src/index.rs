@@ -236,8 +236,6 @@ struct Writer {
     deletes: u64,
     /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
     poisoned: bool,
-    /// A reader: when it last checked whether the path now names another file.
-    checked_path: std::time::Instant,
 }
 
 /// An open index. Every method takes `&self`: searches run while a batch links or a flush
@@ -257,6 +255,11 @@ pub struct Index {
     savepoint: Mutex<Option<Savepoint>>,
     ids: Mutex<IdMap>,
     closed: AtomicBool,
+    /// A reader: when it opened, and when (ms after that) it last checked whether the path
+    /// now names another file; a header sequence seen on disk whose copy does not check out.
+    opened: std::time::Instant,
+    checked_path_ms: AtomicU64,
+    unusable_seq: AtomicU64,
     /// ADR-0019: the background read-in, and whether it was asked for (a reader that moves to
     /// a new file reads that in too).
     warm: Mutex<Option<Warm>>,
@@ -522,7 +525,6 @@ impl Index {
                 user_version: h.user_version,
                 deletes: 0,
                 poisoned: false,
-                checked_path: std::time::Instant::now(),
                 committed: h,
             }),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
@@ -530,6 +532,9 @@ impl Index {
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
             closed: AtomicBool::new(false),
+            opened: std::time::Instant::now(),
+            checked_path_ms: AtomicU64::new(0),
+            unusable_seq: AtomicU64::new(u64::MAX),
             warm: Mutex::new(None),
             warm_on: AtomicBool::new(false),
             warnings,
@@ -690,17 +695,9 @@ impl Index {
         *self.view.write() = Arc::new(snap);
     }
 
-    /// The newest header sequence on disk, from the two copies' fixed fields (two small reads).
+    /// The newest header sequence on disk, from the two copies' fixed fields.
     fn newest_seq_on_disk(st: &Storage) -> u64 {
-        use std::os::unix::fs::FileExt;
-        let mut best = 0;
-        for copy in 0..2 {
-            let mut b = [0u8; 24];
-            if st.file.read_exact_at(&mut b, (copy * HEADER_COPY_SIZE) as u64).is_ok() && b[0..8] == format::MAGIC {
-                best = best.max(u64::from_le_bytes(b[16..24].try_into().unwrap()));
-            }
-        }
-        best
+        st.newest_seq()
     }
 
     /// Readers: move to the newest valid commit, mapping regions added since; follow the path
@@ -709,20 +706,29 @@ impl Index {
         if !self.read_only {
             return Ok(());
         }
+        // The common case, without a lock: nothing newer, and the path not due for a check.
         let cur = self.view.read().clone();
+        let newest = Self::newest_seq_on_disk(&cur.st);
+        let path_due = self.checked_path_ms.load(Relaxed) + 50 <= self.opened.elapsed().as_millis() as u64;
+        if !path_due && (newest == cur.seq || newest == self.unusable_seq.load(Relaxed)) {
+            return Ok(());
+        }
         let mut w = self.writer.lock();
-        if w.checked_path.elapsed() >= std::time::Duration::from_millis(50) {
-            w.checked_path = std::time::Instant::now();
+        if path_due {
+            self.checked_path_ms.store(self.opened.elapsed().as_millis() as u64, Relaxed);
             if self.path_replaced(&cur.st) {
                 return self.reopen(&mut w);
             }
         }
-        if Self::newest_seq_on_disk(&cur.st) == w.committed.seq {
+        if newest == w.committed.seq || newest == self.unusable_seq.load(Relaxed) {
             return Ok(());
         }
         let mut warnings = Vec::new();
         let (h, copy) = Self::read_header(&cur.st.file, &self.path, &mut warnings)?;
         if h.seq == w.committed.seq {
+            // The newest copy does not check out (being written, or damaged): do not read
+            // both copies again on every call until the sequence on disk moves.
+            self.unusable_seq.store(newest, Relaxed);
             return Ok(());
         }
         if cur.st.map_new_regions(&h).is_err() {

@@ -46,6 +46,9 @@ pub struct Storage {
     /// always told MADV_NOHUGEPAGE (our mappings are 2 MiB-aligned, and a kernel with large
     /// page-cache folios would otherwise map some of the graph with them).
     pub huge: AtomicBool,
+    /// A reader's read-only view of the two header copies, so that checking for a new commit
+    /// costs two loads instead of two system calls.
+    header_view: Option<MmapRaw>,
     /// Allocation state (the writer's, or a reader's view of the table): one lock, taken by
     /// whoever adds regions, never by searches.
     alloc: Mutex<Alloc>,
@@ -70,6 +73,9 @@ impl Storage {
     /// Map the regions of `header` from an open file whose length has been checked.
     pub fn open(path: &Path, file: File, writable: bool, header: &Header) -> Result<Storage> {
         let geo = Geometry::new(header.dims as usize, header.precision, header.max_connections as usize);
+        // Only over bytes the file has: a load past its end would raise SIGBUS.
+        let long_enough = file.metadata().map(|m| m.len() >= 2 * HEADER_COPY_SIZE as u64).unwrap_or(false);
+        let header_view = if writable || !long_enough { None } else { MmapOptions::new().len(2 * HEADER_COPY_SIZE).map_raw_read_only(&file).ok() };
         let s = Storage {
             path: path.to_path_buf(),
             file,
@@ -80,6 +86,7 @@ impl Storage {
             seg_count: AtomicUsize::new(0),
             heap_count: AtomicUsize::new(0),
             huge: AtomicBool::new(false),
+            header_view,
             alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots: header.slots }),
         };
         s.map_new_regions(header)?;
@@ -480,6 +487,35 @@ impl Storage {
         }
         buf.truncate(got);
         Ok(buf)
+    }
+
+    /// The highest sequence number among the header copies that carry the magic (not yet
+    /// checked against their checksums). A reader calls this on every call.
+    pub fn newest_seq(&self) -> u64 {
+        let mut best = 0;
+        for copy in 0..2 {
+            let off = copy * HEADER_COPY_SIZE;
+            let (magic, seq) = match &self.header_view {
+                // SAFETY: the view covers both header copies (the file is at least that long
+                // from creation on); offsets 0 and 16 of a copy are 8-byte aligned; a torn read
+                // of a copy being written is caught by the checksum when the copy is decoded.
+                Some(m) => unsafe {
+                    let p = m.as_ptr().add(off);
+                    ((*(p as *const AtomicU64)).load(Acquire).to_le_bytes(), (*(p.add(16) as *const AtomicU64)).load(Acquire))
+                },
+                None => {
+                    let mut b = [0u8; 24];
+                    if self.file.read_exact_at(&mut b, off as u64).is_err() {
+                        continue;
+                    }
+                    (b[0..8].try_into().unwrap(), u64::from_le_bytes(b[16..24].try_into().unwrap()))
+                }
+            };
+            if magic == format::MAGIC {
+                best = best.max(seq);
+            }
+        }
+        best
     }
 
     pub fn write_header(&self, copy: usize, h: &Header) -> Result<()> {
