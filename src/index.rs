@@ -212,6 +212,20 @@ pub struct Snap {
 }
 
 impl Snap {
+    /// The state committed by header `h`; `writer`: pending deletes of this process count.
+    fn of(st: Arc<Storage>, h: &Header, writer: bool) -> Snap {
+        Snap {
+            st,
+            seq: h.seq,
+            slots: h.slots,
+            live: h.live,
+            entry: h.entry,
+            max_level: h.max_level as usize,
+            user_version: h.user_version,
+            del_visible: if writer { h.seq + 1 } else { h.seq },
+        }
+    }
+
     fn clone_of(s: &Snap) -> Snap {
         Snap { st: s.st.clone(), ..*s }
     }
@@ -506,16 +520,7 @@ impl Index {
             opts: eff,
             geo: st.geo,
             read_only: mode == Mode::Read,
-            view: RwLock::new(Arc::new(Snap {
-                st,
-                seq: h.seq,
-                slots: h.slots,
-                live: h.live,
-                entry: h.entry,
-                max_level: h.max_level as usize,
-                user_version: h.user_version,
-                del_visible: if mode == Mode::Write { h.seq + 1 } else { h.seq },
-            })),
+            view: RwLock::new(Arc::new(Snap::of(st, &h, mode == Mode::Write))),
             entry: Mutex::new((h.entry, h.max_level as usize)),
             writer: Mutex::new(Writer {
                 copy,
@@ -735,16 +740,7 @@ impl Index {
             return self.reopen(&mut w);
         }
         self.advise_committed(&cur.st, h.slots);
-        self.publish(Snap {
-            st: cur.st.clone(),
-            seq: h.seq,
-            slots: h.slots,
-            live: h.live,
-            entry: h.entry,
-            max_level: h.max_level as usize,
-            user_version: h.user_version,
-            del_visible: h.seq,
-        });
+        self.publish(Snap::of(cur.st.clone(), &h, false));
         w.copy = copy;
         w.committed = h;
         Ok(())
@@ -780,16 +776,7 @@ impl Index {
         if rewarm {
             *self.warm.lock() = Some(Warm::start(st.clone(), h.slots));
         }
-        self.publish(Snap {
-            st,
-            seq: h.seq,
-            slots: h.slots,
-            live: h.live,
-            entry: h.entry,
-            max_level: h.max_level as usize,
-            user_version: h.user_version,
-            del_visible: h.seq,
-        });
+        self.publish(Snap::of(st, &h, false));
         w.copy = copy;
         w.committed = h;
         Ok(())
@@ -1054,7 +1041,7 @@ impl Index {
         let max_new = *new_ids.iter().max().unwrap();
         w.next_id = w.next_id.max(max_new.saturating_add(1));
         let (entry, max_level) = *self.entry.lock();
-        self.publish(Snap { st: snap.st.clone(), seq: snap.seq, slots: w.slots, live: w.live, entry, max_level, user_version: w.user_version, del_visible: snap.del_visible });
+        self.publish(Snap { slots: w.slots, live: w.live, entry, max_level, user_version: w.user_version, ..Snap::clone_of(&snap) });
         Ok(new_ids)
     }
 
@@ -1838,16 +1825,7 @@ impl Index {
             return Err(e);
         }
         w.copy = 1 - w.copy;
-        self.publish(Snap {
-            st: snap.st.clone(),
-            seq: h.seq,
-            slots: h.slots,
-            live: h.live,
-            entry: h.entry,
-            max_level: h.max_level as usize,
-            user_version: h.user_version,
-            del_visible: h.seq + 1,
-        });
+        self.publish(Snap::of(snap.st.clone(), &h, true));
         w.deletes = 0;
         self.advise_committed(&snap.st, h.slots);
         w.committed = h;
@@ -1884,16 +1862,7 @@ impl Index {
         *self.entry.lock() = (h.entry, h.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back.
         *self.ids.lock() = IdMap::default();
-        self.publish(Snap {
-            st: snap.st.clone(),
-            seq: h.seq,
-            slots: h.slots,
-            live: h.live,
-            entry: h.entry,
-            max_level: h.max_level as usize,
-            user_version: h.user_version,
-            del_visible: h.seq + 1,
-        });
+        self.publish(Snap::of(snap.st.clone(), &h, true));
         // The log stays: the restored lists are only in the page cache until the next sync,
         // and the log still describes the committed state.
         Ok(())
