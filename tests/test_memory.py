@@ -1,0 +1,558 @@
+"""Memory policies: huge pages on request (ADR-0016) and background warm on request (ADR-0019).
+
+Checks, each against what the kernel reports rather than what the index says of itself where
+the kernel can be asked:
+
+* huge pages: an index built by ``add_batch`` with ``huge_pages=True`` has most of its vector
+  bytes mapped by huge pages (``memory_stats()["vector_huge_bytes"]``, which is FilePmdMapped of
+  /proc/self/smaps); with ``huge_pages=False`` or the default ``None`` none are, even when the
+  page cache holds the file in huge folios (a writer that asked built it), because the vectors
+  are told MADV_NOHUGEPAGE; the graph (slot headers, level-0 lists, heap) is never on huge pages;
+  a reader opened with ``IndexOptions(huge_pages=True)`` asks, and ``use_huge_pages()`` /
+  ``keep_small_pages()`` turn the request on and off. The "granted" assertions are skipped only
+  where the system cannot grant (not Linux, or THP set to ``never``).
+* warm: on a file evicted from the page cache (fsync + POSIX_FADV_DONTNEED, checked with our own
+  mincore over a fresh mapping of the whole file), ``warm()`` reads in every written byte
+  (``resident_bytes == written_bytes``), and nothing else: our own mincore over the whole file
+  finds no more resident than the written ranges plus the header area. The written ranges are
+  computed here independently, from the region table in the file header and the segment layout
+  of docs/format.md, and must add up to ``written_bytes``. ``IndexOptions(warm=True)`` starts
+  the reading at open; asking again while it runs starts no second one.
+* stop: ``close()``, and dropping the last reference, during a warm return promptly and leave
+  the file part read (the thread stopped; it did not run to the end first, nor go on after).
+* old kernels: in a child process under a seccomp filter that makes
+  ``madvise(MADV_POPULATE_READ)`` fail with EINVAL (what Linux before 5.14 answers), warm falls
+  back to MADV_WILLNEED (``memory_stats()["populate"]``) and still reads some of the file in.
+* fork: a child forked while its parent warms an index closes or drops it and exits promptly
+  (it has no thread to wait for); the parent's warm is unaffected.
+
+Files are evicted with posix_fadvise(DONTNEED), which works on Linux only: those tests skip
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import platform
+import signal
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chassis
+from chassis import IndexOptions, IndexReader, VectorIndex
+from conftest import assert_child_ok, run_python
+
+LINUX = sys.platform.startswith("linux")
+ON_LINUX = pytest.mark.skipif(not LINUX, reason="page-cache eviction (posix_fadvise DONTNEED) and mincore as used here are Linux's")
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+HEADER_AREA = 128 * 1024  # two header copies of 64 KiB (docs/format.md)
+WARM_STEP = 8 << 20  # the warm thread's request size (src/warm.rs)
+MiB = 1 << 20
+
+
+# --------------------------------------------------------------------------- system helpers
+def thp_setting() -> str | None:
+    """The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled, or None."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else None
+
+
+def huge_pages_grantable() -> tuple[bool, str]:
+    """Whether this system can put a file mapping on huge pages at all (the only reasons to
+    skip the "granted" assertions)."""
+    if not LINUX:
+        return False, f"huge pages for file mappings are asked with madvise on Linux only (this is {sys.platform})"
+    if thp_setting() == "never":
+        return False, "transparent huge pages are disabled on this machine (/sys/kernel/mm/transparent_hugepage/enabled: [never])"
+    return True, ""
+
+
+if LINUX:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.mmap.restype = ctypes.c_void_p
+    _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+
+
+def resident_pages(path: str | os.PathLike) -> np.ndarray:
+    """One bool per page of the file: in the page cache now (mincore over a fresh read-only
+    mapping of the whole file; mapping it reads nothing)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return np.zeros(0, dtype=bool)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+    finally:
+        os.close(fd)
+    try:
+        n = (size + PAGE - 1) // PAGE
+        vec = (ctypes.c_ubyte * n)()
+        if _libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return (np.frombuffer(vec, dtype=np.uint8) & 1).astype(bool)
+    finally:
+        _libc.munmap(addr, size)
+
+
+def resident_bytes(path: str | os.PathLike) -> int:
+    return int(resident_pages(path).sum()) * PAGE
+
+
+def evict(path: str | os.PathLike) -> None:
+    """Write back and drop the file's pages from the page cache, and check that they left.
+    Every handle on the file must be closed (the kernel keeps pages someone maps)."""
+    gc.collect()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    left = resident_bytes(path)
+    assert left <= PAGE, f"{path}: {left} bytes still in the page cache after POSIX_FADV_DONTNEED"
+
+
+def wait_warm(index, timeout: float = 30.0) -> dict:
+    """Poll memory_stats() until the warm thread is done; its last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ms = index.memory_stats()
+        if not ms["warm_running"]:
+            return ms
+        if time.monotonic() > deadline:
+            pytest.fail(f"warm still running after {timeout} s: {ms}")
+        time.sleep(0.002)
+
+
+# --------------------------------------------------------------------------- the file, read independently
+def written_file_ranges(path: str | os.PathLike) -> list[tuple[int, int]]:
+    """[start, end) file offsets of what the index has written, from the newest valid header
+    copy and the layout of docs/format.md: per segment its vectors, slot headers and level-0
+    records up to the last committed slot (each array on a 4 KiB boundary of the segment), and
+    per heap chunk its used bytes; page-rounded, as the warm thread asks for them."""
+    with open(path, "rb") as f:
+        raw = f.read(HEADER_AREA)
+    best = None
+    for copy in (0, 1):
+        h = raw[copy * 65536 : (copy + 1) * 65536]
+        if h[:8] != b"CHASSIS\x1a":
+            continue
+        seq = struct.unpack_from("<Q", h, 16)[0]
+        if best is None or seq > best[0]:
+            best = (seq, h)
+    assert best is not None, f"{path}: no header copy with the magic"
+    h = best[1]
+    dims, precision, m = struct.unpack_from("<I", h, 24)[0], h[29], struct.unpack_from("<I", h, 32)[0]
+    slots = struct.unpack_from("<Q", h, 48)[0]
+    nreg = struct.unpack_from("<I", h, 88)[0]
+    vec_bytes = dims * (4 if precision == 1 else 2)
+    stride = -(-vec_bytes // 64) * 64 if vec_bytes >= 64 else max(4, 1 << (vec_bytes - 1).bit_length())
+    l0b = (2 + 2 * m) * 4
+
+    def up(x: int, a: int) -> int:
+        return -(-x // a) * a
+
+    def layout(s: int) -> tuple[int, int, int]:
+        headers = up(s * stride, 4096)
+        l0 = up(headers + s * 32, 4096)
+        return headers, l0, up(l0 + s * l0b, 64 * 1024)
+
+    out: list[tuple[int, int]] = []
+    seg_slots, first, k = 0, 0, 0
+    for i in range(nreg):
+        kind, used, offset, length = struct.unpack_from("<IIQQ", h, 128 + 24 * i)
+        if kind == 1:  # segment: 1024 << k slots, until the cap (then constant)
+            s = 1024 << k
+            if layout(s)[2] != length:
+                s = seg_slots
+            assert layout(s)[2] == length, f"segment {k}: length {length} fits no slot count"
+            seg_slots, k = s, k + 1
+            n = max(0, min(s, slots - first))
+            first += s
+            if n:
+                headers, l0, _ = layout(s)
+                for start, size in ((0, n * stride), (headers, n * 32), (l0, n * l0b)):
+                    out.append((offset + start, offset + start + size))
+        elif kind == 2 and used:
+            out.append((offset, offset + used))
+    pages = [(a // PAGE * PAGE, up(b, PAGE)) for a, b in out]
+    return sorted(pages)
+
+
+def ranges_mask(ranges: list[tuple[int, int]], npages: int) -> np.ndarray:
+    mask = np.zeros(npages, dtype=bool)
+    for a, b in ranges:
+        mask[a // PAGE : b // PAGE] = True
+    return mask
+
+
+def describe_runs(mask: np.ndarray, limit: int = 8) -> str:
+    """'[start, end) n KiB' for the first runs of True in a page mask."""
+    idx = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    runs = list(zip(idx[::2], idx[1::2]))
+    text = ", ".join(f"[{a * PAGE:#x}, {b * PAGE:#x}) {(b - a) * PAGE // 1024} KiB" for a, b in runs[:limit])
+    return text + (f", ... ({len(runs)} runs)" if len(runs) > limit else "")
+
+
+# --------------------------------------------------------------------------- data
+def random_vectors(n: int, d: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).random((n, d), dtype=np.float32)
+
+
+def build(path: str, n: int, d: int, *, huge_pages: bool | None = None, m: int = 8, efc: int = 24,
+          seed: int = 0, keep_open: bool = False):
+    """An index of n random vectors built by one add_batch and flushed. Returns the open
+    writer (keep_open) or None after closing it."""
+    index = VectorIndex(path, d, IndexOptions(max_connections=m, ef_construction=efc, huge_pages=huge_pages))
+    index.add_batch(random_vectors(n, d, seed))
+    index.flush()
+    if keep_open:
+        return index
+    index.close()
+    return None
+
+
+# =========================================================================== huge pages (ADR-0016)
+def assert_graph_small(ms: dict, what: str) -> None:
+    assert ms["graph_huge_bytes"] == 0, f"{what}: slot headers / lists / heap on huge pages: {ms}"
+
+
+def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
+    """huge_pages=True: most vector bytes on huge pages from the batch itself, the graph never;
+    readers of the same (cached) file: on huge pages when they ask, never when they don't."""
+    grantable, why = huge_pages_grantable()
+    path = str(tmp_path / "huge.chassis")
+    n, d = 48_000, 384
+    w = build(path, n, d, huge_pages=True, keep_open=True)
+    ms = w.memory_stats()
+    assert ms["huge_pages_asked"] is True
+    assert ms["vector_bytes"] >= n * d * 4
+    if LINUX:
+        assert_graph_small(ms, "writer that asked")
+    if grantable:
+        share = ms["vector_huge_bytes"] / ms["vector_bytes"]
+        assert share > 0.5, (
+            f"only {ms['vector_huge_bytes'] / MiB:.0f} of {ms['vector_bytes'] / MiB:.0f} MiB of vectors "
+            f"({share:.0%}) on huge pages after add_batch with huge_pages=True: {ms}")
+    w.close()
+
+    # The page cache now holds the vectors in huge folios. A reader that does not ask must not
+    # map them with huge pages (MADV_NOHUGEPAGE); one that asks does.
+    queries = random_vectors(300, d, seed=7)
+    for hp in (False, None):
+        with IndexReader(path, IndexOptions(huge_pages=hp)) as r:
+            r.search_batch(queries, 10, ef=64)
+            ms = r.memory_stats()
+            assert ms["huge_pages_asked"] is False, f"reader huge_pages={hp}: {ms}"
+            if LINUX:
+                assert ms["vector_huge_bytes"] == 0, f"reader huge_pages={hp} maps vectors with huge pages: {ms}"
+                assert_graph_small(ms, f"reader huge_pages={hp}")
+    with IndexReader(path, IndexOptions(huge_pages=True)) as r:
+        r.warm()  # touch every written page through the reader's mappings
+        ms = wait_warm(r)
+        assert ms["huge_pages_asked"] is True
+        if LINUX:
+            assert_graph_small(ms, "reader that asked")
+        if grantable:
+            share = ms["vector_huge_bytes"] / ms["vector_bytes"]
+            assert share > 0.5, f"reader with huge_pages=True: {share:.0%} of vectors on huge pages: {ms}"
+    if not grantable:
+        pytest.skip(f"huge pages requested but not checked as granted: {why}")
+
+
+@pytest.mark.parametrize("hp", [False, None], ids=["huge_pages=False", "default"])
+def test_no_huge_pages_unless_asked(tmp_path, hp):
+    path = str(tmp_path / "small.chassis")
+    w = build(path, 12_000, 384, huge_pages=hp, keep_open=True)
+    ms = w.memory_stats()
+    assert ms["huge_pages_asked"] is False, ms
+    assert ms["vector_bytes"] >= 12_000 * 384 * 4
+    if LINUX:
+        assert ms["vector_huge_bytes"] == 0, f"huge_pages={hp}: vectors on huge pages: {ms}"
+        assert_graph_small(ms, f"writer huge_pages={hp}")
+    # the request can be turned on and off after opening, on a writer and on a reader
+    w.use_huge_pages()
+    assert w.memory_stats()["huge_pages_asked"] is True
+    w.keep_small_pages()
+    assert w.memory_stats()["huge_pages_asked"] is False
+    w.close()
+    with IndexReader(path, IndexOptions(huge_pages=hp)) as r:
+        assert r.memory_stats()["huge_pages_asked"] is False
+        r.use_huge_pages()
+        ms = r.memory_stats()
+        assert ms["huge_pages_asked"] is True
+        if LINUX:
+            assert_graph_small(ms, "reader after use_huge_pages()")
+        r.keep_small_pages()
+        assert r.memory_stats()["huge_pages_asked"] is False
+
+
+def test_reader_asking_reports_it(tmp_path):
+    path = str(tmp_path / "r.chassis")
+    build(path, 2_000, 64)
+    with IndexReader(path, IndexOptions(huge_pages=True)) as r:
+        ms = r.memory_stats()
+        assert ms["huge_pages_asked"] is True
+        assert ms["warm_running"] is False and ms["warm_total_bytes"] == 0  # no warm unless asked
+    with IndexReader(path) as r:
+        assert r.memory_stats()["huge_pages_asked"] is False
+
+
+# =========================================================================== warm (ADR-0019)
+@ON_LINUX
+def test_warm_reads_exactly_the_written_ranges(tmp_path):
+    path = str(tmp_path / "warm.chassis")
+    build(path, 20_000, 256, m=8, efc=32)
+    ranges = written_file_ranges(path)
+    size = os.path.getsize(path)
+    npages = -(-size // PAGE)
+    written_mask = ranges_mask(ranges, npages)
+    evict(path)
+
+    with IndexReader(path) as r:
+        before = r.memory_stats()
+        assert before["warm_running"] is False and before["warm_total_bytes"] == 0
+        # the independent reading of the layout agrees with what the index will read
+        assert int(written_mask.sum()) * PAGE == before["written_bytes"], (
+            f"written ranges from the header: {int(written_mask.sum()) * PAGE} bytes; "
+            f"memory_stats written_bytes: {before['written_bytes']}")
+        assert before["resident_bytes"] < before["written_bytes"] // 4, f"not evicted? {before}"
+        r.warm()
+        ms = wait_warm(r)
+        assert ms["populate"] == "MADV_POPULATE_READ", ms  # Linux >= 5.14 without a filter
+        assert ms["warm_total_bytes"] == ms["written_bytes"], ms
+        assert ms["warm_done_bytes"] == ms["warm_total_bytes"], ms
+        res = resident_pages(path)
+        missing = written_mask & ~res
+        assert ms["written_bytes"] - PAGE <= ms["resident_bytes"] <= ms["written_bytes"], (
+            f"warm done, but only {ms['resident_bytes']} of {ms['written_bytes']} written bytes resident; "
+            f"not in memory (file offsets): {describe_runs(missing)}; {ms}")
+        # Nothing but the written ranges (and the header area, which opening reads) came in:
+        # the holes of the sparse file (alignment padding, unused slot capacity) were not read.
+        header_mask = np.zeros(npages, dtype=bool)
+        header_mask[: HEADER_AREA // PAGE] = True
+        extra = res & ~written_mask & ~header_mask
+        slack = 16 * PAGE
+        total = int(res.sum()) * PAGE
+        assert total <= ms["written_bytes"] + HEADER_AREA + slack, (
+            f"after warm, {total / MiB:.1f} MiB of the {size / MiB:.1f} MiB file are in memory, for "
+            f"{ms['written_bytes'] / MiB:.1f} MiB written: {int(extra.sum()) * PAGE / MiB:.1f} MiB of holes "
+            f"were read: {describe_runs(extra)}")
+        assert not missing.any(), f"written pages not in memory after warm: {describe_runs(missing)}"
+
+
+@pytest.fixture(scope="module")
+def big_index(tmp_path_factory):
+    """A file with ~500 MB written (64,000 x 2,048 float32; a sparse graph, M=2, is enough
+    here), closed, and how long a full warm of it takes from disk."""
+    path = str(tmp_path_factory.mktemp("memory") / "big.chassis")
+    build(path, 64_000, 2048, huge_pages=False, m=2, efc=4, seed=3)
+    evict(path)
+    with IndexReader(path) as r:
+        t0 = time.perf_counter()
+        r.warm()
+        ms = wait_warm(r, timeout=120)
+        seconds = time.perf_counter() - t0
+    return {"path": path, "written": ms["written_bytes"], "full_warm_seconds": seconds}
+
+
+def start_warm_caught_running(path: str, opts: IndexOptions | None = None, attempts: int = 5):
+    """Evict the file, open a reader and start a warm; return (reader, stats) taken while the
+    warm is under way (0 < done < total), retrying from a fresh eviction if the disk was too
+    fast to catch it. Fails (does not skip) when it never could: the test would prove nothing."""
+    last = None
+    for _ in range(attempts):
+        evict(path)
+        r = IndexReader(path, opts)
+        if not (opts and opts.warm):
+            r.warm()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            ms = r.memory_stats()
+            last = ms
+            if not ms["warm_running"]:
+                break
+            if 0 < ms["warm_done_bytes"] < ms["warm_total_bytes"]:
+                return r, ms
+        r.close()
+        del r
+        gc.collect()
+    pytest.fail(f"could not observe a warm under way in {attempts} attempts (disk too fast for this file?): {last}")
+
+
+@ON_LINUX
+def test_warm_option_starts_at_open_and_asking_again_does_not_restart(big_index):
+    path = big_index["path"]
+    r, ms0 = start_warm_caught_running(path, IndexOptions(warm=True))
+    try:
+        assert ms0["warm_total_bytes"] == big_index["written"], ms0
+        r.warm()
+        r.warm()
+        ms1 = r.memory_stats()
+        # a second thread would have a fresh progress counter, starting from 0
+        assert ms1["warm_total_bytes"] == ms0["warm_total_bytes"], (ms0, ms1)
+        assert ms1["warm_done_bytes"] >= ms0["warm_done_bytes"], f"progress went back: a new warm started? {ms0} -> {ms1}"
+        assert ms1["warm_running"] or ms1["warm_done_bytes"] == ms1["warm_total_bytes"], ms1
+        ms2 = wait_warm(r, timeout=60)
+        assert ms2["warm_done_bytes"] == ms2["warm_total_bytes"] == big_index["written"], ms2
+        assert ms2["resident_bytes"] >= ms2["written_bytes"] - PAGE, ms2
+        # once done, asking again reads what the index holds then (a new, finished-or-running pass)
+        r.warm()
+        ms3 = wait_warm(r, timeout=60)
+        assert ms3["warm_total_bytes"] == ms3["written_bytes"], ms3
+    finally:
+        r.close()
+
+
+@ON_LINUX
+@pytest.mark.parametrize("how", ["close", "drop"])
+def test_stopping_a_warm_returns_promptly(big_index, how):
+    path, written = big_index["path"], big_index["written"]
+    r, ms = start_warm_caught_running(path)
+    assert ms["warm_done_bytes"] < ms["warm_total_bytes"] == written
+    t0 = time.perf_counter()
+    if how == "close":
+        r.close()
+        assert r.closed
+    else:
+        del r
+        gc.collect()
+    seconds = time.perf_counter() - t0
+    after = resident_bytes(path)
+    assert seconds < 3.0, f"{how} during a warm took {seconds:.2f} s (a full warm of this file takes {big_index['full_warm_seconds']:.2f} s)"
+    # The thread stopped before reading everything (it did not run on to the end before the
+    # call returned) ...
+    assert after < written - WARM_STEP, (
+        f"after {how}, {after / MiB:.0f} of {written / MiB:.0f} MiB written are in memory: the warm ran to "
+        f"the end instead of stopping (caught at {ms['warm_done_bytes'] / MiB:.0f} MiB)")
+    # ... and it is not still reading after the call returned.
+    time.sleep(max(0.3, 2 * big_index["full_warm_seconds"]))
+    later = resident_bytes(path)
+    assert later <= after + PAGE * 16, f"after {how}: resident grew from {after} to {later}: the warm thread is still running"
+
+
+# =========================================================================== old kernels
+SECCOMP_CHILD = r"""
+import ctypes, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+LD_W_ABS, JEQ_K, RET_K = 0x20, 0x15, 0x06
+AUDIT_ARCH_X86_64, NR_MADVISE, MADV_POPULATE_READ, EINVAL = 0xC000003E, 28, 22, 22
+prog = [
+    (LD_W_ABS, 0, 0, 4),                      # A = seccomp_data.arch
+    (JEQ_K, 0, 5, AUDIT_ARCH_X86_64),         # other arch: allow
+    (LD_W_ABS, 0, 0, 0),                      # A = seccomp_data.nr
+    (JEQ_K, 0, 3, NR_MADVISE),                # not madvise: allow
+    (LD_W_ABS, 0, 0, 32),                     # A = low 32 bits of args[2] (the advice)
+    (JEQ_K, 0, 1, MADV_POPULATE_READ),        # other advice: allow
+    (RET_K, 0, 0, 0x00050000 | EINVAL),       # SECCOMP_RET_ERRNO | EINVAL, as Linux < 5.14
+    (RET_K, 0, 0, 0x7FFF0000),                # SECCOMP_RET_ALLOW
+]
+filt = (SockFilter * len(prog))(*[SockFilter(*i) for i in prog])
+fprog = SockFprog(len(prog), filt)
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+assert libc.prctl(38, 1, None, 0, 0) == 0, ("PR_SET_NO_NEW_PRIVS", ctypes.get_errno())
+assert libc.prctl(22, 2, ctypes.cast(ctypes.byref(fprog), ctypes.c_void_p), 0, 0) == 0, ("PR_SET_SECCOMP", ctypes.get_errno())
+
+# the filter does what it should: POPULATE_READ refused with EINVAL, WILLNEED allowed
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+p = libc.mmap(None, 4096, 3, 0x22, -1, 0)
+assert libc.madvise(p, 4096, MADV_POPULATE_READ) == -1 and ctypes.get_errno() == EINVAL, "filter not in force"
+assert libc.madvise(p, 4096, 3) == 0, "MADV_WILLNEED refused"
+
+import chassis   # after the filter, so that every thread the module starts inherits it
+path = sys.argv[1]
+r = chassis.IndexReader(path)
+first = r.memory_stats()
+r.warm()
+deadline = time.monotonic() + 30
+while r.memory_stats()["warm_running"] and time.monotonic() < deadline:
+    time.sleep(0.005)
+done = r.memory_stats()
+# MADV_WILLNEED starts reads and returns: give them a moment to land
+deadline = time.monotonic() + 5
+while r.memory_stats()["resident_bytes"] <= first["resident_bytes"] and time.monotonic() < deadline:
+    time.sleep(0.01)
+last = r.memory_stats()
+print(json.dumps({"first": first, "done": done, "last": last}))
+"""
+
+
+@pytest.mark.skipif(not LINUX or platform.machine() != "x86_64",
+                    reason="the seccomp filter is written for x86_64 Linux (madvise = syscall 28, AUDIT_ARCH_X86_64)")
+def test_warm_falls_back_to_willneed_without_populate_read(tmp_path):
+    path = str(tmp_path / "old.chassis")
+    build(path, 20_000, 256, m=8, efc=16)
+    evict(path)
+    proc = run_python(SECCOMP_CHILD, path, timeout=120)
+    assert_child_ok(proc, "warm under a seccomp filter refusing MADV_POPULATE_READ")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, done, last = out["first"], out["done"], out["last"]
+    assert first["populate"] == "MADV_POPULATE_READ", first  # the first choice, before trying
+    assert done["populate"] == "MADV_WILLNEED", f"no fallback after EINVAL: {done}"
+    assert done["warm_running"] is False, done
+    assert done["warm_done_bytes"] == done["warm_total_bytes"] == done["written_bytes"], done
+    assert last["resident_bytes"] > first["resident_bytes"], f"MADV_WILLNEED read nothing in: {first} -> {last}"
+
+
+# =========================================================================== fork
+@ON_LINUX
+@pytest.mark.parametrize("how", ["close", "drop"])
+def test_forked_child_drops_a_warming_index_and_exits(big_index, how):
+    path = big_index["path"]
+    r, ms = start_warm_caught_running(path)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: no warm thread here; dropping must not wait for one
+            code = 1
+            try:
+                if how == "close":
+                    r.close()
+                else:
+                    del r
+                    gc.collect()
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        status = None
+        while time.monotonic() < deadline:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            if got == pid:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked child did not exit within 10 s after {how} (killed it)")
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status:#x}"
+        # the parent's own warm was not disturbed by the child's
+        done = wait_warm(r, timeout=60)
+        assert done["warm_done_bytes"] == done["warm_total_bytes"] == big_index["written"], done
+        assert done["resident_bytes"] >= done["written_bytes"] - PAGE, done
+    finally:
+        r.close()
