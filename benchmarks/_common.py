@@ -15,7 +15,11 @@ Peers that are not installed are reported by `engine_status()` and skipped.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import importlib.util
+import mmap
+import os
 import sys
 from pathlib import Path
 
@@ -67,8 +71,54 @@ machine_info = _b.machine_info
 fmt = _b.fmt
 table = _b.table
 
+# ------------------------------------------------------------------ page cache (Linux)
+def file_resident_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the file in the page cache now: mincore over a fresh read-only mapping of the
+    whole file (mapping reads nothing). Linux (and other systems with mincore)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+    finally:
+        os.close(fd)
+    try:
+        page = mmap.PAGESIZE
+        vec = (ctypes.c_ubyte * ((size + page - 1) // page))()
+        if libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), f"mincore {path}")
+        return sum(b & 1 for b in bytes(vec)) * page
+    finally:
+        libc.munmap(addr, size)
+
+
+def evict_file(path: str | os.PathLike, *, check: bool = True) -> int:
+    """Drop the file from the page cache (fsync, then posix_fadvise DONTNEED) so that the next
+    reads come from the disk; returns the bytes still cached, and with `check` raises if more
+    than a page is (a process that still maps the file keeps its pages). Linux."""
+    gc.collect()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    left = file_resident_bytes(path)
+    if check and left > mmap.PAGESIZE:
+        raise RuntimeError(f"{path}: {left} bytes still cached after POSIX_FADV_DONTNEED (is it still open?)")
+    return left
+
+
 __all__ = [
-    "REPO", "MINILM", "TARGETS", "datasets_module", "median", "timed", "median_seconds",
+    "REPO", "MINILM", "file_resident_bytes", "evict_file", "TARGETS", "datasets_module", "median", "timed", "median_seconds",
     "interpolate_qps", "qps_at_targets", "ratio", "EngineUnavailable", "Engine",
     "ChassisEngine", "ChassisDBEngine", "HnswlibEngine", "UsearchEngine", "FaissEngine",
     "ENGINES", "make_engine", "engine_status", "measure_sweep", "plot_sweeps",

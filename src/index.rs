@@ -994,11 +994,7 @@ impl Index {
         }
         // The pieces this batch fills whole are written once: ask for huge pages before writing
         // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
-        if st.huge.load(Acquire) {
-            for (p, len) in st.vector_pieces(start, start + n as u64) {
-                os::advise_huge(p as *const u8, len, true);
-            }
-        }
+        Self::advise_slots(st, start, start + n as u64);
         // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
         let vb = self.geo.vec_bytes;
         let write_rows = || {
@@ -1283,9 +1279,19 @@ impl Index {
 
     /// ADR-0016: ask for huge pages under the whole 2 MiB pieces of committed vectors.
     fn advise_committed(&self, st: &Storage, slots: u64) {
+        Self::advise_slots(st, 0, slots);
+    }
+
+    /// Ask for huge pages under the whole vector pieces of slots `[from, to)`, if asked for.
+    fn advise_slots(st: &Storage, from: u64, to: u64) {
         if st.huge.load(Acquire) {
-            for (p, len) in st.vector_pieces(0, slots) {
+            for (p, len) in st.vector_pieces(from, to) {
                 os::advise_huge(p as *const u8, len, true);
+            }
+            // A fault in the slot headers or lists would read around it (read_ahead_kb) into
+            // the vector pieces beside them, with small pages, which then stay small.
+            for (p, len) in st.graph_areas() {
+                os::advise_random(p as *const u8, len);
             }
         }
     }
@@ -1333,22 +1339,27 @@ impl Index {
         self.check_open()?;
         let snap = self.snap();
         let st = &snap.st;
+        // The warm state first: a warm that finishes while the rest is measured then shows as
+        // running, never as done with the residency from before.
+        let (warm_running, warm_done_bytes, warm_total_bytes) = {
+            let w = self.warm.lock();
+            (w.as_ref().is_some_and(|w| w.running()), w.as_ref().map(|w| w.done.load(Relaxed)).unwrap_or(0), w.as_ref().map(|w| w.total).unwrap_or(0))
+        };
         let mapped = st.mapped_ranges();
         let written = st.written_ranges(snap.slots);
-        let vectors: Vec<(usize, usize)> = written.iter().filter(|r| r.2).map(|r| (r.0, r.0 + r.1)).collect();
-        let others: Vec<(usize, usize)> = written.iter().filter(|r| !r.2).map(|r| (r.0, r.0 + r.1)).collect();
-        let w = self.warm.lock();
+        let vectors: Vec<(usize, usize)> = written.iter().filter(|r| r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
+        let others: Vec<(usize, usize)> = written.iter().filter(|r| !r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
         Ok(MemoryStats {
             mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
-            written_bytes: written.iter().map(|r| r.1 as u64).sum(),
-            resident_bytes: written.iter().map(|r| os::resident(r.0 as *const u8, r.1)).sum(),
+            written_bytes: written.iter().map(|r| r.len as u64).sum(),
+            resident_bytes: written.iter().map(|r| os::resident(r.addr as *const u8, r.len)).sum(),
             vector_bytes: vectors.iter().map(|r| (r.1 - r.0) as u64).sum(),
             vector_huge_bytes: os::file_pmd_mapped(&vectors),
             graph_huge_bytes: os::file_pmd_mapped(&others),
             huge_pages_asked: st.huge.load(Acquire),
-            warm_running: w.as_ref().is_some_and(|w| w.running()),
-            warm_done_bytes: w.as_ref().map(|w| w.done.load(Relaxed)).unwrap_or(0),
-            warm_total_bytes: w.as_ref().map(|w| w.total).unwrap_or(0),
+            warm_running,
+            warm_done_bytes,
+            warm_total_bytes,
             populate: match os::populate_mode() {
                 os::Populate::PopulateRead => "MADV_POPULATE_READ",
                 os::Populate::WillNeed => "MADV_WILLNEED",

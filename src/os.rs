@@ -178,6 +178,35 @@ pub fn populate(p: *const u8, len: usize) {
     }
 }
 
+/// Ask the system to read `[offset, offset + len)` of a file, and nothing around it.
+pub fn fadvise_willneed(file: &File, offset: u64, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: posix_fadvise on a valid descriptor; advice only.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
+/// Mark `[p, p + len)` as read at random (a fault reads its own page, nothing around it).
+pub fn advise_random(p: *const u8, len: usize) {
+    #[cfg(unix)]
+    // SAFETY: advice about a range inside a live mapping of this process.
+    unsafe {
+        libc::madvise(p as *mut libc::c_void, len, libc::MADV_RANDOM);
+    }
+}
+
+/// Undo `advise_random`.
+pub fn advise_normal(p: *const u8, len: usize) {
+    #[cfg(unix)]
+    // SAFETY: advice about a range inside a live mapping of this process.
+    unsafe {
+        libc::madvise(p as *mut libc::c_void, len, libc::MADV_NORMAL);
+    }
+}
+
 /// Bytes of `[p, p + len)` (page-aligned `p`) resident in memory, by mincore.
 pub fn resident(p: *const u8, len: usize) -> u64 {
     let ps = page_size();

@@ -16,6 +16,16 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
 
+/// A range of the file the index has written, where it is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub addr: usize,
+    pub len: usize,
+    pub file_offset: u64,
+    /// Vectors (else slot headers, lists or heap).
+    pub vectors: bool,
+}
+
 /// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
 /// offset is 2 MiB-aligned, so that its vectors can sit on huge pages (ADR-0016).
 struct Segment {
@@ -398,44 +408,47 @@ impl Storage {
         out
     }
 
+    /// Address ranges of every segment's slot headers and lists (to keep their faults from
+    /// reading around into the vectors' huge-page pieces).
+    pub fn graph_areas(&self) -> Vec<(usize, usize)> {
+        (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize + s.layout.headers as usize, s.map.len() - s.layout.headers as usize))
+            .collect()
+    }
+
     /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
     pub fn vector_areas(&self) -> Vec<(usize, usize)> {
         (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.layout.headers as usize)).collect()
     }
 
-    /// Address ranges of what the index has written for `slots` slots, in file order: each
-    /// segment's vectors, slot headers and level-0 records up to the last slot, and each heap
-    /// chunk up to its last entry (ADR-0019, 2). Page-aligned. `vectors` tells which are
-    /// vector ranges.
-    pub fn written_ranges(&self, slots: u64) -> Vec<(usize, usize, bool)> {
+    /// The ranges the index has written for `slots` slots, in file order: each segment's
+    /// vectors, slot headers and level-0 records up to the last slot, and each heap chunk up to
+    /// its last entry (ADR-0019, 2). Page-aligned.
+    pub fn written_ranges(&self, slots: u64) -> Vec<Written> {
         let ps = os::page_size();
-        let page = |p: usize, len: usize, vectors: bool| {
-            let s = p / ps * ps;
-            (s, (p + len).div_ceil(ps) * ps - s, vectors)
+        // A range at `rel` bytes into a mapping at `base` of file offset `file_base`.
+        let page = |base: usize, file_base: u64, rel: usize, len: usize, vectors: bool| {
+            let s = (base + rel) / ps * ps;
+            Written { addr: s, len: (base + rel + len).div_ceil(ps) * ps - s, file_offset: file_base + (s - base) as u64, vectors }
         };
-        let mut segs: Vec<(u64, Vec<(usize, usize, bool)>)> = self
-            .segments_upto(slots)
-            .map(|(seg, n)| {
-                let base = seg.map.as_ptr() as usize;
-                let l = &seg.layout;
-                let v = vec![
-                    page(base + l.vectors as usize, (n * self.geo.stride as u64) as usize, true),
-                    page(base + l.headers as usize, (n * SLOT_HEADER as u64) as usize, false),
-                    page(base + l.l0 as usize, (n * self.geo.l0_words as u64 * 4) as usize, false),
-                ];
-                (seg.offset, v)
-            })
-            .collect();
+        let mut out: Vec<Written> = Vec::new();
+        for (seg, n) in self.segments_upto(slots) {
+            let base = seg.map.as_ptr() as usize;
+            let l = &seg.layout;
+            out.push(page(base, seg.offset, l.vectors as usize, (n * self.geo.stride as u64) as usize, true));
+            out.push(page(base, seg.offset, l.headers as usize, (n * SLOT_HEADER as u64) as usize, false));
+            out.push(page(base, seg.offset, l.l0 as usize, (n * self.geo.l0_words as u64 * 4) as usize, false));
+        }
         let a = self.alloc.lock();
         for (i, r) in a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
             if let Some(h) = self.heaps[i].get() {
-                if r.used > 0 {
-                    segs.push((r.offset, vec![page(h.map.as_ptr() as usize, r.used as usize, false)]));
-                }
+                out.push(page(h.map.as_ptr() as usize, r.offset, 0, r.used as usize, false));
             }
         }
-        segs.sort_by_key(|s| s.0);
-        segs.into_iter().flat_map(|s| s.1).filter(|r| r.1 > 0).collect()
+        out.sort_by_key(|w| w.file_offset);
+        out.retain(|w| w.len > 0);
+        out
     }
 
     /// (address, length, file offset) of every mapping (the warm thread's read-only view).

@@ -31,8 +31,8 @@ pub struct Warm {
 impl Warm {
     /// Start reading `slots` slots' written ranges of `st` in.
     pub fn start(st: Arc<Storage>, slots: u64) -> Warm {
-        let ranges: Vec<(usize, usize)> = st.written_ranges(slots).into_iter().map(|(p, l, _)| (p, l)).collect();
-        let total = ranges.iter().map(|r| r.1 as u64).sum();
+        let ranges = st.written_ranges(slots);
+        let total = ranges.iter().map(|r| r.len as u64).sum();
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let (stop2, done2) = (stop.clone(), done.clone());
@@ -41,7 +41,9 @@ impl Warm {
             .spawn(move || {
                 #[cfg(not(target_os = "linux"))]
                 let view = if st.writable { ReadView::new(&st) } else { None };
-                for (p, len) in ranges {
+                let huge = st.huge.load(Acquire);
+                for r in ranges {
+                    let (p, len) = (r.addr, r.len);
                     let mut at = 0;
                     while at < len {
                         if stop2.load(Relaxed) {
@@ -52,7 +54,22 @@ impl Warm {
                         let addr = view.as_ref().and_then(|v| v.translate(p + at)).unwrap_or(p + at);
                         #[cfg(target_os = "linux")]
                         let addr = p + at;
+                        // Ask the file for exactly this step first, and fault it in marked as
+                        // read at random: a fault would otherwise also read around it
+                        // (read_ahead_kb, 8 MiB on some disks), into the holes of the sparse
+                        // file. Not for vectors asked for huge pages: they are read by their own
+                        // 2 MiB faults (already MADV_RANDOM), which readahead would pre-empt
+                        // with small pages.
+                        if !(r.vectors && huge) {
+                            os::fadvise_willneed(&st.file, r.file_offset + at as u64, n);
+                            if !huge {
+                                os::advise_random(addr as *const u8, n);
+                            }
+                        }
                         os::populate(addr as *const u8, n);
+                        if !(r.vectors && huge) && !huge {
+                            os::advise_normal(addr as *const u8, n);
+                        }
                         done2.fetch_add(n as u64, Relaxed);
                         at += n;
                     }
@@ -63,8 +80,9 @@ impl Warm {
         Warm { stop, done, total, handle, pid: std::process::id() }
     }
 
+    /// Whether the thread is reading (never, in a forked child: the thread is not there).
     pub fn running(&self) -> bool {
-        self.handle.as_ref().is_some_and(|h| !h.is_finished())
+        std::process::id() == self.pid && self.handle.as_ref().is_some_and(|h| !h.is_finished())
     }
 }
 

@@ -17,7 +17,9 @@ the kernel can be asked:
   finds no more resident than the written ranges plus the header area. The written ranges are
   computed here independently, from the region table in the file header and the segment layout
   of docs/format.md, and must add up to ``written_bytes``. ``IndexOptions(warm=True)`` starts
-  the reading at open; asking again while it runs starts no second one.
+  the reading at open; asking again while it runs starts no second one. A ``memory_stats()``
+  dict that reports the warm finished reports the residency after it (one observation, not
+  fields measured at different moments).
 * stop: ``close()``, and dropping the last reference, during a warm return promptly and leave
   the file part read (the thread stopped; it did not run to the end first, nor go on after).
 * old kernels: in a child process under a seccomp filter that makes
@@ -46,7 +48,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import chassis
 from chassis import IndexOptions, IndexReader, VectorIndex
 from conftest import assert_child_ok, run_python
 
@@ -129,12 +130,14 @@ def evict(path: str | os.PathLike) -> None:
 
 
 def wait_warm(index, timeout: float = 30.0) -> dict:
-    """Poll memory_stats() until the warm thread is done; its last answer."""
+    """Poll memory_stats() until the warm thread is done; then a fresh memory_stats() (the
+    dict that first says "done" is checked on its own by
+    test_memory_stats_that_says_warm_is_done_sees_it_done)."""
     deadline = time.monotonic() + timeout
     while True:
         ms = index.memory_stats()
         if not ms["warm_running"]:
-            return ms
+            return index.memory_stats()
         if time.monotonic() > deadline:
             pytest.fail(f"warm still running after {timeout} s: {ms}")
         time.sleep(0.002)
@@ -355,6 +358,33 @@ def test_warm_reads_exactly_the_written_ranges(tmp_path):
             f"{ms['written_bytes'] / MiB:.1f} MiB written: {int(extra.sum()) * PAGE / MiB:.1f} MiB of holes "
             f"were read: {describe_runs(extra)}")
         assert not missing.any(), f"written pages not in memory after warm: {describe_runs(missing)}"
+
+
+@ON_LINUX
+def test_memory_stats_that_says_warm_is_done_sees_it_done(tmp_path):
+    """The dict is one observation: when it reports the warm finished (warm_running False,
+    done == total), its resident_bytes were measured after that, so they include everything
+    the warm read. Several evict + warm rounds, each polled as fast as it goes."""
+    path = str(tmp_path / "stats.chassis")
+    build(path, 20_000, 256, m=8, efc=16)
+    bad = []
+    for round_ in range(8):
+        evict(path)
+        with IndexReader(path) as r:
+            r.warm()
+            deadline = time.monotonic() + 30
+            while True:
+                ms = r.memory_stats()
+                if not ms["warm_running"] or time.monotonic() > deadline:
+                    break
+            assert not ms["warm_running"], f"warm still running after 30 s: {ms}"
+            assert ms["warm_done_bytes"] == ms["warm_total_bytes"] == ms["written_bytes"], ms
+            if ms["resident_bytes"] < ms["written_bytes"] - PAGE:
+                fresh = r.memory_stats()
+                bad.append(f"round {round_}: said done with resident {ms['resident_bytes']} of "
+                           f"{ms['written_bytes']}; asked again at once: {fresh['resident_bytes']}")
+    assert not bad, ("memory_stats() reported the warm done together with a residency measured "
+                     "before it finished:\n" + "\n".join(bad))
 
 
 @pytest.fixture(scope="module")
