@@ -1385,7 +1385,10 @@ impl Index {
         let tmp = tmp_sibling(dest, "backup");
         let res = if self.read_only {
             (|| {
-                for _ in 0..5 {
+                // The copy must fall between two flushes (a flush retires the undo log that
+                // patches it), so nothing slow happens inside the window: the sync comes after.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while std::time::Instant::now() < deadline {
                     let snap = self.snap();
                     let h = self.writer.lock().committed.clone();
                     if h.seq != snap.seq {
@@ -1400,16 +1403,17 @@ impl Index {
                         continue; // a flush ran meanwhile: the log may be gone; copy again
                     }
                     patch_copy(&snap.st, &h, &tmp, &records)?;
-                    return Ok(());
+                    return sync_file(&tmp);
                 }
-                Err(Error::new(ErrorKind::Io, "the writer flushed during every backup attempt", "retry when it is quieter"))
+                Err(Error::new(ErrorKind::Io, "the writer flushed during every backup attempt for 10 s", "retry when it flushes less often, or back up from the writer"))
             })()
         } else {
             let mut w = self.writer.lock();
             (|| {
                 self.flush_locked(&mut w)?;
                 let snap = self.view.read().clone();
-                copy_commit(&snap.st, &w.committed, &tmp)
+                copy_commit(&snap.st, &w.committed, &tmp)?;
+                sync_file(&tmp)
             })()
         };
         let res = res.and_then(|()| {
@@ -1926,29 +1930,45 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Copy commit `h` of the mapped file to `tmp`: its regions (skipping zero blocks, so holes
-/// stay holes) and `h` as both header copies; synced.
+fn sync_file(p: &Path) -> Result<()> {
+    File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(e, "syncing", p))
+}
+
+/// Copy commit `h` of the mapped file to `tmp`: what it has written (the rest stays a hole)
+/// and `h` as both header copies. Not synced.
 fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let out = OpenOptions::new().write(true).create_new(true).open(tmp).map_err(|e| Error::io(e, "creating", tmp))?;
     let end = h.end_of_regions();
     out.set_len(end).map_err(|e| Error::io(e, "writing", tmp))?;
+    // Only what the commit has written: used slots of each segment, used bytes of each heap
+    // chunk (the rest is unused capacity, a hole in both files).
+    let g = st.geo;
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let mut first = 0u64;
+    for (k, r) in h.regions.iter().filter(|r| r.kind == RegionKind::Segment).enumerate() {
+        let cap = g.segment_slots(k);
+        let n = h.slots.saturating_sub(first).min(cap);
+        first += cap;
+        let l = g.segment_layout(cap);
+        ranges.push((r.offset + l.vectors, n * g.stride as u64));
+        ranges.push((r.offset + l.headers, n * format::SLOT_HEADER as u64));
+        ranges.push((r.offset + l.l0, n * g.l0_words as u64 * 4));
+    }
+    ranges.extend(h.regions.iter().filter(|r| r.kind == RegionKind::Heap).map(|r| (r.offset, r.used as u64)));
     let mut buf = vec![0u8; 1 << 20];
-    for r in &h.regions {
-        let mut at = r.offset;
-        while at < r.offset + r.len {
-            let len = ((r.offset + r.len - at) as usize).min(buf.len());
-            st.file.read_exact_at(&mut buf[..len], at).map_err(|e| Error::io(e, "reading", &st.path))?;
-            if buf[..len].iter().any(|&b| b != 0) {
-                out.write_all_at(&buf[..len], at).map_err(|e| Error::io(e, "writing", tmp))?;
-            }
-            at += len as u64;
+    for (start, len) in ranges {
+        let mut at = start;
+        while at < start + len {
+            let n = ((start + len - at) as usize).min(buf.len());
+            st.file.read_exact_at(&mut buf[..n], at).map_err(|e| Error::io(e, "reading", &st.path))?;
+            out.write_all_at(&buf[..n], at).map_err(|e| Error::io(e, "writing", tmp))?;
+            at += n as u64;
         }
     }
     let enc = h.encode();
     out.write_all_at(&enc, 0).map_err(|e| Error::io(e, "writing", tmp))?;
-    out.write_all_at(&enc, HEADER_COPY_SIZE as u64).map_err(|e| Error::io(e, "writing", tmp))?;
-    out.sync_all().map_err(|e| Error::io(e, "syncing", tmp))
+    out.write_all_at(&enc, HEADER_COPY_SIZE as u64).map_err(|e| Error::io(e, "writing", tmp))
 }
 
 /// Apply undo records (committed contents of lists and markers changed since commit `h`) to a
@@ -1980,7 +2000,7 @@ fn patch_copy(st: &Storage, h: &Header, tmp: &Path, records: &[Record]) -> Resul
             _ => {}
         }
     }
-    out.sync_all().map_err(|e| Error::io(e, "syncing", tmp))
+    Ok(())
 }
 
 /// Put back what an undo log saved; returns how many records applied.
