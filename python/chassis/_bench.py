@@ -164,18 +164,18 @@ class Engine:
 
         The index is then made durable (flush / save) outside the timed part and
         left open; `persist_seconds` says how long that took."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} is an engine adapter without this hook")
 
     def open(self, path: str) -> None:
         """Open the saved index at `path` for searching and writing."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} is an engine adapter without this hook")
 
     def set_ef(self, ef: int) -> None:
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} is an engine adapter without this hook")
 
     def search(self, mode: str, queries: np.ndarray, k: int) -> tuple[np.ndarray, float]:
         """(ids as a (q, k) integer array, seconds spent in the engine's search calls)."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} is an engine adapter without this hook")
 
     def add_and_flush(self, vector: np.ndarray) -> None:
         raise EngineUnavailable(f"{self.name} has no durable single add")
