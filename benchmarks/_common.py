@@ -55,6 +55,7 @@ median_seconds = _b.median_seconds
 interpolate_qps = _b.interpolate_qps
 qps_at_targets = _b.qps_at_targets
 ratio = _b.ratio
+json_default = _b.json_default
 EngineUnavailable = _b.EngineUnavailable
 Engine = _b.Engine
 ChassisEngine = _b.ChassisEngine
@@ -119,7 +120,7 @@ def evict_file(path: str | os.PathLike, *, check: bool = True) -> int:
 
 __all__ = [
     "REPO", "MINILM", "file_resident_bytes", "evict_file", "TARGETS", "datasets_module", "median", "timed", "median_seconds",
-    "interpolate_qps", "qps_at_targets", "ratio", "EngineUnavailable", "Engine",
+    "interpolate_qps", "qps_at_targets", "ratio", "json_default", "EngineUnavailable", "Engine",
     "ChassisEngine", "ChassisDBEngine", "HnswlibEngine", "UsearchEngine", "FaissEngine",
     "ENGINES", "make_engine", "engine_status", "measure_sweep", "plot_sweeps",
     "machine_info", "fmt", "table",

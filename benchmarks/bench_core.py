@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -41,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    json_default,
     MINILM,
     TARGETS,
     EngineUnavailable,
@@ -312,17 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\nnotes:\n" + "\n".join(f"- {n}" for n in dict.fromkeys(notes_all)))
     everything["notes"] = list(dict.fromkeys(notes_all))
     if args.json:
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=_plain))
+        Path(args.json).write_text(json.dumps(everything, indent=1, default=json_default))
         print(f"\nwrote {args.json}")
     return 0
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
+    json_default,
     MINILM,
     datasets_module,
     engine_status,
@@ -519,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     results["seconds"] = time.perf_counter() - started
     print(f"\n(total {results['seconds']:.0f} s)")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+        Path(args.json).write_text(json.dumps(results, indent=1, default=json_default))
         print(f"wrote {args.json}")
     return 0
 

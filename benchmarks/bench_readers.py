@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MINILM, datasets_module, fmt, machine_info, median, table, timed  # noqa: E402
+from _common import MINILM, datasets_module, fmt, json_default, machine_info, median, table, timed  # noqa: E402
 
 WRITER_FLAG = "--writer-child"
 
@@ -111,21 +111,20 @@ class Writer:
 
 
 # ------------------------------------------------------------------ measurements
-def qps_threads(reader, queries: np.ndarray, k: int, ef: int, seconds: float, chunk: int) -> float:
-    """Two Python threads, each calling search_batch(chunk, threads=1) over its half of the
-    queries, round and round, for `seconds`. Queries per second over both."""
+def _two_threads(items: list, call, size, seconds: float) -> float:
+    """Two Python threads, each calling `call(item)` over its half of `items`, round and
+    round, for `seconds`. Queries per second over both (`size(item)` queries per call)."""
     stop = threading.Event()
     done = [0, 0]
     errors: list[BaseException] = []
-    chunks = [queries[i : i + chunk] for i in range(0, len(queries), chunk)]
 
     def work(t: int) -> None:
-        mine = chunks[t::2]
+        mine = items[t::2]
         try:
             while not stop.is_set():
-                for c in mine:
-                    reader.search_batch(c, k, ef=ef, threads=1)
-                    done[t] += len(c)
+                for it in mine:
+                    call(it)
+                    done[t] += size(it)
                     if stop.is_set():
                         break
         except BaseException as e:  # reported below
@@ -143,38 +142,18 @@ def qps_threads(reader, queries: np.ndarray, k: int, ef: int, seconds: float, ch
     if errors:
         raise errors[0]
     return sum(done) / elapsed
+
+
+def qps_threads(reader, queries: np.ndarray, k: int, ef: int, seconds: float, chunk: int) -> float:
+    """Two Python threads, each calling search_batch(chunk, threads=1) over its half of the
+    queries. Queries per second over both."""
+    chunks = [queries[i : i + chunk] for i in range(0, len(queries), chunk)]
+    return _two_threads(chunks, lambda c: reader.search_batch(c, k, ef=ef, threads=1), len, seconds)
 
 
 def qps_single(reader, queries: np.ndarray, k: int, ef: int, seconds: float) -> float:
     """Two Python threads, each calling search(query) over its half of the queries."""
-    stop = threading.Event()
-    done = [0, 0]
-    errors: list[BaseException] = []
-
-    def work(t: int) -> None:
-        mine = list(queries[t::2])
-        try:
-            while not stop.is_set():
-                for q in mine:
-                    reader.search(q, k, ef=ef)
-                    done[t] += 1
-                    if stop.is_set():
-                        break
-        except BaseException as e:  # reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return sum(done) / elapsed
+    return _two_threads(list(queries), lambda q: reader.search(q, k, ef=ef), lambda _: 1, seconds)
 
 
 def qps_batch(reader, queries: np.ndarray, k: int, ef: int, seconds: float) -> float:
@@ -379,17 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     if lag["seen_but_never_flushed"]:
         print(f"WARNING: the reader saw counts no flush produced: {lag['seen_but_never_flushed']}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=_plain))
+        Path(args.json).write_text(json.dumps(results, indent=1, default=json_default))
         print(f"\nwrote {args.json}")
     return 0
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return str(value)
 
 
 if __name__ == "__main__":

@@ -248,21 +248,6 @@ pub fn file_pmd_mapped(ranges: &[(usize, usize)]) -> Option<u64> {
     Some(total)
 }
 
-/// Drop a file's pages from the page cache (after writing back what is dirty), for cold-start
-/// measurements. Linux: posix_fadvise(DONTNEED); elsewhere nothing.
-pub fn evict(file: &File) -> io::Result<()> {
-    file.sync_all()?;
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: posix_fadvise on a valid descriptor; errors come back as the return value.
-        let r = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
-        }
-    }
-    Ok(())
-}
-
 /// Map `len` bytes of `file` at `offset` at an address aligned to `align` (a power of two),
 /// so that 2 MiB pieces of the file can be mapped by huge pages (the kernel needs the address
 /// and the file offset to agree modulo 2 MiB). A PROT_NONE reservation `align` larger is made

@@ -433,7 +433,7 @@ def _bench_command(args: argparse.Namespace) -> int:
                        if peer != "chassis" and "chassis" in results},
             "notes": all_notes,
         }
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=_plain))
+        Path(args.json).write_text(json.dumps(everything, indent=1, default=_bench.json_default))
         print(f"\nwrote {args.json}")
     if args.plot:
         _bench.plot_sweeps({name: r["sweep"] for name, r in results.items()}, args.plot, k=args.k,
@@ -442,15 +442,6 @@ def _bench_command(args: argparse.Namespace) -> int:
         print(f"wrote {args.plot}")
     return 0
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
 
 
 if __name__ == "__main__":

@@ -486,6 +486,15 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def json_default(value: Any) -> Any:
+    """`json.dumps(default=...)` for NumPy scalars and arrays (anything else as a string)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
 def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
     """A number for a table cell; "-" when missing."""
     return "-" if value is None else f"{value:{spec}}{suffix}"
