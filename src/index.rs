@@ -41,7 +41,41 @@ pub struct Options {
     pub huge_pages: Option<bool>,
     /// ADR-0019: read the index in on a background thread from opening.
     pub warm: bool,
+    /// The NUMA note: who writes an in-memory index's new pages first (file-backed indexes
+    /// live in the page cache, which first touch does not place: there it changes nothing).
+    pub placement: Placement,
 }
+
+/// Where an in-memory index's pages go (NOTE-numa-placement-and-huge-pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Bulk writes of `BALANCED_MIN` items or more (a large `add_batch`, loading a file) are
+    /// made by every thread of the pool, each a contiguous stretch, so that first touch
+    /// spreads the pages over the NUMA nodes.
+    Balanced,
+    /// Everything written by one thread: the pages lie on that thread's node.
+    Local,
+}
+
+impl Placement {
+    pub fn parse(s: &str) -> Result<Placement> {
+        match s {
+            "balanced" => Ok(Placement::Balanced),
+            "local" => Ok(Placement::Local),
+            _ => Err(Error::invalid(format!("unknown placement {s:?}"), "use \"balanced\" or \"local\"")),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Balanced => "balanced",
+            Placement::Local => "local",
+        }
+    }
+}
+
+/// Bulk writes below this many items are made by one thread whatever the placement: there is
+/// nothing worth spreading (the NUMA note).
+pub const BALANCED_MIN: usize = 16_384;
 
 impl Default for Options {
     fn default() -> Self {
@@ -53,6 +87,7 @@ impl Default for Options {
             precision: Precision::Full,
             huge_pages: None,
             warm: false,
+            placement: Placement::Balanced,
         }
     }
 }
@@ -139,11 +174,19 @@ pub struct MemoryStats {
     /// Of the written ranges, bytes in memory now (mincore).
     pub resident_bytes: u64,
     pub vector_bytes: u64,
-    /// Of the vectors, bytes mapped by huge pages (FilePmdMapped), where the system says.
+    /// Of the vectors, bytes mapped by huge pages (FilePmdMapped of a file; AnonHugePages in
+    /// memory), where the system says.
     pub vector_huge_bytes: Option<u64>,
-    /// Of the slot headers, lists and heap, bytes mapped by huge pages: 0 by ADR-0016.
+    /// Of the slot headers, lists and heap, bytes mapped by huge pages: 0 for a file by
+    /// ADR-0016; in memory the graph's stores ask for them too.
     pub graph_huge_bytes: Option<u64>,
+    /// Of everything written, bytes on huge pages.
+    pub huge_bytes: Option<u64>,
     pub huge_pages_asked: bool,
+    /// "file" or "memory".
+    pub backing: &'static str,
+    /// In memory: the kernel refused huge pages to this process (warned once).
+    pub huge_pages_refused: bool,
     pub warm_running: bool,
     pub warm_done_bytes: u64,
     pub warm_total_bytes: u64,
@@ -260,6 +303,8 @@ pub struct Index {
     /// Fixed at creation (a replacement file must agree), so read without the snapshot.
     geo: Geometry,
     read_only: bool,
+    /// No file: anonymous stores (`Index::memory`, `Index::load`).
+    memory: bool,
     view: RwLock<Arc<Snap>>,
     writer: Mutex<Writer>,
     /// Entry point and top layer while linking (the writer's, ahead of what is published).
@@ -419,23 +464,7 @@ impl Index {
         if !os::try_lock_exclusive(&f).map_err(|e| cleanup(Error::io(e, "locking", &tmp)))? {
             return Err(cleanup(Error::new(ErrorKind::IndexLocked, "could not lock a new file", "retry")));
         }
-        let mut h = Header {
-            seq: 0,
-            dims: dims as u32,
-            metric: opts.metric,
-            precision: opts.precision,
-            max_connections: opts.max_connections as u32,
-            ef_construction: opts.ef_construction as u32,
-            ef_search: opts.ef_search as u32,
-            page_size: os::page_size() as u32,
-            slots: 0,
-            live: 0,
-            next_id: 0,
-            entry: EMPTY,
-            max_level: 0,
-            user_version: 0,
-            regions: Vec::new(),
-        };
+        let mut h = Self::new_header(dims, &opts, 0);
         use std::os::unix::fs::FileExt;
         let write = |h: &Header, copy: usize| f.write_all_at(&h.encode(), (copy * HEADER_COPY_SIZE) as u64);
         write(&h, 1).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
@@ -492,6 +521,7 @@ impl Index {
             precision: h.precision,
             huge_pages: None,
             warm: false,
+            placement: Placement::Balanced,
         };
         if let Some(o) = opts {
             let fixed = [
@@ -513,38 +543,10 @@ impl Index {
             eff.ef_search = o.ef_search;
             eff.huge_pages = o.huge_pages;
             eff.warm = o.warm;
+            eff.placement = o.placement;
         }
         let st = Arc::new(Storage::open(path, file, mode == Mode::Write, &h)?);
-        let idx = Index {
-            path: path.to_path_buf(),
-            opts: eff,
-            geo: st.geo,
-            read_only: mode == Mode::Read,
-            view: RwLock::new(Arc::new(Snap::of(st, &h, mode == Mode::Write))),
-            entry: Mutex::new((h.entry, h.max_level as usize)),
-            writer: Mutex::new(Writer {
-                copy,
-                slots: h.slots,
-                live: h.live,
-                next_id: h.next_id,
-                user_version: h.user_version,
-                deletes: 0,
-                poisoned: false,
-                committed: h,
-            }),
-            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
-            undo: Mutex::new(UndoState { log: UndoLog::new(path), saved: HashSet::new() }),
-            savepoint: Mutex::new(None),
-            ids: Mutex::new(IdMap::default()),
-            closed: AtomicBool::new(false),
-            opened: std::time::Instant::now(),
-            checked_path_ms: AtomicU64::new(0),
-            unusable_seq: AtomicU64::new(u64::MAX),
-            warm: Mutex::new(None),
-            warm_on: AtomicBool::new(false),
-            warnings,
-        };
-        let mut idx = idx;
+        let mut idx = Self::assemble(path, eff, st, h, copy, mode == Mode::Read, warnings);
         if mode == Mode::Write {
             idx.replay_undo()?;
             if fell_back {
@@ -560,6 +562,183 @@ impl Index {
             idx.warm();
         }
         Ok(idx)
+    }
+
+    /// An Index over storage `st` whose committed state is `h` (header copy `copy`).
+    fn assemble(path: &Path, opts: Options, st: Arc<Storage>, h: Header, copy: usize, read_only: bool, warnings: Vec<String>) -> Index {
+        let memory = st.is_memory();
+        let snap = Snap::of(st, &h, !read_only);
+        let mut committed = h;
+        if memory {
+            // Nothing of an in-memory index is ever committed: no list needs saving before it
+            // changes (no undo log), and `pending` counts nothing.
+            committed.slots = 0;
+            committed.live = 0;
+        }
+        Index {
+            path: path.to_path_buf(),
+            opts,
+            geo: snap.st.geo,
+            read_only,
+            memory,
+            entry: Mutex::new((snap.entry, snap.max_level)),
+            writer: Mutex::new(Writer {
+                copy,
+                slots: snap.slots,
+                live: snap.live,
+                next_id: committed.next_id,
+                user_version: committed.user_version,
+                deletes: 0,
+                poisoned: false,
+                committed,
+            }),
+            view: RwLock::new(Arc::new(snap)),
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            undo: Mutex::new(UndoState { log: UndoLog::new(path), saved: HashSet::new() }),
+            savepoint: Mutex::new(None),
+            ids: Mutex::new(IdMap::default()),
+            closed: AtomicBool::new(false),
+            opened: std::time::Instant::now(),
+            checked_path_ms: AtomicU64::new(0),
+            unusable_seq: AtomicU64::new(u64::MAX),
+            warm: Mutex::new(None),
+            warm_on: AtomicBool::new(false),
+            warnings,
+        }
+    }
+
+    /// A new in-memory index: the whole writer API with no file (see `save` and `load`).
+    pub fn memory(dims: usize, opts: Option<&Options>) -> Result<Index> {
+        let opts = opts.cloned().unwrap_or_default();
+        opts.validate()?;
+        if dims == 0 || dims > 1 << 16 {
+            return Err(Error::invalid(format!("dimensions={dims} is out of range"), "pass from 1 to 65536 dimensions"));
+        }
+        let h = Self::new_header(dims, &opts, 1);
+        let st = Storage::memory(&h, opts.huge_pages != Some(false))?;
+        Ok(Self::assemble(Path::new(""), opts, Arc::new(st), h, 0, false, Vec::new()))
+    }
+
+    fn new_header(dims: usize, opts: &Options, seq: u64) -> Header {
+        Header {
+            seq,
+            dims: dims as u32,
+            metric: opts.metric,
+            precision: opts.precision,
+            max_connections: opts.max_connections as u32,
+            ef_construction: opts.ef_construction as u32,
+            ef_search: opts.ef_search as u32,
+            page_size: os::page_size() as u32,
+            slots: 0,
+            live: 0,
+            next_id: 0,
+            entry: EMPTY,
+            max_level: 0,
+            user_version: 0,
+            regions: Vec::new(),
+        }
+    }
+
+    /// Copy the last flush of the index file at `path` into anonymous memory (a writer may be
+    /// writing it meanwhile: lists it changed since are put back from its undo log, as a
+    /// reader's backup does). With balanced placement every thread of the pool copies one
+    /// contiguous stretch of the bytes (the NUMA note's copy of an index read from disk).
+    pub fn load(path: &Path, opts: Option<&Options>, threads: Option<usize>, ctl: &Control) -> Result<Index> {
+        let reader = Index::open(path, None, opts, Mode::Read)?;
+        let mut eff = reader.opts.clone();
+        if let Some(o) = opts {
+            for (name, want, have) in [
+                ("metric", o.metric.name().to_string(), eff.metric.name().to_string()),
+                ("precision", o.precision.name().to_string(), eff.precision.name().to_string()),
+                ("max_connections", o.max_connections.to_string(), eff.max_connections.to_string()),
+            ] {
+                if want != have {
+                    return Err(Error::new(
+                        ErrorKind::OptionsMismatch,
+                        format!("{} was created with {name}={have}, not {want}", path.display()),
+                        format!("load it with {name}={have}, or options=None"),
+                    ));
+                }
+            }
+            eff.placement = o.placement;
+            eff.huge_pages = o.huge_pages;
+        }
+        eff.warm = false;
+        reader.stop_warm();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let file = reader.view.read().st.file().try_clone().map_err(|e| Error::io(e, "opening", path))?;
+        loop {
+            if std::time::Instant::now() > deadline {
+                return Err(Error::new(ErrorKind::Io, "the writer flushed during every load attempt for 10 s", "retry when it flushes less often"));
+            }
+            let snap = reader.snap();
+            let h = reader.writer.lock().committed.clone();
+            if h.seq != snap.seq {
+                continue;
+            }
+            let mem = Storage::memory(&h, eff.huge_pages != Some(false))?;
+            let ranges = commit_ranges(&mem, &h);
+            let balanced = eff.placement == Placement::Balanced && h.slots as usize >= BALANCED_MIN;
+            with_threads(threads, || copy_ranges(&mem, &file, path, &ranges, balanced, ctl))??;
+            let records = UndoLog::read(path, h.seq)?;
+            if Self::newest_seq_on_disk(&snap.st) != h.seq {
+                continue; // a flush ran meanwhile: the log may be gone; copy again
+            }
+            apply_records(&mem, &h, &records, |bytes, at| mem.write_at(bytes, at))?;
+            let mut warnings = Vec::new();
+            warnings.append(&mut reader.warnings.clone());
+            return Ok(Self::assemble(Path::new(""), eff, Arc::new(mem), h, 0, false, warnings));
+        }
+    }
+
+    /// Whether this index lives in memory, without a file.
+    pub fn is_memory(&self) -> bool {
+        self.memory
+    }
+
+    /// Write the index as an ordinary index file at `dest` (any reader or writer opens it),
+    /// renamed into place only when whole and synced. A file-backed writer flushes first, as
+    /// `backup` does; an in-memory index writes what it holds now.
+    pub fn save(&self, dest: &Path) -> Result<()> {
+        if !self.memory {
+            return self.backup(dest);
+        }
+        self.check_open()?;
+        Self::check_dest(dest, None)?;
+        let w = self.writer.lock();
+        let snap = self.view.read().clone();
+        let mut h = w.committed.clone();
+        // Deletes are marked with the next sequence; the file's commit makes them count.
+        h.seq += 1;
+        h.slots = w.slots;
+        h.live = w.live;
+        h.next_id = w.next_id;
+        h.entry = snap.entry;
+        h.max_level = snap.max_level as u32;
+        h.user_version = w.user_version;
+        h.regions = snap.st.regions();
+        let tmp = tmp_sibling(dest, "saving");
+        let res = copy_commit(&snap.st, &h, &tmp).and_then(|()| sync_file(&tmp)).and_then(|()| {
+            std::fs::rename(&tmp, dest).map_err(|e| Error::io(e, "renaming the saved file to", dest))?;
+            os::sync_dir(dest).map_err(|e| Error::io(e, "syncing the directory of", dest))
+        });
+        if res.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        res
+    }
+
+    fn check_dest(dest: &Path, itself: Option<&Path>) -> Result<()> {
+        let dest_dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if dest.as_os_str().is_empty() || dest.is_dir() || !dest_dir.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidPath, format!("cannot write an index to {:?}", dest.display().to_string()), "pass a file path in an existing directory"));
+        }
+        if let Some(me) = itself {
+            if dest.exists() && same_file(dest, me) {
+                return Err(Error::invalid(format!("{} is the index itself", dest.display()), "pass another path"));
+            }
+        }
+        Ok(())
     }
 
     /// A writer opening after a crash: put back the lists the dead writer changed after the
@@ -649,7 +828,11 @@ impl Index {
         self.len() == 0
     }
     /// Slots added since the last flush.
+    /// (In memory: none, there is nothing to flush.)
     pub fn pending(&self) -> u64 {
+        if self.memory {
+            return 0;
+        }
         let w = self.writer.lock();
         w.slots - w.committed.slots
     }
@@ -729,7 +912,7 @@ impl Index {
             return Ok(());
         }
         let mut warnings = Vec::new();
-        let (h, copy) = Self::read_header(&cur.st.file, &self.path, &mut warnings)?;
+        let (h, copy) = Self::read_header(cur.st.file(), &self.path, &mut warnings)?;
         if h.seq == w.committed.seq {
             // The newest copy does not check out (being written, or damaged): do not read
             // both copies again on every call until the sequence on disk moves.
@@ -749,7 +932,7 @@ impl Index {
     /// Whether the path now names another file than the one mapped.
     fn path_replaced(&self, st: &Storage) -> bool {
         use std::os::unix::fs::MetadataExt;
-        match (std::fs::metadata(&self.path), st.file.metadata()) {
+        match (std::fs::metadata(&self.path), st.file().metadata()) {
             (Ok(a), Ok(b)) => a.ino() != b.ino() || a.dev() != b.dev(),
             _ => false,
         }
@@ -997,22 +1180,38 @@ impl Index {
         Self::advise_slots(st, start, start + n as u64);
         // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
         let vb = self.geo.vec_bytes;
+        let write_row = |buf: &mut Vec<u8>, i: usize| {
+            let slot = (start + i as u64) as u32;
+            let bytes = match rows {
+                Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], buf),
+                Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
+            };
+            st.write_vector(slot, bytes);
+            let vcrc = format::vector_crc(bytes);
+            let h = st.header(slot);
+            h[0].store(new_ids[i], Relaxed);
+            h[1].store(uppers[i], Relaxed);
+            h[2].store(0, Relaxed);
+            h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], vcrc) as u64) << 32, Relaxed);
+            graph::write_list(st.l0(slot), slot, 0, &[], levels[i]);
+        };
+        // Who writes the new slots first decides where an in-memory index's pages lie (the
+        // NUMA note): balanced, every thread one contiguous stretch; local, or a small batch,
+        // or one thread, this thread alone. A file's pages are the page cache's: any thread.
         let write_rows = || {
-            (0..n).into_par_iter().with_min_len(256).for_each_init(Vec::new, |buf, i| {
-                let slot = (start + i as u64) as u32;
-                let bytes = match rows {
-                    Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], buf),
-                    Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
-                };
-                st.write_vector(slot, bytes);
-                let vcrc = format::vector_crc(bytes);
-                let h = st.header(slot);
-                h[0].store(new_ids[i], Relaxed);
-                h[1].store(uppers[i], Relaxed);
-                h[2].store(0, Relaxed);
-                h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], vcrc) as u64) << 32, Relaxed);
-                graph::write_list(st.l0(slot), slot, 0, &[], levels[i]);
-            });
+            let pool = rayon::current_num_threads();
+            if !st.is_memory() {
+                (0..n).into_par_iter().with_min_len(256).for_each_init(Vec::new, |buf, i| write_row(buf, i));
+            } else if self.opts.placement == Placement::Balanced && n >= BALANCED_MIN && pool > 1 {
+                rayon::broadcast(|ctx| {
+                    let (t, k) = (ctx.num_threads(), ctx.index());
+                    let mut buf = Vec::new();
+                    (n * k / t..n * (k + 1) / t).for_each(|i| write_row(&mut buf, i));
+                });
+            } else {
+                let mut buf = Vec::new();
+                (0..n).for_each(|i| write_row(&mut buf, i));
+            }
         };
         with_threads(threads, write_rows)?;
         // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
@@ -1284,7 +1483,8 @@ impl Index {
 
     /// Ask for huge pages under the whole vector pieces of slots `[from, to)`, if asked for.
     fn advise_slots(st: &Storage, from: u64, to: u64) {
-        if st.huge.load(Acquire) {
+        // (In memory every store asked for huge pages whole when it was made.)
+        if st.huge.load(Acquire) && !st.is_memory() {
             for (p, len) in st.vector_pieces(from, to) {
                 os::advise_huge(p as *const u8, len, true);
             }
@@ -1302,6 +1502,9 @@ impl Index {
     /// (see `memory_stats`).
     pub fn use_huge_pages(&self) {
         let st = self.view.read().st.clone();
+        if st.is_memory() {
+            return st.advise_stores(true);
+        }
         st.huge.store(true, Release);
         self.advise_committed(&st, self.committed_slots());
     }
@@ -1310,6 +1513,9 @@ impl Index {
     /// (MADV_NOHUGEPAGE), which keeps the huge pages the kernel already gave.
     pub fn keep_small_pages(&self) {
         let st = self.view.read().st.clone();
+        if st.is_memory() {
+            return st.advise_stores(false);
+        }
         st.huge.store(false, Release);
         for (p, len) in st.vector_areas() {
             os::advise_huge(p as *const u8, len, false);
@@ -1318,7 +1524,11 @@ impl Index {
 
     /// ADR-0019: read the written part of the file into memory on a background thread. Asking
     /// while it runs does nothing; asking once it is done reads what the index holds then.
+    /// In memory: nothing to read (the index is in memory already).
     pub fn warm(&self) {
+        if self.memory {
+            return;
+        }
         self.warm_on.store(true, Release);
         let mut w = self.warm.lock();
         if w.as_ref().is_some_and(|w| w.running()) {
@@ -1349,14 +1559,19 @@ impl Index {
         let written = st.written_ranges(snap.slots);
         let vectors: Vec<(usize, usize)> = written.iter().filter(|r| r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
         let others: Vec<(usize, usize)> = written.iter().filter(|r| !r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
+        let all: Vec<(usize, usize)> = written.iter().map(|r| (r.addr, r.addr + r.len)).collect();
+        let huge = |r: &[(usize, usize)]| if st.is_memory() { os::anon_huge_pages(r) } else { os::file_pmd_mapped(r) };
         Ok(MemoryStats {
             mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
             written_bytes: written.iter().map(|r| r.len as u64).sum(),
             resident_bytes: written.iter().map(|r| os::resident(r.addr as *const u8, r.len)).sum(),
             vector_bytes: vectors.iter().map(|r| (r.1 - r.0) as u64).sum(),
-            vector_huge_bytes: os::file_pmd_mapped(&vectors),
-            graph_huge_bytes: os::file_pmd_mapped(&others),
+            vector_huge_bytes: huge(&vectors),
+            graph_huge_bytes: huge(&others),
+            huge_bytes: huge(&all),
             huge_pages_asked: st.huge.load(Acquire),
+            backing: if st.is_memory() { "memory" } else { "file" },
+            huge_pages_refused: st.is_memory() && os::thp_refused(),
             warm_running,
             warm_done_bytes,
             warm_total_bytes,
@@ -1374,14 +1589,11 @@ impl Index {
     /// into place only when whole. A reader copies while the writer keeps writing: lists the
     /// writer changed meanwhile are put back from its undo log.
     pub fn backup(&self, dest: &Path) -> Result<()> {
+        if self.memory {
+            return self.save(dest);
+        }
         self.check_open()?;
-        let dest_dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        if dest.is_dir() || !dest_dir.is_dir() {
-            return Err(Error::new(ErrorKind::InvalidPath, format!("cannot write a backup to {}", dest.display()), "pass a file path in an existing directory"));
-        }
-        if dest.exists() && same_file(dest, &self.path) {
-            return Err(Error::invalid(format!("{} is the index itself", dest.display()), "pass another path"));
-        }
+        Self::check_dest(dest, Some(&self.path))?;
         let tmp = tmp_sibling(dest, "backup");
         let res = if self.read_only {
             (|| {
@@ -1436,6 +1648,12 @@ impl Index {
         let snap = self.view.read().clone();
         let live: Vec<u32> = (0..snap.slots as u32).filter(|&s| snap.live_id(s).is_some()).collect();
         let g = &self.geo;
+        if self.memory {
+            let new = Index::memory(g.dims, Some(&self.opts))?;
+            Self::refill(&new, &snap, &live, &w, threads, ctl)?;
+            self.adopt(&mut w, new, &snap);
+            return Ok(());
+        }
         let need = live.len() as u64 * (g.stride + format::SLOT_HEADER + 4 * g.l0_words + 2 * 4 * g.upper_words) as u64 + (8 << 20);
         if let Some(free) = os::free_space(&self.path) {
             if free < need {
@@ -1454,20 +1672,8 @@ impl Index {
         };
         let built = (|| -> Result<Index> {
             let new = Index::open(&tmp, Some(g.dims), Some(&self.opts), Mode::Write)?;
-            let vb = g.vec_bytes;
-            let mut bytes = vec![0u8; live.len() * vb];
-            let mut ids = Vec::with_capacity(live.len());
-            for (i, &s) in live.iter().enumerate() {
-                bytes[i * vb..(i + 1) * vb].copy_from_slice(snap.st.vector_bytes(s));
-                ids.push(snap.live_id(s).expect("live"));
-            }
-            {
-                let mut nw = new.writer.lock();
-                new.add_rows(&mut nw, Rows::Stored(&bytes), live.len(), Some(&ids), threads, ctl)?;
-                nw.next_id = nw.next_id.max(w.next_id);
-                nw.user_version = w.user_version;
-                new.flush_locked(&mut nw)?;
-            }
+            Self::refill(&new, &snap, &live, &w, threads, ctl)?;
+            new.flush_locked(&mut new.writer.lock())?;
             Ok(new)
         })();
         let new = match built {
@@ -1483,27 +1689,54 @@ impl Index {
             return Err(Error::io(e, "renaming the compacted file over", &self.path));
         }
         let _ = os::sync_dir(&self.path);
-        // Adopt the new file: its storage (and the writer lock on it) becomes ours.
+        self.adopt(&mut w, new, &snap);
+        let _ = std::fs::remove_file(undo_path(&tmp));
+        Ok(())
+    }
+
+    /// Add the live vectors `live` of `snap` to the new, empty index `new` (compaction), with
+    /// their ids, the next id and user_version of `w`.
+    fn refill(new: &Index, snap: &Snap, live: &[u32], w: &Writer, threads: Option<usize>, ctl: &Control) -> Result<()> {
+        let vb = new.geo.vec_bytes;
+        let mut bytes = vec![0u8; live.len() * vb];
+        let mut ids = Vec::with_capacity(live.len());
+        for (i, &s) in live.iter().enumerate() {
+            bytes[i * vb..(i + 1) * vb].copy_from_slice(snap.st.vector_bytes(s));
+            ids.push(snap.live_id(s).expect("live"));
+        }
+        let mut nw = new.writer.lock();
+        new.add_rows(&mut nw, Rows::Stored(&bytes), live.len(), Some(&ids), threads, ctl)?;
+        nw.next_id = nw.next_id.max(w.next_id);
+        nw.user_version = w.user_version;
+        Ok(())
+    }
+
+    /// Take over a compacted index: its storage (and a file's writer lock) becomes ours.
+    fn adopt(&self, w: &mut Writer, new: Index, old: &Snap) {
         new.closed.store(true, Release);
         let nsnap = new.view.read().clone();
-        std::mem::swap(&mut *w, &mut *new.writer.lock());
+        std::mem::swap(w, &mut *new.writer.lock());
         *self.entry.lock() = *new.entry.lock();
         *self.ids.lock() = IdMap::default();
         {
             let mut u = self.undo.lock();
-            u.log.remove();
+            if !self.memory {
+                u.log.remove();
+            }
             u.saved.clear();
         }
         self.publish(Snap::clone_of(&nsnap));
         drop(new);
-        nsnap.st.huge.store(snap.st.huge.load(Acquire), Release);
+        if self.memory {
+            nsnap.st.advise_stores(old.st.huge.load(Acquire));
+            return;
+        }
+        nsnap.st.huge.store(old.st.huge.load(Acquire), Release);
         self.advise_committed(&nsnap.st, nsnap.slots);
         if self.warm_on.load(Acquire) {
             drop(self.warm.lock().take());
             *self.warm.lock() = Some(Warm::start(nsnap.st.clone(), nsnap.slots));
         }
-        let _ = std::fs::remove_file(undo_path(&tmp));
-        Ok(())
     }
 
     // ------------------------------------------------------------------ check
@@ -1805,13 +2038,20 @@ impl Index {
     }
 
     /// Make every change durable. Does nothing when nothing changed. Searches go on meanwhile.
+    /// In memory: nothing to do (there is no file; `save` writes one).
     pub fn flush(&self) -> Result<()> {
         self.writable()?;
+        if self.memory {
+            return Ok(());
+        }
         let mut w = self.writer.lock();
         self.flush_locked(&mut w)
     }
 
     fn flush_locked(&self, w: &mut Writer) -> Result<()> {
+        if self.memory {
+            return Ok(());
+        }
         if w.poisoned {
             return Err(self.poisoned_error());
         }
@@ -1854,6 +2094,12 @@ impl Index {
     /// Discard everything since the last flush; keep the writer lock.
     pub fn rollback(&self) -> Result<()> {
         self.writable()?;
+        if self.memory {
+            return Err(Error::invalid(
+                "an in-memory index has no flushed state to roll back to (flush does nothing in memory)",
+                "keep a copy with save(path) and load it back, or use a file-backed index",
+            ));
+        }
         let mut w = self.writer.lock();
         self.rollback_locked(&mut w)
     }
@@ -1890,7 +2136,7 @@ impl Index {
             return Ok(());
         }
         self.stop_warm();
-        if self.read_only {
+        if self.read_only || self.memory {
             return Ok(());
         }
         let mut w = self.writer.lock();
@@ -1902,7 +2148,7 @@ impl Index {
             self.undo.lock().log.remove();
         }
         // Snapshots may keep the mappings alive; the lock goes now.
-        os::unlock(&st.file);
+        os::unlock(st.file());
         Ok(())
     }
 }
@@ -1934,15 +2180,9 @@ fn sync_file(p: &Path) -> Result<()> {
     File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(e, "syncing", p))
 }
 
-/// Copy commit `h` of the mapped file to `tmp`: what it has written (the rest stays a hole)
-/// and `h` as both header copies. Not synced.
-fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let out = OpenOptions::new().write(true).create_new(true).open(tmp).map_err(|e| Error::io(e, "creating", tmp))?;
-    let end = h.end_of_regions();
-    out.set_len(end).map_err(|e| Error::io(e, "writing", tmp))?;
-    // Only what the commit has written: used slots of each segment, used bytes of each heap
-    // chunk (the rest is unused capacity, a hole in both files).
+/// The byte ranges (file offset, length) commit `h` has written: the used slots of each
+/// segment, the used bytes of each heap chunk. The rest is unused capacity (a hole in a file).
+fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
     let g = st.geo;
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut first = 0u64;
@@ -1956,12 +2196,22 @@ fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
         ranges.push((r.offset + l.l0, n * g.l0_words as u64 * 4));
     }
     ranges.extend(h.regions.iter().filter(|r| r.kind == RegionKind::Heap).map(|r| (r.offset, r.used as u64)));
+    ranges.retain(|r| r.1 > 0);
+    ranges
+}
+
+/// Copy commit `h` of `st` (a file's mappings, or an in-memory index) to a new file `tmp`: what
+/// it has written (the rest stays a hole) and `h` as both header copies. Not synced.
+fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let out = OpenOptions::new().write(true).create_new(true).open(tmp).map_err(|e| Error::io(e, "creating", tmp))?;
+    out.set_len(h.end_of_regions()).map_err(|e| Error::io(e, "writing", tmp))?;
     let mut buf = vec![0u8; 1 << 20];
-    for (start, len) in ranges {
+    for (start, len) in commit_ranges(st, h) {
         let mut at = start;
         while at < start + len {
             let n = ((start + len - at) as usize).min(buf.len());
-            st.file.read_exact_at(&mut buf[..n], at).map_err(|e| Error::io(e, "reading", &st.path))?;
+            st.read_at(&mut buf[..n], at)?;
             out.write_all_at(&buf[..n], at).map_err(|e| Error::io(e, "writing", tmp))?;
             at += n as u64;
         }
@@ -1971,36 +2221,83 @@ fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
     out.write_all_at(&enc, HEADER_COPY_SIZE as u64).map_err(|e| Error::io(e, "writing", tmp))
 }
 
+/// Fill in-memory storage `mem` with `ranges` of `file`. Balanced: the bytes, taken in file
+/// order, are cut into one contiguous stretch per thread of the pool and each thread reads its
+/// own (first touch places each stretch on its thread's node). Otherwise this thread reads all.
+/// Cancellable between 8 MiB pieces.
+fn copy_ranges(mem: &Storage, file: &File, path: &Path, ranges: &[(u64, u64)], balanced: bool, ctl: &Control) -> Result<()> {
+    const PIECE: u64 = 8 << 20;
+    let total: u64 = ranges.iter().map(|r| r.1).sum();
+    // Copy the bytes `[from, to)` of the concatenated ranges.
+    let stretch = |from: u64, to: u64| -> Result<()> {
+        let mut pos = 0u64;
+        for &(off, len) in ranges {
+            let (a, b) = (from.max(pos), to.min(pos + len));
+            if a < b {
+                let mut at = a;
+                while at < b {
+                    if ctl.cancelled() {
+                        return Err(Error::interrupted());
+                    }
+                    let n = (b - at).min(PIECE);
+                    mem.fill_from(file, path, off + (at - pos), n as usize)?;
+                    ctl.done.fetch_add(n, Relaxed);
+                    at += n;
+                }
+            }
+            pos += len;
+        }
+        Ok(())
+    };
+    let threads = rayon::current_num_threads();
+    if !balanced || threads <= 1 {
+        return stretch(0, total);
+    }
+    let err: Mutex<Option<Error>> = Mutex::new(None);
+    rayon::broadcast(|ctx| {
+        let (i, t) = (ctx.index() as u64, ctx.num_threads() as u64);
+        if let Err(e) = stretch(total * i / t, total * (i + 1) / t) {
+            err.lock().get_or_insert(e);
+        }
+    });
+    err.into_inner().map_or(Ok(()), Err)
+}
+
 /// Apply undo records (committed contents of lists and markers changed since commit `h`) to a
-/// copy of the file made while the writer kept writing.
-fn patch_copy(st: &Storage, h: &Header, tmp: &Path, records: &[Record]) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let out = OpenOptions::new().write(true).open(tmp).map_err(|e| Error::io(e, "opening", tmp))?;
-    let put = |at: u64, words: &[u32]| -> Result<()> {
+/// copy of the index made while the writer kept writing; `put(bytes, file offset)` writes.
+fn apply_records(st: &Storage, h: &Header, records: &[Record], mut put: impl FnMut(&[u8], u64) -> Result<()>) -> Result<()> {
+    let mut put_words = |at: u64, words: &[u32]| -> Result<()> {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        out.write_all_at(&bytes, at).map_err(|e| Error::io(e, "writing", tmp))
+        put(&bytes, at)
     };
     for r in records {
         match r {
             Record::Lists(slot, words) if (*slot as u64) < h.slots && words.len() >= st.geo.l0_words => {
                 let Some((_, l0)) = st.slot_offsets(&h.regions, *slot) else { continue };
-                put(l0, &words[..st.geo.l0_words])?;
+                put_words(l0, &words[..st.geo.l0_words])?;
                 let upper = st.header(*slot)[1].load(Relaxed);
                 for (i, chunk) in words[st.geo.l0_words..].chunks(st.geo.upper_words).enumerate() {
                     if let Some(at) = st.upper_offset(&h.regions, upper, i + 1) {
-                        put(at, chunk)?;
+                        put_words(at, chunk)?;
                     }
                 }
             }
             Record::Marker(slot, old) if (*slot as u64) < h.slots => {
                 if let Some((hdr, _)) = st.slot_offsets(&h.regions, *slot) {
-                    out.write_all_at(&old.to_le_bytes(), hdr + 16).map_err(|e| Error::io(e, "writing", tmp))?;
+                    put_words(hdr + 16, &[*old as u32, (*old >> 32) as u32])?;
                 }
             }
             _ => {}
         }
     }
     Ok(())
+}
+
+/// `apply_records` to a copy in a file.
+fn patch_copy(st: &Storage, h: &Header, tmp: &Path, records: &[Record]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let out = OpenOptions::new().write(true).open(tmp).map_err(|e| Error::io(e, "opening", tmp))?;
+    apply_records(st, h, records, |bytes, at| out.write_all_at(bytes, at).map_err(|e| Error::io(e, "writing", tmp)))
 }
 
 /// Put back what an undo log saved; returns how many records applied.
@@ -2078,6 +2375,51 @@ mod tests {
         assert_eq!(idx.get(17).unwrap().unwrap(), data[17 * d..18 * d].to_vec());
         let exact = idx.search(&queries[..d], 10, Some(n)).unwrap();
         assert_eq!(exact.iter().map(|h| h.id).collect::<Vec<_>>(), brute(&data, d, &queries[..d], 10));
+    }
+
+    #[test]
+    fn memory_index_saves_a_file_that_loads_back_with_the_same_bytes_and_results() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.chassis");
+        // 20,000 rows: above BALANCED_MIN, so both the batch and the load take the balanced path.
+        let (n, d) = (20_000, 8);
+        let data = rand_vecs(n, d, 11);
+        let queries = rand_vecs(5, d, 12);
+        let mut results = Vec::new();
+        for placement in [Placement::Balanced, Placement::Local] {
+            let opts = Options { placement, ef_construction: 32, ..Default::default() };
+            let mem = Index::memory(d, Some(&opts)).unwrap();
+            assert!(mem.is_memory());
+            mem.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
+            assert!(mem.delete(5).unwrap());
+            assert_eq!(mem.pending(), 0);
+            mem.flush().unwrap(); // nothing to do, and no file appears
+            mem.save(&p).unwrap();
+            let file = Index::open(&p, None, None, Mode::Read).unwrap();
+            assert_eq!(file.len(), n as u64 - 1);
+            assert!(!file.contains(5).unwrap());
+            let loaded = Index::load(&p, Some(&opts), Some(2), &Control::default()).unwrap();
+            for idx in [&mem, &file, &loaded] {
+                assert_eq!(idx.get(17).unwrap().unwrap(), data[17 * d..18 * d].to_vec());
+                assert_eq!(idx.get(5).unwrap(), None);
+                assert!(idx.check(&Control::default()).unwrap().corrupt.is_empty());
+            }
+            for q in queries.chunks_exact(d) {
+                let want: Vec<u64> = brute(&data, d, q, 11).into_iter().filter(|&i| i != 5).take(10).collect();
+                let got: Vec<Vec<u64>> = [&mem, &file, &loaded].iter().map(|i| i.search(q, 10, Some(n)).unwrap().iter().map(|h| h.id).collect()).collect();
+                assert!(got.iter().all(|g| *g == want), "{got:?} vs {want:?}");
+                results.push(want);
+            }
+            // The loaded copy is a writer of its own: adds and compaction work in memory.
+            let extra = loaded.add(&data[..d], None).unwrap();
+            assert_eq!(extra, n as u64);
+            loaded.compact(Some(2), &Control::default()).unwrap();
+            assert_eq!(loaded.deleted_count().unwrap(), 0);
+            assert_eq!(loaded.len(), n as u64);
+            assert!(loaded.rollback().is_err());
+            drop(file);
+            std::fs::remove_file(&p).unwrap();
+        }
     }
 
     #[test]

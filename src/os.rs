@@ -4,6 +4,8 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::io::AsRawFd;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// The page size of this machine, asked once at run time.
@@ -223,15 +225,25 @@ pub fn resident(p: *const u8, len: usize) -> u64 {
 /// Bytes of the given address ranges that the kernel maps with huge pages of a file
 /// (`FilePmdMapped` in /proc/self/smaps); None where the system does not say.
 pub fn file_pmd_mapped(ranges: &[(usize, usize)]) -> Option<u64> {
+    smaps_sum(ranges, "FilePmdMapped:")
+}
+
+/// Bytes of the given address ranges on anonymous huge pages (`AnonHugePages`).
+pub fn anon_huge_pages(ranges: &[(usize, usize)]) -> Option<u64> {
+    smaps_sum(ranges, "AnonHugePages:")
+}
+
+/// The sum of a kB field of /proc/self/smaps over the mappings that overlap `ranges`. A mapping
+/// partly inside the ranges counts for its overlap at most.
+fn smaps_sum(ranges: &[(usize, usize)], field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let mut total = 0u64;
     let mut cur: Option<(usize, usize)> = None;
     for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("FilePmdMapped:") {
+        if let Some(rest) = line.strip_prefix(field) {
             if let Some((s, e)) = cur {
                 if ranges.iter().any(|&(a, b)| s < b && a < e) {
                     let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
-                    // A VMA partly inside the ranges counts for its overlap at most.
                     let overlap: usize = ranges.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum();
                     total += (kb * 1024).min(overlap as u64);
                 }
@@ -248,6 +260,104 @@ pub fn file_pmd_mapped(ranges: &[(usize, usize)]) -> Option<u64> {
     Some(total)
 }
 
+/// The `THPeligible` flag of the mapping holding `addr` (Linux 5.x+); None if not reported.
+fn thp_eligible(addr: usize) -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("THPeligible:") {
+            if inside {
+                return Some(rest.trim() == "1");
+            }
+            continue;
+        }
+        let Some((range, _)) = line.split_once(' ') else { continue };
+        if let Some((s, e)) = range.split_once('-') {
+            if let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) {
+                inside = s <= addr && addr < e;
+            }
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------- warnings
+//
+// Things the core must tell the user once per process (the THP refusal below). The Python
+// layer drains them after each call and raises each as a RuntimeWarning and a log line.
+
+static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static HAS_NOTICES: AtomicBool = AtomicBool::new(false);
+
+fn notice(msg: String) {
+    NOTICES.lock().push(msg);
+    HAS_NOTICES.store(true, Ordering::Release);
+}
+
+/// Messages for the user since the last call (usually none: one load).
+pub fn take_notices() -> Vec<String> {
+    if !HAS_NOTICES.swap(false, Ordering::AcqRel) {
+        return Vec::new();
+    }
+    std::mem::take(&mut *NOTICES.lock())
+}
+
+// ---------------------------------------------------------------------- anonymous stores
+//
+// The THP note (NOTE-transparent-huge-pages-for-anonymous-buffers): a store of 2 MiB or more
+// maps one huge page more than it needs, starts at the first 2 MiB boundary inside the mapping,
+// keeps its requested length and asks for MADV_HUGEPAGE; the spare head and tail stay mapped
+// until the store is dropped (unmapping them would split the mapping, which can fail with
+// ENOMEM at the kernel's map-count limit). No hugetlbfs pool (MAP_HUGETLB) is tried: it needs
+// pages an administrator reserved, and most hosts have none. Smaller stores come from the
+// normal allocator. Where the kernel refuses huge pages (THP `never`, not built in, or the
+// process opted out with PR_SET_THP_DISABLE), the first store says so once; it never falls
+// back silently.
+
+/// Whether the kernel will back this process's MADV_HUGEPAGE ranges with huge pages, checked
+/// on the first huge-page-sized store (`addr` inside it, already advised): the kernel's own
+/// `THPeligible` for that mapping, else the THP mode and the process's opt-out. Some(reason)
+/// when refused.
+fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
+    if let Some(e) = advise_error {
+        return Some(format!("madvise(MADV_HUGEPAGE) failed ({e}); the kernel likely lacks transparent huge page support (CONFIG_TRANSPARENT_HUGEPAGE)"));
+    }
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if mode.contains("[never]") {
+        return Some("transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled is [never])".into());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: PR_GET_THP_DISABLE reads a flag of this process; no pointers.
+        let r = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
+        // Bit 1 (PR_THP_DISABLE_EXCEPT_ADVISED) still allows ranges that asked, as ours do.
+        if r > 0 && r & 2 == 0 {
+            return Some("this process opted out of transparent huge pages (prctl PR_SET_THP_DISABLE)".into());
+        }
+    }
+    if thp_eligible(addr) == Some(false) {
+        return Some("the kernel does not offer transparent huge pages to this mapping (THPeligible: 0 in /proc/self/smaps)".into());
+    }
+    None
+}
+
+static THP_PROBED: std::sync::Once = std::sync::Once::new();
+static THP_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the kernel refused huge pages for anonymous stores (known after the first one).
+pub fn thp_refused() -> bool {
+    THP_REFUSED.load(Ordering::Acquire)
+}
+
+/// Memory that is not a file: a whole store of the index held in this process only.
+/// `AlignedMap::anonymous` makes one.
+enum Backing {
+    /// mmap'd (a file, or anonymous with a 2 MiB-aligned start): unmap `reserved` from `base`.
+    Mapped,
+    /// From the allocator (a store below 2 MiB).
+    Heap(std::alloc::Layout),
+}
+
 /// Map `len` bytes of `file` at `offset` at an address aligned to `align` (a power of two),
 /// so that 2 MiB pieces of the file can be mapped by huge pages (the kernel needs the address
 /// and the file offset to agree modulo 2 MiB). A PROT_NONE reservation `align` larger is made
@@ -258,6 +368,7 @@ pub struct AlignedMap {
     reserved: usize,
     ptr: *mut u8,
     len: usize,
+    backing: Backing,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; see storage.rs for how it
@@ -284,7 +395,57 @@ impl AlignedMap {
             unsafe { libc::munmap(base as *mut libc::c_void, reserved) };
             return Err(e);
         }
-        Ok(AlignedMap { base, reserved, ptr, len })
+        Ok(AlignedMap { base, reserved, ptr, len, backing: Backing::Mapped })
+    }
+
+    /// A zeroed anonymous store of `len` bytes (see the THP note above): from 2 MiB on, mapped
+    /// one huge page larger, starting at a 2 MiB boundary and, with `huge`, advised
+    /// MADV_HUGEPAGE; below that, page-aligned memory from the allocator.
+    pub fn anonymous(len: usize, huge: bool) -> io::Result<AlignedMap> {
+        let len = len.max(1);
+        if len < HUGE_PAGE {
+            let layout = std::alloc::Layout::from_size_align(len, page_size()).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+            // SAFETY: a non-zero size and a power-of-two alignment.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            if p.is_null() {
+                return Err(io::Error::from(io::ErrorKind::OutOfMemory));
+            }
+            return Ok(AlignedMap { base: p, reserved: len, ptr: p, len, backing: Backing::Heap(layout) });
+        }
+        let reserved = len + HUGE_PAGE;
+        // SAFETY: a fresh private anonymous mapping; nothing aliases it.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), reserved, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANON, -1, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = base as *mut u8;
+        let ptr = ((base as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE) as *mut u8;
+        let map = AlignedMap { base, reserved, ptr, len, backing: Backing::Mapped };
+        if huge {
+            map.advise_anon_huge(true);
+        }
+        Ok(map)
+    }
+
+    /// Ask for huge pages under an anonymous store (or, with `on` false, for none). The first
+    /// request of the process checks what the kernel does with it and notes a refusal once.
+    pub fn advise_anon_huge(&self, on: bool) {
+        if self.len < HUGE_PAGE || !matches!(self.backing, Backing::Mapped) || !cfg!(target_os = "linux") {
+            return;
+        }
+        let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+        let len = self.len.div_ceil(page_size()) * page_size();
+        // SAFETY: advice about our own live mapping (len stays inside `reserved`).
+        let r = unsafe { libc::madvise(self.ptr as *mut libc::c_void, len, advice) };
+        if on {
+            let err = (r != 0).then(io::Error::last_os_error);
+            THP_PROBED.call_once(|| {
+                if let Some(why) = thp_refusal(self.ptr as usize, err) {
+                    THP_REFUSED.store(true, Ordering::Release);
+                    notice(format!("in-memory indexes use 4 KiB pages: {why}. Searches work, only without the TLB gain of huge pages."));
+                }
+            });
+        }
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
@@ -301,6 +462,9 @@ impl AlignedMap {
 
     /// msync the mapping (systems where fdatasync does not cover shared mappings).
     pub fn flush(&self) -> io::Result<()> {
+        if matches!(self.backing, Backing::Heap(_)) {
+            return Ok(());
+        }
         // SAFETY: msync of our own live mapping.
         if unsafe { libc::msync(self.ptr as *mut libc::c_void, self.len, libc::MS_SYNC) } != 0 {
             return Err(io::Error::last_os_error());
@@ -311,8 +475,16 @@ impl AlignedMap {
 
 impl Drop for AlignedMap {
     fn drop(&mut self) {
-        // SAFETY: unmaps the whole reservation (file part included); no reference into it
-        // outlives the AlignedMap (Storage hands out references tied to its own lifetime).
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.reserved) };
+        // SAFETY: frees exactly what `new`/`anonymous` made (the whole reservation, spare head
+        // and tail included); no reference into it outlives the AlignedMap (Storage hands out
+        // references tied to its own lifetime).
+        unsafe {
+            match self.backing {
+                Backing::Mapped => {
+                    libc::munmap(self.base as *mut libc::c_void, self.reserved);
+                }
+                Backing::Heap(layout) => std::alloc::dealloc(self.base, layout),
+            }
+        }
     }
 }

@@ -37,14 +37,19 @@ struct Segment {
 
 /// A mapped heap chunk of upper-layer lists.
 struct HeapChunk {
-    map: MmapRaw,
+    map: os::AlignedMap,
     len: u64,
 }
 
 pub struct Storage {
     pub path: PathBuf,
-    pub file: File,
+    /// The index file; None for an in-memory index, whose regions are anonymous stores laid
+    /// out exactly as a file's would be (region offsets are then positions in the file that
+    /// `save` writes).
+    pub file: Option<File>,
     pub writable: bool,
+    /// In memory: ask for huge pages under every store of 2 MiB or more (the THP note).
+    anon_huge: bool,
     pub geo: Geometry,
     /// Mapped segments and heap chunks, append-only: a slot is filled once and never emptied
     /// while the Storage lives, so readers index them without a lock while a writer appends.
@@ -88,8 +93,9 @@ impl Storage {
         let header_view = if writable || !long_enough { None } else { MmapOptions::new().len(2 * HEADER_COPY_SIZE).map_raw_read_only(&file).ok() };
         let s = Storage {
             path: path.to_path_buf(),
-            file,
+            file: Some(file),
             writable,
+            anon_huge: false,
             geo,
             segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
@@ -101,6 +107,46 @@ impl Storage {
         };
         s.map_new_regions(header)?;
         Ok(s)
+    }
+
+    /// An in-memory store for the regions of `header` (none for a new index), all zero;
+    /// `huge`: ask for huge pages under stores of 2 MiB and more.
+    pub fn memory(header: &Header, huge: bool) -> Result<Storage> {
+        let geo = Geometry::new(header.dims as usize, header.precision, header.max_connections as usize);
+        let s = Storage {
+            path: PathBuf::new(),
+            file: None,
+            writable: true,
+            anon_huge: huge,
+            geo,
+            segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
+            heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
+            seg_count: AtomicUsize::new(0),
+            heap_count: AtomicUsize::new(0),
+            huge: AtomicBool::new(huge),
+            header_view: None,
+            alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots: u64::MAX }),
+        };
+        {
+            let mut a = s.alloc.lock();
+            for r in &header.regions {
+                s.map_region(&mut a, *r)?;
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn is_memory(&self) -> bool {
+        self.file.is_none()
+    }
+
+    /// The index file (only file-backed code paths call this).
+    pub fn file(&self) -> &File {
+        self.file.as_ref().expect("a file-backed index")
+    }
+
+    fn no_memory() -> Error {
+        Error::new(ErrorKind::Io, "cannot allocate memory for the index", "free memory, or use a file-backed index")
     }
 
     /// Map regions that `header` lists and this process has not mapped yet (a reader following
@@ -116,7 +162,7 @@ impl Storage {
             mine.used = theirs.used;
         }
         if header.regions.len() > known {
-            let file_len = self.file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
+            let file_len = self.file().metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
             for r in &header.regions[known..] {
                 if r.offset + r.len > file_len {
                     return Err(Error::corrupt(format!(
@@ -139,28 +185,40 @@ impl Storage {
                 if layout.len != r.len {
                     return Err(Error::corrupt(format!("{}: a segment has the wrong size", self.path.display())));
                 }
-                let align = if r.offset % HUGE_PAGE == 0 { HUGE_PAGE as usize } else { os::page_size() };
-                let map = os::AlignedMap::new(&self.file, r.offset, r.len as usize, self.writable, align)
-                    .map_err(|e| Error::io(e, "mapping", &self.path))?;
+                let map = match &self.file {
+                    Some(file) => {
+                        let align = if r.offset % HUGE_PAGE == 0 { HUGE_PAGE as usize } else { os::page_size() };
+                        os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, align).map_err(|e| Error::io(e, "mapping", &self.path))?
+                    }
+                    None => os::AlignedMap::anonymous(r.len as usize, self.anon_huge).map_err(|_| Self::no_memory())?,
+                };
                 // Slot headers and lists never on huge pages; vectors only when asked (and then
                 // only whole pieces, see `vector_pieces`).
+                // (In memory the whole store asked for huge pages when it was made: nothing is
+                // written back, so the graph gains from them too.)
                 let p = map.as_ptr();
-                // SAFETY (pointer arithmetic): both offsets lie inside the mapping.
-                let (hdr, end) = unsafe { (p.add(layout.headers as usize), p.add(map.len())) };
-                os::advise_huge(hdr, end as usize - hdr as usize, false);
-                if !self.huge.load(Acquire) {
-                    os::advise_huge(p, layout.headers as usize, false);
+                if self.file.is_some() {
+                    // SAFETY (pointer arithmetic): both offsets lie inside the mapping.
+                    let (hdr, end) = unsafe { (p.add(layout.headers as usize), p.add(map.len())) };
+                    os::advise_huge(hdr, end as usize - hdr as usize, false);
+                    if !self.huge.load(Acquire) {
+                        os::advise_huge(p, layout.headers as usize, false);
+                    }
                 }
                 let cell = self.segments.get(k).ok_or_else(Self::full)?;
                 let _ = cell.set(Segment { map, layout, offset: r.offset });
                 self.seg_count.store(k + 1, Release);
             }
             RegionKind::Heap => {
-                let mut opts = MmapOptions::new();
-                opts.offset(r.offset).len(r.len as usize);
-                let map = if self.writable { opts.map_raw(&self.file) } else { opts.map_raw_read_only(&self.file) }
-                    .map_err(|e| Error::io(e, "mapping", &self.path))?;
-                os::advise_huge(map.as_ptr(), map.len(), false);
+                let map = match &self.file {
+                    Some(file) => {
+                        let map = os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, os::page_size())
+                            .map_err(|e| Error::io(e, "mapping", &self.path))?;
+                        os::advise_huge(map.as_ptr(), map.len(), false);
+                        map
+                    }
+                    None => os::AlignedMap::anonymous(r.len as usize, self.anon_huge).map_err(|_| Self::no_memory())?,
+                };
                 let k = self.heap_count.load(Acquire);
                 let cell = self.heaps.get(k).ok_or_else(Self::full)?;
                 let _ = cell.set(HeapChunk { map, len: r.len });
@@ -183,10 +241,12 @@ impl Storage {
         if a.regions.len() >= MAX_REGIONS {
             return Err(Self::full());
         }
-        let file_len = self.file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
-        if file_len < offset + len {
-            // Grows the file sparsely; the blocks are given when slots are reserved.
-            self.file.set_len(offset + len).map_err(|e| Error::io(e, "growing", &self.path))?;
+        if let Some(file) = &self.file {
+            let file_len = file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
+            if file_len < offset + len {
+                // Grows the file sparsely; the blocks are given when slots are reserved.
+                file.set_len(offset + len).map_err(|e| Error::io(e, "growing", &self.path))?;
+            }
         }
         self.map_region(a, RegionEntry { kind, used: 0, offset, len })
     }
@@ -237,7 +297,7 @@ impl Storage {
                 (seg.layout.headers + local * SLOT_HEADER as u64, n * SLOT_HEADER as u64),
                 (seg.layout.l0 + local * l0b, n * l0b),
             ] {
-                os::preallocate(&self.file, base + start, size).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+                os::preallocate(self.file(), base + start, size).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
             }
             s += n;
         }
@@ -275,7 +335,9 @@ impl Storage {
             let len = align_up((prev * 2).clamp(FIRST_HEAP_CHUNK, MAX_HEAP_CHUNK).max(bytes), REGION_ALIGN);
             let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
             self.add_region(&mut a, RegionKind::Heap, offset, len)?;
-            os::preallocate(&self.file, offset, len).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+            if let Some(file) = &self.file {
+                os::preallocate(file, offset, len).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+            }
         }
         let (chunk, used) = Self::heap_state_of(&a).unwrap();
         let r = format::heap_ref(chunk, used as u64);
@@ -484,6 +546,79 @@ impl Storage {
         Some(base + off + ((layer - 1) * self.geo.upper_words * 4) as u64)
     }
 
+    // ------------------------------------------------------------------ bytes by file offset
+
+    /// The mapped bytes at file offset `[offset, offset + len)`, which must lie inside one
+    /// region this storage has mapped. (In memory, offsets are where `save` puts the bytes.)
+    fn region_bytes(&self, offset: u64, len: usize) -> Option<*mut u8> {
+        let a = self.alloc.lock();
+        let (mut seg, mut heap) = (0usize, 0usize);
+        for r in &a.regions {
+            let (k, is_seg) = match r.kind {
+                RegionKind::Segment => (seg, true),
+                RegionKind::Heap => (heap, false),
+            };
+            if is_seg {
+                seg += 1;
+            } else {
+                heap += 1;
+            }
+            if offset >= r.offset && offset + len as u64 <= r.offset + r.len {
+                let base = if is_seg { self.segments[k].get()?.map.as_ptr() } else { self.heaps[k].get()?.map.as_ptr() };
+                // SAFETY (pointer arithmetic): the range lies inside this region's mapping.
+                return Some(unsafe { base.add((offset - r.offset) as usize) });
+            }
+        }
+        None
+    }
+
+    /// Read stored bytes at a file offset: from the file (pread: a file-backed index's bytes
+    /// are the page cache either way), or from an in-memory store.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        match &self.file {
+            Some(f) => f.read_exact_at(buf, offset).map_err(|e| Error::io(e, "reading", &self.path)),
+            None => {
+                let p = self.region_bytes(offset, buf.len()).ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
+                // SAFETY: `p..p+len` lies inside a live store; the caller holds the writer lock,
+                // so nothing writes these bytes meanwhile.
+                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+                Ok(())
+            }
+        }
+    }
+
+    /// Fill an in-memory store's bytes at a file offset from `file` (loading an index into
+    /// memory): pread straight into the store, so the thread that calls this is the one whose
+    /// first touch places the pages (the NUMA note's balanced placement).
+    pub fn fill_from(&self, file: &File, path: &Path, offset: u64, len: usize) -> Result<()> {
+        assert!(self.is_memory());
+        let p = self.region_bytes(offset, len).ok_or_else(|| Error::corrupt(format!("{}: offset {offset} is outside the index", path.display())))?;
+        // SAFETY: `p..p+len` lies inside a store of an index nobody else can see yet (it is
+        // being loaded), and stores of distinct calls do not overlap.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        file.read_exact_at(dst, offset).map_err(|e| Error::io(e, "reading", path))
+    }
+
+    /// Write bytes at a file offset of an in-memory store (patching a loaded copy).
+    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
+        assert!(self.is_memory());
+        let p = self.region_bytes(offset, bytes.len()).ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
+        // SAFETY: as in `fill_from`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        Ok(())
+    }
+
+    /// Ask for huge pages under every anonymous store, or for none (in memory only).
+    pub fn advise_stores(&self, on: bool) {
+        self.huge.store(on, Release);
+        for s in self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()) {
+            s.map.advise_anon_huge(on);
+        }
+        for h in self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()) {
+            h.map.advise_anon_huge(on);
+        }
+    }
+
     // ------------------------------------------------------------------ headers and sync
 
     /// Read both header copies (or as much of them as the file has).
@@ -518,7 +653,7 @@ impl Storage {
                 },
                 None => {
                     let mut b = [0u8; 24];
-                    if self.file.read_exact_at(&mut b, off as u64).is_err() {
+                    if self.file.as_ref().is_none_or(|f| f.read_exact_at(&mut b, off as u64).is_err()) {
                         continue;
                     }
                     (b[0..8].try_into().unwrap(), u64::from_le_bytes(b[16..24].try_into().unwrap()))
@@ -533,11 +668,12 @@ impl Storage {
 
     pub fn write_header(&self, copy: usize, h: &Header) -> Result<()> {
         let bytes = h.encode();
-        self.file.write_all_at(&bytes, (copy * HEADER_COPY_SIZE) as u64).map_err(|e| Error::io(e, "writing the header of", &self.path))
+        self.file().write_all_at(&bytes, (copy * HEADER_COPY_SIZE) as u64).map_err(|e| Error::io(e, "writing the header of", &self.path))
     }
 
     /// Make everything written through the mappings durable.
     pub fn sync_data(&self) -> Result<()> {
+        let Some(file) = &self.file else { return Ok(()) };
         #[cfg(not(target_os = "linux"))]
         {
             for s in self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()) {
@@ -547,7 +683,7 @@ impl Storage {
                 h.map.flush().map_err(|e| Error::io(e, "writing", &self.path))?;
             }
         }
-        os::sync_data(&self.file).map_err(|e| Error::io(e, "syncing", &self.path))
+        os::sync_data(file).map_err(|e| Error::io(e, "syncing", &self.path))
     }
 
 }

@@ -61,7 +61,7 @@ impl Warm {
                         // 2 MiB faults (already MADV_RANDOM), which readahead would pre-empt
                         // with small pages.
                         if !(r.vectors && huge) {
-                            os::fadvise_willneed(&st.file, r.file_offset + at as u64, n);
+                            os::fadvise_willneed(st.file(), r.file_offset + at as u64, n);
                             if !huge {
                                 os::advise_random(addr as *const u8, n);
                             }

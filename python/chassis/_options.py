@@ -29,6 +29,10 @@ class IndexOptions:
     ``max_connections`` (HNSW M; layer 0 keeps 2M), ``metric`` and ``precision`` are fixed when
     the file is created; ``ef_construction`` and ``ef_search`` can differ per open.
     ``huge_pages`` and ``warm`` ask for the memory policies of ADR-0016 and ADR-0019.
+    ``placement`` ("balanced", the default, or "local") decides which threads write an
+    in-memory index's large stores first, and so on which NUMA nodes their pages lie; it
+    changes where memory lies, never what a search returns, and does nothing for a file
+    (whose pages belong to the page cache).
     Unknown names raise `ArgumentTypeError` (a `TypeError` and an `InvalidArgumentError`).
     """
 
@@ -39,6 +43,7 @@ class IndexOptions:
     precision: str = "full"
     huge_pages: bool | None = None
     warm: bool = False
+    placement: str = "balanced"
 
     def __init__(
         self,
@@ -49,6 +54,7 @@ class IndexOptions:
         precision: str = "full",
         huge_pages: bool | None = None,
         warm: bool = False,
+        placement: str = "balanced",
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -62,6 +68,7 @@ class IndexOptions:
         self.precision = precision
         self.huge_pages = huge_pages
         self.warm = warm
+        self.placement = placement
         self.validate()
 
     def validate(self) -> None:
@@ -86,6 +93,12 @@ class IndexOptions:
             raise _fail(_chassis.ArgumentTypeError, f"huge_pages={self.huge_pages!r}", "pass True, False or None")
         if not isinstance(self.warm, bool):
             raise _fail(_chassis.ArgumentTypeError, f"warm={self.warm!r}", "pass True or False")
+        if not isinstance(self.placement, str):
+            raise _fail(_chassis.ArgumentTypeError, f"placement={self.placement!r} is not a str", 'pass "balanced" or "local"')
+        placement = self.placement.strip().lower()
+        if placement not in ("balanced", "local"):
+            raise _fail(_chassis.InvalidArgumentError, f"unknown placement {self.placement!r}", 'use "balanced" (the default) or "local"')
+        self.placement = placement
         # The ranges are the core's (one place for them).
         _chassis._check_options(self.max_connections, self.ef_construction, self.ef_search)
 

@@ -7,7 +7,7 @@ import time
 
 
 class TextProgress:
-    def __init__(self, total: int, desc: str = "", unit: str = "it") -> None:
+    def __init__(self, total: int, desc: str = "", unit: str = "it", **_: object) -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.n = 0
         self._start = self._last = time.monotonic()

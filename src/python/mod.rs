@@ -10,7 +10,7 @@ mod run;
 
 use crate::error::{Error, Result};
 use crate::format::{Metric, Precision};
-use crate::index::{BatchFilter, Filter, Hit, Index, Mode, Options, Snap, MAX_K};
+use crate::index::{BatchFilter, Filter, Hit, Index, Mode, Options, Placement, Snap, MAX_K};
 use std::sync::Arc;
 use convert::{count_arg, f32_array, filter_ids_arg, id_arg, ids_arg, int_arg, is_per_query, matrix, vector};
 use errors::{to_py, type_error, IntoPyResult};
@@ -89,6 +89,7 @@ fn options_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Opti
         precision: Precision::parse(&precision).py()?,
         huge_pages: obj.getattr("huge_pages")?.extract()?,
         warm: obj.getattr("warm")?.extract()?,
+        placement: Placement::parse(&obj.getattr("placement")?.extract::<String>()?).py()?,
     };
     Ok(Some((o, obj.unbind())))
 }
@@ -102,6 +103,7 @@ fn options_to_py(py: Python<'_>, o: &Options) -> PyResult<Py<PyAny>> {
     kw.set_item("precision", o.precision.name())?;
     kw.set_item("huge_pages", o.huge_pages)?;
     kw.set_item("warm", o.warm)?;
+    kw.set_item("placement", o.placement.name())?;
     Ok(py.import("chassis._options")?.getattr("IndexOptions")?.call((), Some(&kw))?.unbind())
 }
 
@@ -247,8 +249,39 @@ impl VectorIndex {
     /// Run `f` on the open index without the GIL.
     fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> Result<R> + Send) -> PyResult<R> {
         let idx = self.index()?;
-        py.detach(|| f(&idx)).map_err(to_py)
+        let out = py.detach(|| f(&idx)).map_err(to_py);
+        emit_notices(py)?;
+        out
     }
+
+    fn wrap(py: Python<'_>, idx: Index, path: Py<PyAny>, read_only: bool) -> PyResult<Self> {
+        for w in &idx.warnings {
+            let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+            PyErr::warn(py, &cat, &std::ffi::CString::new(w.as_str()).unwrap_or_default(), 1)?;
+        }
+        emit_notices(py)?;
+        Ok(VectorIndex { dims: idx.dims(), metric: idx.metric(), precision: idx.precision(), read_only, path, inner: RwLock::new(Some(Arc::new(idx))) })
+    }
+}
+
+/// What the core asked to tell the user once (a refusal of huge pages): each as a
+/// RuntimeWarning and a line on the "chassis" logger.
+fn emit_notices(py: Python<'_>) -> PyResult<()> {
+    for msg in crate::os::take_notices() {
+        let _ = py.import("logging").and_then(|l| l.call_method1("getLogger", ("chassis",))).and_then(|l| l.call_method1("warning", (msg.as_str(),)));
+        let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+        PyErr::warn(py, &cat, &std::ffi::CString::new(msg).unwrap_or_default(), 1)?;
+    }
+    Ok(())
+}
+
+/// `os.fspath(path)` as a PathBuf, or a TypeError naming what was passed.
+fn path_arg<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(PathBuf, Bound<'py, PyAny>)> {
+    let fspath = py.import("os")?.getattr("fspath")?.call1((path,)).map_err(|_| {
+        type_error(py, format!("path={} is not a path", path.repr().map(|r| r.to_string()).unwrap_or_default()), "pass a str or pathlib.Path")
+    })?;
+    let p: PathBuf = fspath.extract().map_err(|_| type_error(py, "path is not a str path".into(), "pass a str or pathlib.Path"))?;
+    Ok((p, fspath))
 }
 
 fn opt_count(obj: Option<&Bound<'_, PyAny>>, name: &str, max: usize) -> PyResult<Option<usize>> {
@@ -260,27 +293,57 @@ impl VectorIndex {
     #[new]
     #[pyo3(signature = (path, dimensions = None, options = None, read_only = false))]
     fn new(py: Python<'_>, path: &Bound<'_, PyAny>, dimensions: Option<&Bound<'_, PyAny>>, options: Option<&Bound<'_, PyAny>>, read_only: bool) -> PyResult<Self> {
-        let fspath = py.import("os")?.getattr("fspath")?.call1((path,)).map_err(|_| {
-            type_error(py, format!("path={} is not a path", path.repr().map(|r| r.to_string()).unwrap_or_default()), "pass a str or pathlib.Path")
-        })?;
-        let p: PathBuf = fspath.extract().map_err(|_| type_error(py, "path is not a str path".into(), "pass a str or pathlib.Path"))?;
         let dims = dimensions.filter(|d| !d.is_none()).map(|d| count_arg(d, "dimensions", 1 << 16)).transpose()?;
         let opts = options_from(py, options)?;
+        if path.is_none() {
+            // In memory: the writer API without a file.
+            if read_only {
+                return Err(errors::named(py, "InvalidArgumentError", "an in-memory index cannot be opened read-only".into(), "pass a file path, or read_only=False"));
+            }
+            let Some(d) = dims else {
+                return Err(errors::named(py, "InvalidArgumentError", "an in-memory index needs dimensions".into(), "pass VectorIndex(None, dimensions)"));
+            };
+            let idx = py.detach(|| Index::memory(d, opts.as_ref().map(|o| &o.0))).map_err(to_py)?;
+            return Self::wrap(py, idx, py.None(), false);
+        }
+        let (p, fspath) = path_arg(py, path)?;
         let mode = if read_only { Mode::Read } else { Mode::Write };
         let idx = py.detach(|| Index::open(&p, dims, opts.as_ref().map(|o| &o.0), mode)).map_err(to_py)?;
-        for w in &idx.warnings {
-            let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
-            PyErr::warn(py, &cat, &std::ffi::CString::new(w.as_str()).unwrap_or_default(), 1)?;
-        }
         let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
-        Ok(VectorIndex {
-            dims: idx.dims(),
-            metric: idx.metric(),
-            precision: idx.precision(),
-            read_only,
-            path: pathobj,
-            inner: RwLock::new(Some(Arc::new(idx))),
-        })
+        Self::wrap(py, idx, pathobj, read_only)
+    }
+
+    /// Open the index file at `path` as a writer, or with `in_memory=True` (the default) copy
+    /// its last flush into memory: a writer of its own that leaves the file alone (any process
+    /// may keep writing it). The copy is made by all threads under balanced placement.
+    #[staticmethod]
+    #[pyo3(signature = (path, in_memory = true, options = None, *, threads = None, progress = false))]
+    fn load(py: Python<'_>, path: &Bound<'_, PyAny>, in_memory: bool, options: Option<&Bound<'_, PyAny>>, threads: Option<&Bound<'_, PyAny>>, progress: bool) -> PyResult<VectorIndex> {
+        let (p, fspath) = path_arg(py, path)?;
+        let opts = options_from(py, options)?;
+        if !in_memory {
+            let idx = py.detach(|| Index::open(&p, None, opts.as_ref().map(|o| &o.0), Mode::Write)).map_err(to_py)?;
+            let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
+            return Self::wrap(py, idx, pathobj, false);
+        }
+        let threads = opt_count(threads, "threads", 1024)?;
+        let total = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+        let idx = run::run_long_units(py, total, progress, "loading", "B", |ctl| Index::load(&p, opts.as_ref().map(|o| &o.0), threads, ctl))?;
+        Self::wrap(py, idx, py.None(), false)
+    }
+
+    /// Write the index as an ordinary index file at `path` (any IndexReader or VectorIndex opens
+    /// it), renamed into place when whole and synced. In memory, what it holds now; a
+    /// file-backed writer flushes first (as `backup`).
+    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (p, _) = path_arg(py, path)?;
+        self.with(py, |idx| idx.save(&p))
+    }
+
+    /// True for an index without a file (`VectorIndex(None, dims)`, `VectorIndex.load`).
+    #[getter]
+    fn in_memory(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |idx| Ok(idx.is_memory()))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -331,8 +394,9 @@ impl VectorIndex {
         // SAFETY: as in `do_search`.
         let data = unsafe { arr.as_slice() }?;
         let idx = self.index()?;
-        let out = run::run_long(py, n as u64, progress, "adding", |ctl| idx.add_batch(data, n, ids.as_deref(), threads, ctl))?;
-        Ok(vector(py, out))
+        let out = run::run_long(py, n as u64, progress, "adding", |ctl| idx.add_batch(data, n, ids.as_deref(), threads, ctl));
+        emit_notices(py)?;
+        Ok(vector(py, out?))
     }
 
     /// The k nearest vectors to `query`, nearest first. `allowed`: only these ids may be
@@ -438,7 +502,7 @@ impl VectorIndex {
     /// Write a consistent copy of the last flush to `path` (a writer flushes first), renamed
     /// into place when whole.
     fn backup(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
-        let p: PathBuf = py.import("os")?.getattr("fspath")?.call1((path,))?.extract()?;
+        let (p, _) = path_arg(py, path)?;
         self.with(py, |idx| idx.backup(&p))
     }
 
@@ -449,7 +513,9 @@ impl VectorIndex {
         let threads = opt_count(threads, "threads", 1024)?;
         let idx = self.index()?;
         let total = py.detach(|| idx.len());
-        run::run_long_threaded(py, total, progress, "compacting", |ctl| idx.compact(threads, ctl))
+        let out = run::run_long_threaded(py, total, progress, "compacting", |ctl| idx.compact(threads, ctl));
+        emit_notices(py)?;
+        out
     }
 
     /// Ask for huge pages under the vectors from now on (ADR-0016). A request: see
@@ -489,7 +555,10 @@ impl VectorIndex {
         d.set_item("vector_bytes", m.vector_bytes)?;
         d.set_item("vector_huge_bytes", m.vector_huge_bytes)?;
         d.set_item("graph_huge_bytes", m.graph_huge_bytes)?;
+        d.set_item("huge_bytes", m.huge_bytes)?;
         d.set_item("huge_pages_asked", m.huge_pages_asked)?;
+        d.set_item("huge_pages_refused", m.huge_pages_refused)?;
+        d.set_item("backing", m.backing)?;
         d.set_item("warm_running", m.warm_running)?;
         d.set_item("warm_done_bytes", m.warm_done_bytes)?;
         d.set_item("warm_total_bytes", m.warm_total_bytes)?;
@@ -568,14 +637,15 @@ impl VectorIndex {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let path = self.path.bind(py).str().map(|s| s.to_string()).unwrap_or_default();
+        let path = self.path.bind(py);
+        let path = if path.is_none() { "None (in memory)".to_string() } else { format!("{:?}", path.str().map(|s| s.to_string()).unwrap_or_default()) };
         let state = self.inner.read().clone().map(|i| py.detach(|| (i.len(), if i.is_read_only() { 0 } else { i.pending() })));
         let tail = match state {
             Some((n, p)) => format!("len={n}, pending={p}, status=open"),
             None => "status=closed".into(),
         };
         let cls = if self.read_only { "IndexReader" } else { "VectorIndex" };
-        format!("{cls}(path={path:?}, dimensions={}, metric={:?}, precision={:?}, {tail})", self.dims, self.metric.name(), self.precision.name())
+        format!("{cls}(path={path}, dimensions={}, metric={:?}, precision={:?}, {tail})", self.dims, self.metric.name(), self.precision.name())
     }
 }
 

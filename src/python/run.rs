@@ -21,12 +21,15 @@ struct Progress<'py> {
 }
 
 impl<'py> Progress<'py> {
-    fn new(py: Python<'py>, on: bool, total: u64, desc: &str) -> Progress<'py> {
+    fn new(py: Python<'py>, on: bool, total: u64, desc: &str, unit: &str) -> Progress<'py> {
         let bar = if on {
             let kw = pyo3::types::PyDict::new(py);
             let _ = kw.set_item("total", total);
             let _ = kw.set_item("desc", desc);
-            let _ = kw.set_item("unit", "vec");
+            let _ = kw.set_item("unit", unit);
+            if unit == "B" {
+                let _ = kw.set_item("unit_scale", true);
+            }
             py.import("tqdm.auto")
                 .and_then(|m| m.getattr("tqdm"))
                 .and_then(|t| t.call((), Some(&kw)))
@@ -58,7 +61,16 @@ where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
 {
-    run(py, total, progress, desc, total < INLINE_BELOW && !progress, work)
+    run(py, total, progress, desc, "vec", total < INLINE_BELOW && !progress, work)
+}
+
+/// `run_long_threaded` counting in `unit` (say "B" for bytes) instead of vectors.
+pub fn run_long_units<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, unit: &str, work: F) -> PyResult<T>
+where
+    T: Send,
+    F: FnOnce(&Control) -> Result<T> + Send,
+{
+    run(py, total, progress, desc, unit, false, work)
 }
 
 /// `run_long` for work whose size does not tell its length (a scan, a compaction).
@@ -67,10 +79,10 @@ where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
 {
-    run(py, total, progress, desc, false, work)
+    run(py, total, progress, desc, "vec", false, work)
 }
 
-fn run<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, inline: bool, work: F) -> PyResult<T>
+fn run<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, unit: &str, inline: bool, work: F) -> PyResult<T>
 where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
@@ -79,7 +91,7 @@ where
     if inline {
         return py.detach(|| work(&ctl)).map_err(to_py);
     }
-    let mut bar = Progress::new(py, progress, total, desc);
+    let mut bar = Progress::new(py, progress, total, desc, unit);
     let mut interrupt: Option<PyErr> = None;
     let out = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel();
