@@ -71,15 +71,26 @@ class SearchResult:
 @disjoint_base
 class VectorIndex:
     """A vector index in one file. The writer: one process at a time opens a file for
-    writing; ``read_only=True`` opens it for searching, without the lock."""
+    writing; ``read_only=True`` opens it for searching, without the lock. ``path=None`` makes
+    an index in memory, without a file (``save`` writes one; ``load`` reads one in)."""
 
     def __new__(
         cls,
-        path: _Path,
+        path: _Path | None,
         dimensions: int | None = None,
         options: IndexOptions | dict[str, Any] | None = None,
         read_only: bool = False,
     ) -> VectorIndex: ...
+    @staticmethod
+    def load(
+        path: _Path,
+        in_memory: bool = True,
+        options: IndexOptions | dict[str, Any] | None = None,
+        *,
+        threads: int | None = None,
+        progress: bool = False,
+    ) -> VectorIndex: ...
+    def save(self, path: _Path) -> None: ...
     def __enter__(self) -> VectorIndex: ...
     def __exit__(
         self,
@@ -146,7 +157,10 @@ class VectorIndex:
     @property
     def precision(self) -> Precision: ...
     @property
-    def path(self) -> Path: ...
+    def path(self) -> Path | None:
+        """The index file; None for an index in memory."""
+    @property
+    def in_memory(self) -> bool: ...
     @property
     def options(self) -> IndexOptions: ...
     @property

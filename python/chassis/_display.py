@@ -24,9 +24,13 @@ def _get(index: Any, name: str) -> Any:
 
 def _size_text(path: Any) -> str:
     try:
-        size = float(os.path.getsize(path))
+        return _bytes_text(os.path.getsize(path))
     except (OSError, TypeError):
         return "missing"
+
+
+def _bytes_text(n: int) -> str:
+    size = float(n)
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":
             return f"{size:,.0f} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
@@ -50,8 +54,9 @@ def repr_html(index: Any) -> str:
             count = f"{len(index):,}"
         except (ChassisError, OSError, ValueError):
             pass
+    in_memory = path is None
     rows: list[tuple[str, str]] = [
-        ("path", f"<code>{_text(path)}</code>"),
+        ("path", "<i>none (in memory)</i>" if in_memory else f"<code>{_text(path)}</code>"),
         ("class", html.escape(type(index).__name__)
          + (" (read-only)" if read_only is True and type(index).__name__ == "VectorIndex" else "")),
         ("dimensions", _text(_get(index, "dimensions"))),
@@ -59,12 +64,17 @@ def repr_html(index: Any) -> str:
         ("precision", _text(_get(index, "precision"))),
         ("vectors", _text(count)),
     ]
-    if read_only is False:
+    if read_only is False and not in_memory:
         pending = _CLOSED if closed else _get(index, "pending")
         rows.append(("pending", _text(f"{pending:,}" if isinstance(pending, int) else pending)
                      + (" (unflushed)" if isinstance(pending, int) and pending else "")))
     rows.append(("state", "closed" if closed else "open"))
-    rows.append(("file size", html.escape(_size_text(path)) if path is not _CLOSED else "?"))
+    if in_memory:
+        stats = None if closed else _get(index, "memory_stats")
+        resident = stats().get("resident_bytes") if callable(stats) else None
+        rows.append(("in memory", html.escape(_bytes_text(resident)) if isinstance(resident, int) else "?"))
+    else:
+        rows.append(("file size", html.escape(_size_text(path)) if path is not _CLOSED else "?"))
     options = _CLOSED if closed else _get(index, "options")
     if options is not _CLOSED and dataclasses.is_dataclass(options):
         fields = ", ".join(
