@@ -48,7 +48,10 @@ pub fn available() -> Vec<KernelSet> {
     let mut v = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
             v.push(x86::AVX512);
         }
         if std::arch::is_x86_feature_detected!("avx2")
@@ -232,7 +235,9 @@ mod x86 {
     /// AVX-512: 16 lanes, four accumulators, and a masked load for the tail (no scalar loop).
     macro_rules! avx512_kernel {
         ($name:ident, $load:ident, $op:ident) => {
-            #[target_feature(enable = "avx512f,avx512bw")]
+            // avx512vl: the 256-bit masked load of f16 values needs it; without it that load
+            // was a function call per step (3x slower than AVX2).
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
             unsafe fn $name(q: *const f32, v: *const u8, n: usize) -> f32 {
                 let mut a = [_mm512_setzero_ps(); 4];
                 let mut i = 0;
@@ -242,13 +247,17 @@ mod x86 {
                     }
                     i += 64;
                 }
-                while i + 16 <= n {
-                    a[0] = $op(_mm512_loadu_ps(q.add(i)), $load(v, i, 0xffff), a[0]);
-                    i += 16;
+                // Up to three more whole steps, each into its own accumulator (no dependency
+                // chain through one register).
+                for j in 0..3 {
+                    if i + 16 <= n {
+                        a[j] = $op(_mm512_loadu_ps(q.add(i)), $load(v, i, 0xffff), a[j]);
+                        i += 16;
+                    }
                 }
                 if i < n {
                     let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
-                    a[1] = $op(_mm512_maskz_loadu_ps(m, q.add(i)), $load(v, i, m), a[1]);
+                    a[3] = $op(_mm512_maskz_loadu_ps(m, q.add(i)), $load(v, i, m), a[3]);
                 }
                 _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])))
             }
@@ -265,11 +274,20 @@ mod x86 {
     }
     #[inline(always)]
     unsafe fn load512_f32(v: *const u8, i: usize, m: __mmask16) -> __m512 {
-        _mm512_maskz_loadu_ps(m, (v as *const f32).add(i))
+        if m == 0xffff {
+            _mm512_loadu_ps((v as *const f32).add(i))
+        } else {
+            _mm512_maskz_loadu_ps(m, (v as *const f32).add(i))
+        }
     }
     #[inline(always)]
     unsafe fn load512_f16(v: *const u8, i: usize, m: __mmask16) -> __m512 {
-        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (v as *const i16).add(i) as *const _))
+        let p = (v as *const i16).add(i);
+        if m == 0xffff {
+            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+        } else {
+            _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p as *const _))
+        }
     }
     avx512_kernel!(l2_f32_avx512, load512_f32, l2_step512);
     avx512_kernel!(dot_f32_avx512, load512_f32, dot_step512);

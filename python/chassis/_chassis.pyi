@@ -21,7 +21,7 @@ __all__ = [
     "OptionsMismatchError", "IndexNotFoundError", "NotAnIndexError", "IdInUseError",
     "IndexLockedError", "ReadOnlyError", "CorruptIndexError", "IndexFullError",
     "InvalidPathError", "IdNotFoundError", "IndexClosedError", "StorageError",
-    "ArgumentTypeError", "VectorIndex", "SearchResult", "Snapshot", "cpu_info", "_check_options",
+    "ArgumentTypeError", "VectorIndex", "SearchResult", "Snapshot", "cpu_info", "_check_options", "_search_counters",
 ]
 
 Metric = Literal["euclidean", "cosine", "inner_product"]
@@ -213,3 +213,4 @@ class Snapshot:
 
 def cpu_info() -> dict[str, Any]: ...
 def _check_options(max_connections: int, ef_construction: int, ef_search: int) -> None: ...
+def _search_counters() -> tuple[int, int]: ...

@@ -725,6 +725,13 @@ impl Snapshot {
     }
 }
 
+/// (searches, distances they computed) in this process so far: graph searches only (not exact
+/// scans). For benchmarks: distances per query measure the graph's efficiency.
+#[pyfunction]
+fn _search_counters() -> (u64, u64) {
+    crate::graph::counters()
+}
+
 /// Range checks of IndexOptions (one place for them: the core's).
 #[pyfunction]
 fn _check_options(max_connections: i64, ef_construction: i64, ef_search: i64) -> PyResult<()> {
@@ -762,5 +769,6 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Snapshot>()?;
     m.add_function(wrap_pyfunction!(cpu_info, m)?)?;
     m.add_function(wrap_pyfunction!(_check_options, m)?)?;
+    m.add_function(wrap_pyfunction!(_search_counters, m)?)?;
     Ok(())
 }
