@@ -228,7 +228,9 @@ fn do_search_batch<'py>(
 }
 
 /// A vector index in one file. The writer: one process at a time opens a file for writing;
-/// `read_only=True` (or `IndexReader`) opens it for searching, without the lock.
+/// `read_only=True` (or `IndexReader`) opens it for searching, without the lock. `path=None`
+/// makes an index in memory, without a file (`save` writes one, `VectorIndex.load` reads one
+/// in); there `flush()` does nothing.
 #[pyclass(module = "chassis", frozen, subclass, name = "VectorIndex")]
 pub struct VectorIndex {
     /// None once closed. The lock is held only to clone or take the Arc: calls run on their
