@@ -1,0 +1,655 @@
+"""Speed benchmark (issue 4): chassis against hnswlib, usearch, faiss (IndexHNSWFlat) and chassisdb.
+
+Every engine builds the same index (M=16, ef_construction=200) on the same data, in the same run:
+
+  build     the whole base inserted on 2 threads (chassis add_batch(threads=2), hnswlib
+            add_items(num_threads=2), usearch add(threads=2), faiss omp_set_num_threads(2);
+            chassisdb has no thread control and uses every core), then flushed / saved (not
+            timed), closed and opened again from the file;
+  1t batch  one search call for all queries on one thread (chassis search_batch(threads=1),
+            hnswlib knn_query(num_threads=1), usearch search(threads=1), faiss with 1 OpenMP
+            thread, chassisdb search_batch);
+  1t loop   a Python loop of single-query calls;
+  2t batch  the engine's own multi-thread batch call with 2 threads (chassis
+            search_batch(threads=2), hnswlib knn_query(num_threads=2), usearch search(threads=2),
+            faiss omp_set_num_threads(2)); chassisdb's search_batch has no thread control and
+            runs on the calling thread, so two Python threads each search half of the queries
+            with it (ctypes releases the GIL);
+  per call  a tiny index (100 x 16) searched with k=1: microseconds per call of a loop of
+            single-query calls, and of the batch call with one query per call.
+
+An ef sweep gives recall@k (against exact ground truth) and QPS for each search style; QPS at
+recall@k = 0.90 / 0.95 / 0.99 is interpolated linearly between sweep points. Inside a pass the
+engines are built one after the other and then all searched at each ef in turn (the order
+rotates per ef and per pass, reversed on odd passes), so background load falls on every engine
+alike. Figures are medians over passes, each also given as a ratio to the best peer. For
+chassis the distances computed per query (chassis._chassis._search_counters(), differences
+around each 1t search_batch) are reported along the sweep.
+
+Targets (printed as PASS / FAIL): chassis 1t QPS at recall 0.95 >= 1.15x the best peer's on
+every data set, in batch and in loop; chassis build time <= 0.9x the best peer's; chassis 2t
+batch >= 1.8x its own 1t batch at recall 0.95.
+
+Data sets: "minilm" (/work/shared/data/debian-minilm, 45,056 x 384 unit vectors, euclidean,
+1,000 queries, ground truth given) and "clustered" (100,000 x 128 Gaussian clusters, seed 0,
+euclidean, ground truth computed exactly), loaded by bench_core.load.
+
+    python benchmarks/bench_speed.py                  # full run (about 12-15 min on 2 cores)
+    python benchmarks/bench_speed.py --quick          # smoke run: 10,000 rows, 200 queries, 1 pass
+    python benchmarks/bench_speed.py --datasets clustered --engines chassis,hnswlib --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    MINILM,
+    TARGETS,
+    ChassisDBEngine,
+    ChassisEngine,
+    EngineUnavailable,
+    FaissEngine,
+    HnswlibEngine,
+    UsearchEngine,
+    fmt,
+    interpolate_qps,
+    json_default,
+    machine_info,
+    measure_sweep,
+    median,
+    ratio,
+    table,
+    timed,
+)
+from bench_core import _csv, _qps_cell, _size, load, summarize  # noqa: E402
+
+DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
+QUICK_EF = "10,20,40,80,160"
+ALL_ENGINES = "chassis,hnswlib,usearch,faiss,chassisdb"
+SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
+MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
+GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the issue's targets
+
+
+# ------------------------------------------------------------------ engines: two more modes
+def _ids_2d(keys: Any, k: int) -> np.ndarray:
+    """Result ids as a (q, k) int64 array (rows shorter than k padded with -1)."""
+    keys = np.asarray(keys)
+    if keys.ndim == 2:
+        return keys.astype(np.int64)
+    out = np.full((1, k), -1, dtype=np.int64)
+    out[0, : len(keys)] = keys[:k]
+    return out
+
+
+class _SpeedModes:
+    """Mixin over an adapter of chassis._bench: adds the search modes
+
+      "batch2"  the engine's batch call on `threads` (2) threads, timed around that one call;
+      "batch1"  a Python loop of batch calls with one query each (per-call overhead).
+
+    Subclasses give `_batch(queries, k, threads)` (the raw batch call) and `_batch_ids(raw, k)`;
+    `_with_threads(n)` / `_prepare(queries)` are set-up outside the timed part."""
+
+    modes = ("batch", "loop", "batch2", "batch1")
+    search_threads = 2  # threads of "batch2"
+    threads2_note = ""  # how "batch2" gets its threads, when it is not the engine's own way
+
+    def _batch(self, queries: np.ndarray, k: int, threads: int) -> Any:
+        raise NotImplementedError
+
+    def _batch_ids(self, raw: Any, k: int) -> np.ndarray:
+        return _ids_2d(raw[0], k)
+
+    def _with_threads(self, threads: int) -> None:
+        pass
+
+    def _prepare(self, queries: np.ndarray) -> np.ndarray:
+        return queries
+
+    def search(self, mode, queries, k):
+        threads = self.search_threads
+        if mode == "batch2":
+            queries = self._prepare(queries)
+            self._with_threads(threads)
+            try:
+                raw, seconds = timed(lambda: self._batch(queries, k, threads))
+            finally:
+                self._with_threads(1)
+            return self._batch_ids(raw, k), seconds
+        if mode == "batch1":
+            rows = self._prepare(queries).reshape(len(queries), 1, -1)  # (1, d) views
+            self._with_threads(1)
+            results, seconds = self._loop(lambda q: self._batch(q, k, 1), rows)
+            return np.vstack([self._batch_ids(r, k) for r in results]), seconds
+        return super().search(mode, queries, k)
+
+
+class ChassisSpeed(_SpeedModes, ChassisEngine):
+    def __init__(self) -> None:
+        super().__init__()
+        from chassis import _chassis
+
+        self._counters = _chassis._search_counters
+        self.counted: tuple[int, int] | None = None  # (searches, distances) of the last 1t batch
+
+    def _batch(self, queries, k, threads):
+        return self.index.search_batch(queries, k, ef=self.ef, threads=threads)
+
+    def search(self, mode, queries, k):
+        if mode != "batch":
+            return super().search(mode, queries, k)
+        before = self._counters()
+        found = super().search(mode, queries, k)
+        after = self._counters()
+        self.counted = (after[0] - before[0], after[1] - before[1])
+        return found
+
+
+class HnswlibSpeed(_SpeedModes, HnswlibEngine):
+    def _batch(self, queries, k, threads):
+        return self.index.knn_query(queries, k, num_threads=threads)
+
+
+class UsearchSpeed(_SpeedModes, UsearchEngine):
+    def _batch(self, queries, k, threads):
+        return self.index.search(queries, k, threads=threads)
+
+    def _batch_ids(self, raw, k):
+        return _ids_2d(raw.keys, k)
+
+
+class FaissSpeed(_SpeedModes, FaissEngine):
+    def _batch(self, queries, k, threads):
+        return self.index.search(queries, k)
+
+    def _batch_ids(self, raw, k):
+        return _ids_2d(raw[1], k)
+
+    def _with_threads(self, threads):
+        self.module.omp_set_num_threads(threads)
+
+    def _prepare(self, queries):
+        return self._unit(queries) if self.metric == "cosine" else queries
+
+
+class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
+    threads2_note = ("chassisdb search_batch has no thread control (one thread): its 2t batch is "
+                     "two Python threads, each calling search_batch on half of the queries")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pool: ThreadPoolExecutor | None = None  # kept across set_ef's reopens
+
+    def _batch(self, queries, k, threads):
+        if threads == 1:
+            return self.index.search_batch(queries, k)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=threads)
+        parts = np.array_split(queries, threads)
+        results = list(self._pool.map(lambda part: self.index.search_batch(part, k), parts))
+        return np.vstack([ids for ids, _ in results]), np.vstack([d for _, d in results])
+
+
+SPEED_ENGINES = {"chassis": ChassisSpeed, "hnswlib": HnswlibSpeed, "usearch": UsearchSpeed,
+                 "faiss": FaissSpeed, "chassisdb": ChassisDBSpeed}
+
+
+def speed_engines(names: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """({name: engine} for the importable ones, notes on the skipped ones)."""
+    engines, notes = {}, []
+    for name in names:
+        if name not in SPEED_ENGINES:
+            raise SystemExit(f"unknown engine {name!r}; known: {', '.join(SPEED_ENGINES)}")
+        try:
+            engines[name] = SPEED_ENGINES[name]()
+        except ImportError as exc:
+            notes.append(f"skipped {name}: {name} is not installed ({exc})")
+    return engines, notes
+
+
+def _order(names: list[str], n_pass: int, step: int = 0) -> list[str]:
+    """Engine order: rotated by pass and step, reversed on odd passes."""
+    if not names:
+        return []
+    shift = (n_pass + step) % len(names)
+    order = names[shift:] + names[:shift]
+    return order[::-1] if n_pass % 2 else order
+
+
+# ------------------------------------------------------------------ options
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 10,000 rows, 200 queries, 1 pass, short sweep, fewer calls")
+    p.add_argument("--datasets", default="minilm,clustered", help="minilm,clustered")
+    p.add_argument("--engines", default=ALL_ENGINES, help=f"({ALL_ENGINES})")
+    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
+    p.add_argument("--passes", type=int, help="passes (3; --quick: 1)")
+    p.add_argument("--ef", help=f"ef sweep ({DEFAULT_EF}; --quick: {QUICK_EF})")
+    p.add_argument("--k", type=int, default=10, help="neighbours per query (10)")
+    p.add_argument("--m", type=int, default=16, help="max_connections / M (16)")
+    p.add_argument("--ef-construction", type=int, default=200, help="(200)")
+    p.add_argument("--threads", type=int, default=2, help="build threads (2)")
+    p.add_argument("--search-threads", type=int, default=2, help="threads of the 2t batch (2)")
+    p.add_argument("--min-seconds", type=float,
+                   help="per sweep point and mode: repeat the query set until this long (0.3; --quick: 0.1)")
+    p.add_argument("--max-runs", type=int, default=50,
+                   help="at most this many runs per point and mode (50)")
+    p.add_argument("--warmup", type=int, default=50, help="queries searched untimed before each point (50)")
+    p.add_argument("--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)")
+    p.add_argument("--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)")
+    p.add_argument("--call-ef", type=int, default=10, help="per-call overhead: ef (10)")
+    p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead")
+    p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
+    p.add_argument("--clustered-n", type=int, help="clustered base size (100000; --quick: 10000)")
+    p.add_argument("--clustered-dims", type=int, default=128, help="(128)")
+    p.add_argument("--queries", type=int, help="queries per data set (1000; --quick: 200)")
+    p.add_argument("--workdir", help="where index files go (default: a temporary folder)")
+    args = p.parse_args(argv)
+    args.passes = args.passes or (1 if args.quick else 3)
+    args.ef = [int(x) for x in _csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
+    args.min_seconds = args.min_seconds if args.min_seconds is not None else (
+        0.1 if args.quick else 0.3)
+    args.calls = args.calls or (5_000 if args.quick else 20_000)
+    args.call_runs = args.call_runs or (3 if args.quick else 5)
+    args.clustered_n = args.clustered_n or (10_000 if args.quick else 100_000)
+    args.queries = args.queries or (200 if args.quick else 1_000)
+    args.datasets, args.engines = _csv(args.datasets), _csv(args.engines)
+    return args
+
+
+# ------------------------------------------------------------------ per-call overhead
+def per_call_overhead(engines: dict[str, Any], args, folder: Path, notes: list[str]) -> dict[str, Any]:
+    """{engine: {"loop_us", "batch1_us", "runs"}}: microseconds per search call (k=1) on a tiny
+    index of 100 vectors of 16 dims, median of the runs; the engines alternate inside a run."""
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((100, 16)).astype(np.float32)
+    queries = rng.standard_normal((args.calls, 16)).astype(np.float32)
+    ready = []
+    for name, engine in engines.items():
+        path = str(folder / f"tiny-{name}.index")
+        try:
+            engine.build(path, base, metric="euclidean", m=args.m,
+                         ef_construction=args.ef_construction, threads=1)
+            engine.close()
+            engine.open(path)
+            engine.set_ef(args.call_ef)
+            for mode in ("loop", "batch1"):  # warm-up
+                engine.search(mode, queries[:1000], 1)
+            ready.append(name)
+        except Exception as exc:
+            traceback.print_exc()
+            notes.append(f"per-call overhead: {name} failed: {exc!r}")
+            engine.close()
+    runs: dict[str, dict[str, list[float]]] = {n: {"loop": [], "batch1": []} for n in ready}
+    for run in range(args.call_runs):
+        for name in _order(ready, run):
+            for mode in ("loop", "batch1"):
+                _, seconds = engines[name].search(mode, queries, 1)
+                runs[name][mode].append(seconds / len(queries) * 1e6)
+    for name in ready:
+        engines[name].close()
+    return {n: {"loop_us": median(r["loop"]), "batch1_us": median(r["batch1"]), "runs": r}
+            for n, r in runs.items()}
+
+
+# ------------------------------------------------------------------ one pass
+def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, n_pass: int,
+             notes: list[str]) -> dict[str, dict[str, Any]]:
+    """Build every engine (one after the other), then sweep ef with all of them open, the
+    engines taking turns at each ef. {engine: figures} for the engines that got through."""
+    base, queries, truth, name = data["base"], data["queries"], data["truth"], data["name"]
+    out: dict[str, dict[str, Any]] = {}
+    for engine_name in _order(list(engines), n_pass):
+        engine = engines[engine_name]
+        path = str(folder / f"{engine_name}.index")
+        print(f"  [{name}] pass {n_pass + 1}/{args.passes}: build {engine_name} ...", end="",
+              flush=True)
+        try:
+            build_s = engine.build(path, base, metric=data["metric"], m=args.m,
+                                   ef_construction=args.ef_construction, threads=args.threads)
+            persist_s = engine.persist_seconds
+            engine.close()
+            engine.open(path)
+            out[engine_name] = {"build_s": build_s, "persist_s": persist_s,
+                                "file_bytes": _size(path),
+                                "sweep": {mode: [] for mode in SWEEP_MODES}}
+            print(f" {build_s:.2f} s", flush=True)
+        except EngineUnavailable as exc:
+            print(" skipped", flush=True)
+            notes.append(f"{name}: skipped {engine_name}: {exc}")
+            engine.close()
+        except Exception as exc:
+            print(" FAILED", flush=True)
+            traceback.print_exc()
+            notes.append(f"{name}: {engine_name} build failed: {exc!r}")
+            engine.close()
+
+    distances: list[dict[str, float]] = []
+    start = time.perf_counter()
+    for step, ef in enumerate(args.ef):
+        for engine_name in _order(list(out), n_pass, step):
+            engine = engines[engine_name]
+            try:
+                points = measure_sweep(engine, queries, truth, args.k, [ef], SWEEP_MODES,
+                                       min_seconds=args.min_seconds, max_runs=args.max_runs,
+                                       warmup=args.warmup)
+            except Exception as exc:
+                traceback.print_exc()
+                notes.append(f"{name}: {engine_name} failed at ef={ef}: {exc!r}")
+                engine.close()
+                del out[engine_name]
+                continue
+            for mode in SWEEP_MODES:
+                out[engine_name]["sweep"][mode].extend(points[mode])
+            if engine_name == "chassis" and engine.counted is not None:
+                searches, dists = engine.counted
+                distances.append({"ef": ef, "recall": points["batch"][0]["recall"],
+                                  "distances": dists / max(searches, 1), "searches": searches,
+                                  "queries": len(queries)})
+        print(f"  [{name}] pass {n_pass + 1}/{args.passes}: ef {ef} done "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
+    for engine_name, figures in out.items():
+        engines[engine_name].close()
+        figures["qps_at"] = {mode: qps_at(points) for mode, points in figures["sweep"].items()}
+    if "chassis" in out:
+        out["chassis"]["distances"] = distances
+        out["chassis"]["distances_at"] = {
+            str(t): interpolate_qps([(p["recall"], p["distances"]) for p in distances], t)
+            for t in TARGETS}
+    return out
+
+
+def qps_at(points: list[dict[str, float]]) -> dict[str, tuple[float | None, str]]:
+    sweep = [(p["recall"], p["qps"]) for p in points]
+    return {str(t): interpolate_qps(sweep, t) for t in TARGETS}
+
+
+# ------------------------------------------------------------------ summaries
+def summarize_speed(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """bench_core.summarize (medians over passes, QPS at targets only when every pass reached
+    them), plus the 2t/1t scaling and, for chassis, distances per query."""
+    s = summarize(passes)
+    t95 = "0.95"
+    s["scaling"] = ratio(s["qps_at"]["batch2"][t95], s["qps_at"]["batch"][t95])
+    if "distances" in passes[0]:
+        s["distances"] = [
+            {"ef": pts[0]["ef"], "recall": median(p["recall"] for p in pts),
+             "distances": median(p["distances"] for p in pts)}
+            for pts in zip(*(p["distances"] for p in passes))]
+        s["distances_at"] = {}
+        for t in map(str, TARGETS):
+            found = [p["distances_at"][t] for p in passes]
+            reached = all(how != "not-reached" for _, how in found)
+            s["distances_at"][t] = median(v for v, _ in found) if reached else None
+    return s
+
+
+# columns of the summary table: (key, header, getter, better) where better is "high" or "low"
+def _columns(overhead: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
+    def qps(mode: str, t: str):
+        return lambda name, s: s["qps_at"][mode][t]
+
+    cols = [("build_s", "build s", lambda name, s: s["build_s"], "low")]
+    cols += [(f"batch@{t}", f"1t batch QPS@{t:.2f}", qps("batch", str(t)), "high") for t in TARGETS]
+    cols += [("loop@0.95", "1t loop QPS@0.95", qps("loop", "0.95"), "high"),
+             ("batch2@0.95", "2t batch QPS@0.95", qps("batch2", "0.95"), "high"),
+             ("scaling", "2t/1t", lambda name, s: s["scaling"], "high")]
+    if overhead:
+        cols += [("loop_us", "loop us/call", lambda n, s: overhead.get(n, {}).get("loop_us"), "low"),
+                 ("batch1_us", "batch(1) us/call",
+                  lambda n, s: overhead.get(n, {}).get("batch1_us"), "low")]
+    return cols
+
+
+def best_peer(results: dict[str, Any], getter, better: str) -> tuple[str | None, float | None]:
+    """(peer, value) of the best non-chassis engine for one figure."""
+    found = [(getter(n, s), n) for n, s in results.items() if n != "chassis"]
+    found = [(v, n) for v, n in found if v is not None]
+    if not found:
+        return None, None
+    v, n = (max if better == "high" else min)(found)
+    return n, v
+
+
+def versus_best(results: dict[str, Any], overhead: dict[str, Any]) -> dict[str, Any]:
+    """{column: {"chassis", "best_peer", "peer_value", "ratio"}}: chassis / the best peer."""
+    out = {}
+    if "chassis" not in results:
+        return out
+    for key, _, getter, better in _columns(overhead):
+        peer, value = best_peer(results, getter, better)
+        ours = getter("chassis", results["chassis"])
+        out[key] = {"chassis": ours, "best_peer": peer, "peer_value": value,
+                    "ratio": ratio(ours, value)}
+    return out
+
+
+def _cell(key: str, name: str, s: dict[str, Any], value: float | None) -> str:
+    if key == "build_s":
+        return fmt(value, ".2f")
+    if key == "scaling":
+        return fmt(value, ".2f", "x")
+    if key.endswith("_us"):
+        return fmt(value, ".2f")
+    mode, t = key.split("@")
+    return _qps_cell(s, mode, t)
+
+
+def targets(name: str, results: dict[str, Any], vs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's PASS / FAIL checks for one data set."""
+    checks = []
+    if "chassis" not in results:
+        return checks
+
+    def check(what: str, key: str, goal: float, higher: bool) -> None:
+        v = vs.get(key, {})
+        r = v.get("ratio")
+        if v.get("peer_value") is None:
+            verdict = "n/a"
+        else:
+            verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
+        checks.append({"dataset": name, "what": what, "goal": goal, "higher": higher,
+                       "ratio": r, "chassis": v.get("chassis"), "best_peer": v.get("best_peer"),
+                       "peer_value": v.get("peer_value"), "verdict": verdict})
+
+    check("1t batch QPS@0.95 vs best peer", "batch@0.95", GOAL_QPS, True)
+    check("1t loop QPS@0.95 vs best peer", "loop@0.95", GOAL_QPS, True)
+    check("build time vs best peer", "build_s", GOAL_BUILD, False)
+    scaling = results["chassis"].get("scaling")
+    checks.append({"dataset": name, "what": "2t batch / own 1t batch at 0.95", "goal": GOAL_SCALING,
+                   "higher": True, "ratio": scaling,
+                   "verdict": "PASS" if scaling is not None and scaling >= GOAL_SCALING else "FAIL"})
+    return checks
+
+
+def _check_line(c: dict[str, Any]) -> str:
+    sign = ">=" if c["higher"] else "<="
+    text = f"{c['verdict']:<4}  {c['dataset']:<10} {c['what']:<33} {fmt(c['ratio'], '.2f', 'x'):>6}" \
+           f"  (target {sign} {c['goal']:.2f}x"
+    if "best_peer" in c:
+        spec = ".2f" if c["what"].startswith("build") else ",.0f"
+        text += f"; chassis {fmt(c['chassis'], spec)}, {c['best_peer'] or 'no peer'} " \
+                f"{fmt(c['peer_value'], spec)}"
+    return text + ")"
+
+
+# ------------------------------------------------------------------ report
+def report_overhead(overhead: dict[str, Any], args) -> None:
+    print(f"\n=== per-call overhead: 100 x 16 index, k=1, ef={args.call_ef}, {args.calls:,} calls "
+          f"per run, median of {args.call_runs} runs (microseconds per call)")
+    best = {key: best_peer(overhead, lambda n, s: s[key], "low") for key in ("loop_us", "batch1_us")}
+    rows = []
+    for name, s in overhead.items():
+        cells = [name]
+        for key in ("loop_us", "batch1_us"):
+            cells += [fmt(s[key], ".2f"), fmt(ratio(s[key], best[key][1]), ".2f", "x")]
+        rows.append(cells)
+    print(table(["engine", "loop of search(q)", "/ best peer", "loop of batch(1 query)",
+                 "/ best peer"], rows))
+    print("(faiss has no single-query call: its loop is search(q[None, :]), like its batch(1))")
+
+
+def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: dict[str, Any],
+           vs: dict[str, Any], checks: list[dict[str, Any]], args) -> None:
+    n, d = data["base"].shape
+    print(f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
+          f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
+          f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es)")
+    cols = _columns(overhead)
+    rows = [[engine] + [_cell(key, engine, s, get(engine, s)) for key, _, get, _ in cols]
+            for engine, s in results.items()]
+    if vs:
+        rows.append(["chassis / best peer"] + [fmt(vs[key]["ratio"], ".2f", "x")
+                                               for key, *_ in cols])
+        rows.append(["  (best peer)"] + [vs[key]["best_peer"] or "-" for key, *_ in cols])
+    print(table(["engine"] + [header for _, header, _, _ in cols], rows))
+    print("(* the smallest ef already reached this recall: its QPS, a lower bound; "
+          "- not reached at the largest ef)")
+
+    print("\nQPS at every recall target and mode")
+    targets_s = [str(t) for t in TARGETS]
+    rows = [[engine] + [_qps_cell(s, mode, t) for mode in SWEEP_MODES for t in targets_s]
+            for engine, s in results.items()]
+    print(table(["engine"] + [f"{MODE_LABEL[m]}@{t}" for m in SWEEP_MODES for t in targets_s], rows))
+
+    chassis = results.get("chassis")
+    if chassis and chassis.get("distances_at"):
+        print("\nchassis distances computed per query (1t search_batch): "
+              + ", ".join(f"@{t} {fmt(chassis['distances_at'][t])}" for t in targets_s))
+
+    for engine, s in results.items():
+        extra = engine == "chassis" and bool(s.get("distances"))
+        headers = ["ef", f"recall@{args.k}"] + [f"{MODE_LABEL[m]} QPS" for m in SWEEP_MODES]
+        if extra:
+            headers.append("distances/query")
+        rows = []
+        for i, p in enumerate(s["sweep"]["batch"]):
+            row = [str(p["ef"]), f"{p['recall']:.4f}"] + [fmt(s["sweep"][m][i]["qps"])
+                                                        for m in SWEEP_MODES]
+            if extra:
+                row.append(fmt(s["distances"][i]["distances"]))
+            rows.append(row)
+        print(f"\n{engine} sweep")
+        print(table(headers, rows, align_first="right"))
+
+    if checks:
+        print(f"\nTARGETS ({name})")
+        for c in checks:
+            print("  " + _check_line(c))
+
+
+# ------------------------------------------------------------------ main
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    engines, notes = speed_engines(args.engines)
+    for note in notes:
+        print(f"note: {note}", flush=True)
+    if not engines:
+        print("no engine to run", file=sys.stderr)
+        return 1
+    for engine in engines.values():
+        engine.search_threads = args.search_threads
+    versions = {name: e.version for name, e in engines.items()}
+    print("engines: " + ", ".join(f"{n} {v}" for n, v in versions.items()), flush=True)
+    load_before = os.getloadavg()
+    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
+          f"on {os.cpu_count()} cores", flush=True)
+    started = time.perf_counter()
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-speed-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    everything: dict[str, Any] = {"machine": machine_info(), "versions": versions,
+                                  "args": dict(vars(args)), "load_before": load_before,
+                                  "datasets": {}}
+    all_checks: list[dict[str, Any]] = []
+    overhead: dict[str, Any] = {}
+    try:
+        if not args.no_overhead:
+            folder = workdir / "overhead"
+            folder.mkdir(parents=True, exist_ok=True)
+            print("  per-call overhead ...", end="", flush=True)
+            start = time.perf_counter()
+            overhead = per_call_overhead(engines, args, folder, notes)
+            print(f" {time.perf_counter() - start:.1f} s", flush=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            report_overhead(overhead, args)
+            everything["overhead"] = overhead
+
+        for name in args.datasets:
+            data = load(name, args)
+            data["name"] = name
+            per_engine: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
+            for n_pass in range(args.passes):
+                folder = workdir / f"{name}-{n_pass}"
+                folder.mkdir(parents=True, exist_ok=True)
+                try:
+                    for engine_name, figures in run_pass(engines, data, args, folder, n_pass,
+                                                         notes).items():
+                        per_engine[engine_name].append(figures)
+                finally:
+                    for engine in engines.values():
+                        try:
+                            engine.close()
+                        except Exception:
+                            pass
+                    shutil.rmtree(folder, ignore_errors=True)
+            # an engine that missed a pass is summarised over the passes it has
+            results = {e: summarize_speed(p) for e, p in per_engine.items() if p}
+            vs = versus_best(results, overhead)
+            checks = targets(name, results, vs)
+            all_checks += checks
+            report(name, data, results, overhead, vs, checks, args)
+            everything["datasets"][name] = {
+                "shape": list(data["base"].shape), "queries": len(data["queries"]),
+                "metric": data["metric"], "passes": per_engine, "median": results,
+                "vs_best_peer": vs, "targets": checks,
+            }
+    finally:
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    if all_checks:
+        print("\nTARGETS")
+        for c in all_checks:
+            print("  " + _check_line(c))
+        print("scaling 2t/1t batch at recall 0.95: " + "; ".join(
+            f"{ds}: " + ", ".join(f"{e} {fmt(s.get('scaling'), '.2f', 'x')}"
+                                  for e, s in everything["datasets"][ds]["median"].items())
+            for ds in everything["datasets"]))
+
+    load_after = os.getloadavg()
+    elapsed = time.perf_counter() - started
+    print(f"\nload average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
+          f"run took {elapsed:.0f} s")
+    notes_all = notes + [n for e in engines.values() for n in e.notes] + [
+        e.threads2_note for e in engines.values() if e.threads2_note]
+    if max(load_before[0], load_after[0]) > 0.5:
+        notes_all.append("the machine had other load (load average > 0.5): figures are noisy")
+    if notes_all:
+        print("\nnotes:\n" + "\n".join(f"- {n}" for n in dict.fromkeys(notes_all)))
+    everything.update(notes=list(dict.fromkeys(notes_all)), targets=all_checks,
+                      load_after=load_after, seconds=elapsed)
+    if args.json:
+        Path(args.json).write_text(json.dumps(everything, indent=1, default=json_default))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
