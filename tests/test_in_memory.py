@@ -345,3 +345,8 @@ def test_no_warning_where_huge_pages_are_granted():
         """
     )
     assert_child_ok(proc)
+
+
+def test_index_reader_has_no_load(tmp_path):
+    with pytest.raises(TypeError, match="VectorIndex.load"):
+        chassis.IndexReader.load(tmp_path / "x.chassis")

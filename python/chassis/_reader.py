@@ -23,3 +23,12 @@ class IndexReader(VectorIndex):
 
     def __new__(cls, path: str | os.PathLike[str], options: Any = None) -> IndexReader:
         return super().__new__(cls, path, None, options, True)
+
+    @staticmethod
+    def load(*args: Any, **kwargs: Any) -> VectorIndex:  # type: ignore[override]
+        """Not for readers: ``VectorIndex.load(path)`` copies an index into memory (a writer
+        of its own); ``IndexReader(path)`` maps it, which reads nothing."""
+        raise TypeError(
+            "IndexReader.load is not available: use chassis.VectorIndex.load(path) to copy an "
+            "index into memory, or IndexReader(path) to search the file"
+        )
