@@ -79,7 +79,9 @@ from bench_core import _csv, _qps_cell, _size, load, summarize  # noqa: E402
 
 DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
 QUICK_EF = "10,20,40,80,160"
-ALL_ENGINES = "chassis,hnswlib,usearch,faiss,chassisdb"
+ALL_ENGINES = "chassis,chassis-memory,hnswlib,usearch,faiss,chassisdb"
+# Our own engines: never a "peer" of each other.
+OURS = ("chassis", "chassis-memory")
 SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
 MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
 GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the issue's targets
@@ -160,6 +162,24 @@ class ChassisSpeed(_SpeedModes, ChassisEngine):
         return found
 
 
+class ChassisMemorySpeed(ChassisSpeed):
+    """chassis in memory (VectorIndex(None, dims)), like hnswlib, usearch and faiss: built by
+    add_batch into anonymous memory; "persist" is save(path), "open" is VectorIndex.load."""
+
+    name = "chassis-memory"
+
+    def build(self, path, base, *, metric, m, ef_construction, threads):
+        self._remember(base, metric, m, ef_construction)
+        options = self.module.IndexOptions(max_connections=m, ef_construction=ef_construction, metric=metric)
+        self.index = self.module.VectorIndex(None, self.dims, options)
+        _, seconds = timed(lambda: self.index.add_batch(base, threads=threads))
+        _, self.persist_seconds = timed(lambda: self.index.save(path))
+        return seconds
+
+    def open(self, path):
+        self.index = self.module.VectorIndex.load(path)
+
+
 class HnswlibSpeed(_SpeedModes, HnswlibEngine):
     def _batch(self, queries, k, threads):
         return self.index.knn_query(queries, k, num_threads=threads)
@@ -205,7 +225,7 @@ class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
         return np.vstack([ids for ids, _ in results]), np.vstack([d for _, d in results])
 
 
-SPEED_ENGINES = {"chassis": ChassisSpeed, "hnswlib": HnswlibSpeed, "usearch": UsearchSpeed,
+SPEED_ENGINES = {"chassis": ChassisSpeed, "chassis-memory": ChassisMemorySpeed, "hnswlib": HnswlibSpeed, "usearch": UsearchSpeed,
                  "faiss": FaissSpeed, "chassisdb": ChassisDBSpeed}
 
 
@@ -357,7 +377,7 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
                 continue
             for mode in SWEEP_MODES:
                 out[engine_name]["sweep"][mode].extend(points[mode])
-            if engine_name == "chassis" and engine.counted is not None:
+            if engine_name == "chassis" and engine.counted is not None:  # (the file-backed one)
                 searches, dists = engine.counted
                 distances.append({"ef": ef, "recall": points["batch"][0]["recall"],
                                   "distances": dists / max(searches, 1), "searches": searches,
@@ -419,7 +439,7 @@ def _columns(overhead: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
 
 def best_peer(results: dict[str, Any], getter, better: str) -> tuple[str | None, float | None]:
     """(peer, value) of the best non-chassis engine for one figure."""
-    found = [(getter(n, s), n) for n, s in results.items() if n != "chassis"]
+    found = [(getter(n, s), n) for n, s in results.items() if n not in OURS]
     found = [(v, n) for v, n in found if v is not None]
     if not found:
         return None, None
@@ -427,14 +447,15 @@ def best_peer(results: dict[str, Any], getter, better: str) -> tuple[str | None,
     return n, v
 
 
-def versus_best(results: dict[str, Any], overhead: dict[str, Any]) -> dict[str, Any]:
-    """{column: {"chassis", "best_peer", "peer_value", "ratio"}}: chassis / the best peer."""
+def versus_best(results: dict[str, Any], overhead: dict[str, Any], who: str = "chassis") -> dict[str, Any]:
+    """{column: {"chassis", "best_peer", "peer_value", "ratio"}}: `who` (one of ours) / the
+    best peer."""
     out = {}
-    if "chassis" not in results:
+    if who not in results:
         return out
     for key, _, getter, better in _columns(overhead):
         peer, value = best_peer(results, getter, better)
-        ours = getter("chassis", results["chassis"])
+        ours = getter(who, results[who])
         out[key] = {"chassis": ours, "best_peer": peer, "peer_value": value,
                     "ratio": ratio(ours, value)}
     return out
@@ -451,11 +472,12 @@ def _cell(key: str, name: str, s: dict[str, Any], value: float | None) -> str:
     return _qps_cell(s, mode, t)
 
 
-def targets(name: str, results: dict[str, Any], vs: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's PASS / FAIL checks for one data set."""
+def targets(name: str, results: dict[str, Any], vs: dict[str, Any], who: str = "chassis") -> list[dict[str, Any]]:
+    """The issue's PASS / FAIL checks for one data set, for `who` (one of ours)."""
     checks = []
-    if "chassis" not in results:
+    if who not in results:
         return checks
+    label = name if who == "chassis" else f"{name} ({who})"
 
     def check(what: str, key: str, goal: float, higher: bool) -> None:
         v = vs.get(key, {})
@@ -464,15 +486,15 @@ def targets(name: str, results: dict[str, Any], vs: dict[str, Any]) -> list[dict
             verdict = "n/a"
         else:
             verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
-        checks.append({"dataset": name, "what": what, "goal": goal, "higher": higher,
+        checks.append({"dataset": label, "what": what, "goal": goal, "higher": higher,
                        "ratio": r, "chassis": v.get("chassis"), "best_peer": v.get("best_peer"),
                        "peer_value": v.get("peer_value"), "verdict": verdict})
 
     check("1t batch QPS@0.95 vs best peer", "batch@0.95", GOAL_QPS, True)
     check("1t loop QPS@0.95 vs best peer", "loop@0.95", GOAL_QPS, True)
     check("build time vs best peer", "build_s", GOAL_BUILD, False)
-    scaling = results["chassis"].get("scaling")
-    checks.append({"dataset": name, "what": "2t batch / own 1t batch at 0.95", "goal": GOAL_SCALING,
+    scaling = results[who].get("scaling")
+    checks.append({"dataset": label, "what": "2t batch / own 1t batch at 0.95", "goal": GOAL_SCALING,
                    "higher": True, "ratio": scaling,
                    "verdict": "PASS" if scaling is not None and scaling >= GOAL_SCALING else "FAIL"})
     return checks
@@ -480,7 +502,7 @@ def targets(name: str, results: dict[str, Any], vs: dict[str, Any]) -> list[dict
 
 def _check_line(c: dict[str, Any]) -> str:
     sign = ">=" if c["higher"] else "<="
-    text = f"{c['verdict']:<4}  {c['dataset']:<10} {c['what']:<33} {fmt(c['ratio'], '.2f', 'x'):>6}" \
+    text = f"{c['verdict']:<4}  {c['dataset']:<27} {c['what']:<33} {fmt(c['ratio'], '.2f', 'x'):>6}" \
            f"  (target {sign} {c['goal']:.2f}x"
     if "best_peer" in c:
         spec = ".2f" if c["what"].startswith("build") else ",.0f"
@@ -506,7 +528,7 @@ def report_overhead(overhead: dict[str, Any], args) -> None:
 
 
 def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: dict[str, Any],
-           vs: dict[str, Any], checks: list[dict[str, Any]], args) -> None:
+           vs_all: dict[str, dict[str, Any]], checks: list[dict[str, Any]], args) -> None:
     n, d = data["base"].shape
     print(f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
           f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
@@ -514,9 +536,12 @@ def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: d
     cols = _columns(overhead)
     rows = [[engine] + [_cell(key, engine, s, get(engine, s)) for key, _, get, _ in cols]
             for engine, s in results.items()]
+    for who, vs in vs_all.items():
+        if vs:
+            rows.append([f"{who} / best peer"] + [fmt(vs[key]["ratio"], ".2f", "x")
+                                                   for key, *_ in cols])
+    vs = next((v for v in vs_all.values() if v), None)
     if vs:
-        rows.append(["chassis / best peer"] + [fmt(vs[key]["ratio"], ".2f", "x")
-                                               for key, *_ in cols])
         rows.append(["  (best peer)"] + [vs[key]["best_peer"] or "-" for key, *_ in cols])
     print(table(["engine"] + [header for _, header, _, _ in cols], rows))
     print("(* the smallest ef already reached this recall: its QPS, a lower bound; "
@@ -611,8 +636,8 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.rmtree(folder, ignore_errors=True)
             # an engine that missed a pass is summarised over the passes it has
             results = {e: summarize_speed(p) for e, p in per_engine.items() if p}
-            vs = versus_best(results, overhead)
-            checks = targets(name, results, vs)
+            vs = {who: versus_best(results, overhead, who) for who in OURS}
+            checks = [c for who in OURS for c in targets(name, results, vs[who], who)]
             all_checks += checks
             report(name, data, results, overhead, vs, checks, args)
             everything["datasets"][name] = {
