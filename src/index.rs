@@ -524,20 +524,9 @@ impl Index {
             placement: Placement::Balanced,
         };
         if let Some(o) = opts {
-            let fixed = [
-                ("metric", o.metric.name().to_string(), h.metric.name().to_string()),
-                ("precision", o.precision.name().to_string(), h.precision.name().to_string()),
-                ("max_connections", o.max_connections.to_string(), h.max_connections.to_string()),
-            ];
             // A read-only open takes the fixed options from the file, as chassisdb does.
-            for (name, want, have) in fixed {
-                if want != have && mode == Mode::Write {
-                    return Err(Error::new(
-                        ErrorKind::OptionsMismatch,
-                        format!("{} was created with {name}={have}, not {want}", path.display()),
-                        format!("open it with {name}={have}, or options=None"),
-                    ));
-                }
+            if mode == Mode::Write {
+                Self::check_fixed(path, o, &eff, "open")?;
             }
             eff.ef_construction = o.ef_construction;
             eff.ef_search = o.ef_search;
@@ -562,6 +551,52 @@ impl Index {
             idx.warm();
         }
         Ok(idx)
+    }
+
+    /// Err if `want` asks for other fixed options (metric, precision, max_connections) than the
+    /// file at `path` has (`have`); `verb`: what the caller was doing, for the help text.
+    fn check_fixed(path: &Path, want: &Options, have: &Options, verb: &str) -> Result<()> {
+        for (name, w, h) in [
+            ("metric", want.metric.name().to_string(), have.metric.name().to_string()),
+            ("precision", want.precision.name().to_string(), have.precision.name().to_string()),
+            ("max_connections", want.max_connections.to_string(), have.max_connections.to_string()),
+        ] {
+            if w != h {
+                return Err(Error::new(
+                    ErrorKind::OptionsMismatch,
+                    format!("{} was created with {name}={h}, not {w}", path.display()),
+                    format!("{verb} it with {name}={h}, or options=None"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The header that commits the writer's state now (the next sequence number).
+    fn next_header(w: &Writer, snap: &Snap) -> Header {
+        let mut h = w.committed.clone();
+        h.seq += 1;
+        h.slots = w.slots;
+        h.live = w.live;
+        h.next_id = w.next_id;
+        h.entry = snap.entry;
+        h.max_level = snap.max_level as u32;
+        h.user_version = w.user_version;
+        h.regions = snap.st.regions();
+        h
+    }
+
+    /// Rename a finished copy `tmp` (if `made` is Ok) to `dest` and make that durable; remove
+    /// `tmp` on any failure.
+    fn put_in_place(made: Result<()>, tmp: &Path, dest: &Path) -> Result<()> {
+        let res = made.and_then(|()| {
+            std::fs::rename(tmp, dest).map_err(|e| Error::io(e, "renaming the copy to", dest))?;
+            os::sync_dir(dest).map_err(|e| Error::io(e, "syncing the directory of", dest))
+        });
+        if res.is_err() {
+            let _ = std::fs::remove_file(tmp);
+        }
+        res
     }
 
     /// An Index over storage `st` whose committed state is `h` (header copy `copy`).
@@ -647,19 +682,7 @@ impl Index {
         let reader = Index::open(path, None, opts, Mode::Read)?;
         let mut eff = reader.opts.clone();
         if let Some(o) = opts {
-            for (name, want, have) in [
-                ("metric", o.metric.name().to_string(), eff.metric.name().to_string()),
-                ("precision", o.precision.name().to_string(), eff.precision.name().to_string()),
-                ("max_connections", o.max_connections.to_string(), eff.max_connections.to_string()),
-            ] {
-                if want != have {
-                    return Err(Error::new(
-                        ErrorKind::OptionsMismatch,
-                        format!("{} was created with {name}={have}, not {want}", path.display()),
-                        format!("load it with {name}={have}, or options=None"),
-                    ));
-                }
-            }
+            Self::check_fixed(path, o, &eff, "load")?;
             eff.placement = o.placement;
             eff.huge_pages = o.huge_pages;
         }
@@ -707,25 +730,10 @@ impl Index {
         Self::check_dest(dest, None)?;
         let w = self.writer.lock();
         let snap = self.view.read().clone();
-        let mut h = w.committed.clone();
         // Deletes are marked with the next sequence; the file's commit makes them count.
-        h.seq += 1;
-        h.slots = w.slots;
-        h.live = w.live;
-        h.next_id = w.next_id;
-        h.entry = snap.entry;
-        h.max_level = snap.max_level as u32;
-        h.user_version = w.user_version;
-        h.regions = snap.st.regions();
+        let h = Self::next_header(&w, &snap);
         let tmp = tmp_sibling(dest, "saving");
-        let res = copy_commit(&snap.st, &h, &tmp).and_then(|()| sync_file(&tmp)).and_then(|()| {
-            std::fs::rename(&tmp, dest).map_err(|e| Error::io(e, "renaming the saved file to", dest))?;
-            os::sync_dir(dest).map_err(|e| Error::io(e, "syncing the directory of", dest))
-        });
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        res
+        Self::put_in_place(copy_commit(&snap.st, &h, &tmp).and_then(|()| sync_file(&tmp)), &tmp, dest)
     }
 
     fn check_dest(dest: &Path, itself: Option<&Path>) -> Result<()> {
@@ -1628,14 +1636,7 @@ impl Index {
                 sync_file(&tmp)
             })()
         };
-        let res = res.and_then(|()| {
-            std::fs::rename(&tmp, dest).map_err(|e| Error::io(e, "renaming the backup to", dest))?;
-            os::sync_dir(dest).map_err(|e| Error::io(e, "syncing the directory of", dest))
-        });
-        if res.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        res
+        Self::put_in_place(res, &tmp, dest)
     }
 
     /// Rewrite the index without its deleted vectors, with a rebuilt graph and the same ids,
@@ -2059,15 +2060,7 @@ impl Index {
             return Ok(());
         }
         let snap = self.view.read().clone();
-        let mut h = w.committed.clone();
-        h.seq += 1;
-        h.slots = w.slots;
-        h.live = w.live;
-        h.next_id = w.next_id;
-        h.entry = snap.entry;
-        h.max_level = snap.max_level as u32;
-        h.user_version = w.user_version;
-        h.regions = snap.st.regions();
+        let h = Self::next_header(w, &snap);
         let res = (|| -> Result<()> {
             // Undo records before the data they protect, data before the header that commits it.
             self.undo.lock().log.sync()?;
