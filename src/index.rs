@@ -143,16 +143,72 @@ pub enum BatchFilter<'a> {
     PerQuery(&'a [Filter]),
 }
 
+/// A hash map or set with a fast, seeded hash (ids and slots are plain integers; std's SipHash
+/// cost more than the lookups it guards on filtered searches).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
+
+/// A set of slots: a bitmap when it holds more than one slot in 32 (one bit each is then less
+/// memory than hashing), else a hash set.
+enum SlotSet {
+    /// The bits and how many are set.
+    Bits(Vec<u64>, usize),
+    Hash(FastSet<u32>),
+}
+
+impl SlotSet {
+    fn new(slots: impl Iterator<Item = u32>, count: usize, total: u64) -> SlotSet {
+        if count as u64 * 32 >= total {
+            let mut bits = vec![0u64; (total as usize).div_ceil(64)];
+            let mut n = 0;
+            for s in slots {
+                if let Some(w) = bits.get_mut(s as usize / 64) {
+                    n += (*w >> (s % 64) & 1 == 0) as usize;
+                    *w |= 1 << (s % 64);
+                }
+            }
+            SlotSet::Bits(bits, n)
+        } else {
+            SlotSet::Hash(slots.collect())
+        }
+    }
+
+    #[inline]
+    fn contains(&self, s: u32) -> bool {
+        match self {
+            SlotSet::Bits(b, _) => b.get(s as usize / 64).is_some_and(|w| w >> (s % 64) & 1 != 0),
+            SlotSet::Hash(h) => h.contains(&s),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            SlotSet::Bits(_, n) => *n,
+            SlotSet::Hash(h) => h.len(),
+        }
+    }
+
+    /// The slots, ascending for a bitmap.
+    fn iter(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            SlotSet::Bits(b, _) => Box::new(b.iter().enumerate().flat_map(|(i, &w)| {
+                (0..64u32).filter(move |j| w >> j & 1 != 0).map(move |j| i as u32 * 64 + j)
+            })),
+            SlotSet::Hash(h) => Box::new(h.iter().copied()),
+        }
+    }
+}
+
 /// A filter in slots. Ids not in the index are simply never matched.
 struct SlotFilter {
-    allowed: Option<HashSet<u32>>,
-    excluded: HashSet<u32>,
+    allowed: Option<SlotSet>,
+    excluded: SlotSet,
 }
 
 impl SlotFilter {
     #[inline]
     fn allows(&self, s: u32) -> bool {
-        self.allowed.as_ref().is_none_or(|a| a.contains(&s)) && !self.excluded.contains(&s)
+        self.allowed.as_ref().is_none_or(|a| a.contains(s)) && !self.excluded.contains(s)
     }
 }
 
@@ -233,7 +289,7 @@ struct UndoState {
 #[derive(Default)]
 struct IdMap {
     storage: usize,
-    map: HashMap<u64, u32>,
+    map: FastMap<u64, u32>,
     upto: u64,
 }
 
@@ -1045,7 +1101,7 @@ impl Index {
     // ------------------------------------------------------------------ ids
 
     /// Run `f` on the id map, extended to cover `snap`'s slots.
-    fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&HashMap<u64, u32>) -> R) -> R {
+    fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&FastMap<u64, u32>) -> R) -> R {
         let mut m = self.ids.lock();
         let key = Arc::as_ptr(&snap.st) as usize;
         if m.storage != key {
@@ -1865,9 +1921,9 @@ impl Index {
     }
 
     fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
-        self.with_ids(snap, |m| SlotFilter {
-            allowed: f.allowed.as_ref().map(|a| a.iter().filter_map(|id| m.get(id).copied()).collect()),
-            excluded: f.excluded.iter().filter_map(|id| m.get(id).copied()).collect(),
+        self.with_ids(snap, |m| {
+            let set = |ids: &[u64]| SlotSet::new(ids.iter().filter_map(|id| m.get(id).copied()), ids.len(), snap.slots);
+            SlotFilter { allowed: f.allowed.as_deref().map(set), excluded: set(&f.excluded) }
         })
     }
 
@@ -1917,7 +1973,7 @@ impl Index {
             s < visible && filter.is_none_or(|f| f.allows(s)) && (!any_deleted || snap.live_id(s).is_some()) && (bad.is_empty() || !bad.contains(&s))
         };
         match filter.and_then(|f| f.allowed.as_ref()) {
-            Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => exact.scan(q, k, allowed.iter().copied().filter(|&s| accept(s))),
+            Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => exact.scan(q, k, allowed.iter().filter(|&s| accept(s))),
             // The beam would cover everything anyway: scan, which is exact even where the graph
             // is not connected.
             _ if ef as u64 >= snap.live => exact.scan(q, k, (0..visible).filter(|&s| accept(s))),
