@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from chassis import IdInUseError, IndexOptions, IndexReader, VectorIndex
+from chassis import IdInUseError, IndexOptions, IndexReader, InvalidArgumentError, VectorIndex
 from conftest import (
     NO_ID,
     assert_bit_identical,
@@ -373,6 +373,73 @@ class LifecycleMachine(RuleBasedStateMachine):
 TestLifecycleMachine = LifecycleMachine.TestCase
 TestLifecycleMachine.settings = settings(
     max_examples=max(100, settings().max_examples),  # ~6 s here; HYPOTHESIS_PROFILE=thorough: 300
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+
+class MemoryLifecycleMachine(LifecycleMachine):
+    """The same model against an in-memory index (VectorIndex(None, dims)): nothing is ever
+    "flushed", so flush changes nothing, rollback is refused and keeps everything, and what
+    leaves the process goes through save(path) (a reopen is save + VectorIndex.load)."""
+
+    @initialize(dims=st.integers(4, 8), m=st.sampled_from([4, 8, 16]), qseed=st.integers(0, 2**32 - 1))
+    def create(self, dims: int, m: int, qseed: int) -> None:
+        super().create(dims, m, qseed)
+        self.index.close()
+        os.remove(self.path)  # the file-backed machine's; this one keeps none
+        self.index = VectorIndex(None, dims, self.opts)
+        assert self.index.in_memory and self.index.path is None
+
+    @rule()
+    def flush(self) -> None:
+        self.index.flush()
+        assert self.index.pending == 0
+        assert not os.path.exists(self.path)
+
+    @rule()
+    def rollback(self) -> None:
+        with pytest.raises(InvalidArgumentError):
+            self.index.rollback()
+
+    @rule()
+    def reopen(self) -> None:
+        self.index.save(self.path)
+        self.index.close()
+        self.index = VectorIndex.load(self.path, options=self.opts)
+        os.remove(self.path)
+
+    @rule()
+    def compact(self) -> None:
+        self.index.compact()
+        self.slots = len(self.live)
+        assert self.index.deleted_count() == 0
+
+    @rule()
+    def backup_then_open_it(self) -> None:
+        self.n_backups += 1
+        dest = os.path.join(self.dir, f"bk{self.n_backups}.chassis")
+        self.index.save(dest)
+        assert leftovers(self.dir, f"bk{self.n_backups}.chassis") == []
+        with IndexReader(dest) as r:
+            self.compare(r, self.live, self.uv, "the saved file, read-only")
+            assert r.deleted_count() == self.slots - len(self.live)
+        w = VectorIndex(dest, self.dims)
+        try:
+            assert w.add(np.ones(self.dims, np.float32)) == self.next_id
+        finally:
+            w.close()
+        os.remove(dest)
+
+    @rule()
+    def reader_sees_the_last_flush(self) -> None:
+        pass  # no file to read; backup_then_open_it reads what save wrote
+
+
+TestMemoryLifecycleMachine = MemoryLifecycleMachine.TestCase
+TestMemoryLifecycleMachine.settings = settings(
+    max_examples=max(60, settings().max_examples),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
