@@ -88,7 +88,6 @@ class HnswGraph:
 
     def __init__(self, path: str, dims: int):
         raw = open(path, "rb").read()
-        head = np.frombuffer(raw[:96], dtype=np.uint8)
 
         def size_t(i: int) -> int:
             return int(np.frombuffer(raw[8 * i: 8 * i + 8], dtype=np.uint64)[0])
@@ -100,7 +99,6 @@ class HnswGraph:
         at += 8
         self.max_m, self.max_m0, self.m = (int(np.frombuffer(raw[at + 8 * i: at + 8 * i + 8], dtype=np.uint64)[0]) for i in range(3))
         at += 24 + 8 + 8  # mult_ (double), ef_construction_
-        del head
         block = np.frombuffer(raw[at: at + self.count * self.size_per], dtype=np.uint8).reshape(self.count, self.size_per)
         at += self.count * self.size_per
         words0 = block[:, self.offset_l0: self.offset_l0 + 4 * (1 + self.max_m0)].copy().view(np.uint32)

@@ -112,7 +112,7 @@ class _SpeedModes:
     threads2_note = ""  # how "batch2" gets its threads, when it is not the engine's own way
 
     def _batch(self, queries: np.ndarray, k: int, threads: int) -> Any:
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} is a speed adapter without a batch call")
 
     def _batch_ids(self, raw: Any, k: int) -> np.ndarray:
         return _ids_2d(raw[0], k)

@@ -417,6 +417,13 @@ pub fn with_threads<R: Send>(threads: Option<usize>, f: impl FnOnce() -> R + Sen
     }
 }
 
+fn check_dims_arg(d: usize) -> Result<()> {
+    if d == 0 || d > 1 << 16 {
+        return Err(Error::invalid(format!("dimensions={d} is out of range"), "pass from 1 to 65536 dimensions"));
+    }
+    Ok(())
+}
+
 fn check_k(k: usize) -> Result<()> {
     if !(1..=MAX_K).contains(&k) {
         return Err(Error::invalid(format!("k={k} is out of range"), format!("pass k from 1 to {MAX_K}")));
@@ -443,9 +450,7 @@ impl Index {
             o.validate()?;
         }
         if let Some(d) = dims {
-            if d == 0 || d > 1 << 16 {
-                return Err(Error::invalid(format!("dimensions={d} is out of range"), "pass from 1 to 65536 dimensions"));
-            }
+            check_dims_arg(d)?;
         }
         if path.as_os_str().is_empty() {
             return Err(Error::new(ErrorKind::InvalidPath, "the path is empty", "pass a file path such as \"vectors.chassis\""));
@@ -702,9 +707,7 @@ impl Index {
     pub fn memory(dims: usize, opts: Option<&Options>) -> Result<Index> {
         let opts = opts.cloned().unwrap_or_default();
         opts.validate()?;
-        if dims == 0 || dims > 1 << 16 {
-            return Err(Error::invalid(format!("dimensions={dims} is out of range"), "pass from 1 to 65536 dimensions"));
-        }
+        check_dims_arg(dims)?;
         let h = Self::new_header(dims, &opts, 1);
         let st = Storage::memory(&h, opts.huge_pages != Some(false))?;
         Ok(Self::assemble(Path::new(""), opts, Arc::new(st), h, 0, false, Vec::new()))
@@ -764,9 +767,7 @@ impl Index {
                 continue; // a flush ran meanwhile: the log may be gone; copy again
             }
             apply_records(&mem, &h, &records, |bytes, at| mem.write_at(bytes, at))?;
-            let mut warnings = Vec::new();
-            warnings.append(&mut reader.warnings.clone());
-            return Ok(Self::assemble(Path::new(""), eff, Arc::new(mem), h, 0, false, warnings));
+            return Ok(Self::assemble(Path::new(""), eff, Arc::new(mem), h, 0, false, reader.warnings.clone()));
         }
     }
 

@@ -48,8 +48,6 @@ pub struct Storage {
     /// `save` writes).
     pub file: Option<File>,
     pub writable: bool,
-    /// In memory: ask for huge pages under every store of 2 MiB or more (the THP note).
-    anon_huge: bool,
     pub geo: Geometry,
     /// Mapped segments and heap chunks, append-only: a slot is filled once and never emptied
     /// while the Storage lives, so readers index them without a lock while a writer appends.
@@ -87,46 +85,36 @@ unsafe impl Sync for Storage {}
 impl Storage {
     /// Map the regions of `header` from an open file whose length has been checked.
     pub fn open(path: &Path, file: File, writable: bool, header: &Header) -> Result<Storage> {
-        let geo = Geometry::new(header.dims as usize, header.precision, header.max_connections as usize);
         // Only over bytes the file has: a load past its end would raise SIGBUS.
         let long_enough = file.metadata().map(|m| m.len() >= 2 * HEADER_COPY_SIZE as u64).unwrap_or(false);
         let header_view = if writable || !long_enough { None } else { MmapOptions::new().len(2 * HEADER_COPY_SIZE).map_raw_read_only(&file).ok() };
-        let s = Storage {
-            path: path.to_path_buf(),
-            file: Some(file),
-            writable,
-            anon_huge: false,
-            geo,
-            segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
-            heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
-            seg_count: AtomicUsize::new(0),
-            heap_count: AtomicUsize::new(0),
-            huge: AtomicBool::new(false),
-            header_view,
-            alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots: header.slots }),
-        };
+        let s = Self::unmapped(path.to_path_buf(), Some(file), writable, header, false, header_view, header.slots);
         s.map_new_regions(header)?;
         Ok(s)
     }
 
-    /// An in-memory store for the regions of `header` (none for a new index), all zero;
-    /// `huge`: ask for huge pages under stores of 2 MiB and more.
-    pub fn memory(header: &Header, huge: bool) -> Result<Storage> {
-        let geo = Geometry::new(header.dims as usize, header.precision, header.max_connections as usize);
-        let s = Storage {
-            path: PathBuf::new(),
-            file: None,
-            writable: true,
-            anon_huge: huge,
-            geo,
+    /// A Storage with nothing mapped yet.
+    fn unmapped(path: PathBuf, file: Option<File>, writable: bool, header: &Header, huge: bool, header_view: Option<MmapRaw>, prealloc_slots: u64) -> Storage {
+        Storage {
+            path,
+            file,
+            writable,
+            geo: Geometry::new(header.dims as usize, header.precision, header.max_connections as usize),
             segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             seg_count: AtomicUsize::new(0),
             heap_count: AtomicUsize::new(0),
             huge: AtomicBool::new(huge),
-            header_view: None,
-            alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots: u64::MAX }),
-        };
+            header_view,
+            alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots }),
+        }
+    }
+
+    /// An in-memory store for the regions of `header` (none for a new index), all zero;
+    /// `huge`: ask for huge pages under stores of 2 MiB and more.
+    pub fn memory(header: &Header, huge: bool) -> Result<Storage> {
+        // Nothing to preallocate: no file.
+        let s = Self::unmapped(PathBuf::new(), None, true, header, huge, None, u64::MAX);
         {
             let mut a = s.alloc.lock();
             for r in &header.regions {
@@ -190,7 +178,7 @@ impl Storage {
                         let align = if r.offset % HUGE_PAGE == 0 { HUGE_PAGE as usize } else { os::page_size() };
                         os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, align).map_err(|e| Error::io(e, "mapping", &self.path))?
                     }
-                    None => os::AlignedMap::anonymous(r.len as usize, self.anon_huge).map_err(|_| Self::no_memory())?,
+                    None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire)).map_err(|_| Self::no_memory())?,
                 };
                 // Slot headers and lists never on huge pages; vectors only when asked (and then
                 // only whole pieces, see `vector_pieces`).
@@ -217,7 +205,7 @@ impl Storage {
                         os::advise_huge(map.as_ptr(), map.len(), false);
                         map
                     }
-                    None => os::AlignedMap::anonymous(r.len as usize, self.anon_huge).map_err(|_| Self::no_memory())?,
+                    None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire)).map_err(|_| Self::no_memory())?,
                 };
                 let k = self.heap_count.load(Acquire);
                 let cell = self.heaps.get(k).ok_or_else(Self::full)?;

@@ -295,6 +295,20 @@ def test_small_pages_when_asked_for_none():
     assert s["resident_bytes"] >= 8000 * 1024
 
 
+@pytest.mark.skipif(not thp_available(), reason="transparent huge pages are not available")
+def test_stores_made_after_keep_small_pages_do_not_ask_and_use_huge_pages_asks_again():
+    x = np.random.default_rng(2).random((8000, 256), dtype=np.float32)
+    idx = chassis.VectorIndex(None, 256)
+    idx.keep_small_pages()
+    idx.add_batch(x)
+    s = idx.memory_stats()
+    assert not s["huge_pages_asked"] and s["huge_bytes"] == 0, s
+    idx.use_huge_pages()
+    idx.add_batch(x)  # fills the stores made before, whose request is renewed, and new ones
+    s = idx.memory_stats()
+    assert s["huge_pages_asked"] and s["huge_bytes"] > 0, s
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_THP_DISABLE) is Linux's")
 def test_a_process_that_opted_out_of_huge_pages_is_warned_exactly_once():
     proc = run_python(
