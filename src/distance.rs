@@ -112,9 +112,9 @@ pub mod scalar {
         let mut acc = [0f32; 4];
         let mut i = 0;
         while i + 4 <= n {
-            for j in 0..4 {
+            for (j, a) in acc.iter_mut().enumerate() {
                 let d = *q.add(i + j) - *v.add(i + j);
-                acc[j] += d * d;
+                *a += d * d;
             }
             i += 4;
         }
@@ -133,8 +133,8 @@ pub mod scalar {
         let mut acc = [0f32; 4];
         let mut i = 0;
         while i + 4 <= n {
-            for j in 0..4 {
-                acc[j] += *q.add(i + j) * *v.add(i + j);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a += *q.add(i + j) * *v.add(i + j);
             }
             i += 4;
         }

@@ -252,7 +252,7 @@ impl Header {
                 _ => return Err(bad("region kind")),
             };
             let r = RegionEntry { kind, used: get_u32(b, o + 4), offset: get_u64(b, o + 8), len: get_u64(b, o + 16) };
-            if r.offset < end || r.offset % REGION_ALIGN != 0 || r.len == 0 || (r.used as u64) > r.len {
+            if r.offset < end || !r.offset.is_multiple_of(REGION_ALIGN) || r.len == 0 || (r.used as u64) > r.len {
                 return Err(bad("region table"));
             }
             end = r.offset.checked_add(r.len).ok_or_else(|| bad("region table"))?;
@@ -681,7 +681,7 @@ mod tests {
                 let slots = g.cap_slots;
                 assert_eq!(g.segment_start(DATA_START + 1, slots) % HUGE_PAGE, 0);
                 let l = g.segment_layout(slots);
-                assert!(l.headers >= slots * g.stride as u64 && l.l0 > l.headers && l.len % REGION_ALIGN == 0);
+                assert!(l.headers >= slots * g.stride as u64 && l.l0 > l.headers && l.len.is_multiple_of(REGION_ALIGN));
             }
         }
     }

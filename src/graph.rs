@@ -367,35 +367,85 @@ impl<'a> Graph<'a> {
         }
     }
 
+    /// Copy `q` to this scratch's 64-byte aligned query buffer and run `f` on the copy.
+    fn with_aligned<R>(sc: &mut Scratch, q: &[f32], f: impl FnOnce(&[f32], &mut Scratch) -> R) -> R {
+        let mut query = std::mem::take(&mut sc.query);
+        query.resize(q.len().div_ceil(16), Line([0.0; 16]));
+        // SAFETY: `query` holds at least q.len() f32s (Line is 16 f32s, no padding).
+        let aligned = unsafe { std::slice::from_raw_parts_mut(query.as_mut_ptr() as *mut f32, q.len()) };
+        aligned.copy_from_slice(q);
+        let r = f(aligned, sc);
+        sc.query = query;
+        r
+    }
+
+    /// The greedy descent through the upper layers from `entry`: where layer 0 starts, as
+    /// (distance, slot). `path` receives the node the walk ended at on each layer, top first
+    /// (its length is `max_level`): queries with equal paths start in the same part of the
+    /// graph. Stays below `published` (see `knn`).
+    fn descend(&self, q: &[f32], entry: u32, max_level: usize, published: u32, dists: &mut u64, mut path: Option<&mut Vec<u32>>) -> (f32, u32) {
+        let mut cur = entry;
+        let mut cd = self.dist(q, entry);
+        *dists += 1;
+        for layer in (1..=max_level).rev() {
+            (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit), dists);
+            if let Some(p) = path.as_deref_mut() {
+                p.push(cur);
+            }
+        }
+        (cd, cur)
+    }
+
+    /// `descend` on its own, for ordering a batch of queries: the path it took (appended to
+    /// `path`) and where layer 0 starts. Counts its distances toward the search counters.
+    pub fn start_of(&self, q: &[f32], entry: u32, max_level: usize, published: u32, path: &mut Vec<u32>) -> Option<(f32, u32)> {
+        if entry == EMPTY || entry >= self.limit {
+            return None;
+        }
+        with_scratch(|sc| {
+            Self::with_aligned(sc, q, |q, _| {
+                let mut dists = 0;
+                let start = self.descend(q, entry, max_level, published, &mut dists, Some(path));
+                SEARCH_DISTANCES.fetch_add(dists, Relaxed);
+                Some(start)
+            })
+        })
+    }
+
     /// The `k` nearest accepted nodes to `q`, nearest first, as (distance, slot). The descent
     /// through the upper layers stays below `published`: a node being linked may be in other
     /// lists before its own level-0 list is written, and must not be where layer 0 starts.
+    /// `start`: where layer 0 starts if the caller already descended (`start_of`).
     #[allow(clippy::too_many_arguments)]
-    pub fn knn<F: Fn(u32) -> bool>(&self, q: &[f32], k: usize, ef: usize, entry: u32, max_level: usize, published: u32, accept: &F) -> Vec<(f32, u32)> {
+    pub fn knn<F: Fn(u32) -> bool>(
+        &self,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        entry: u32,
+        max_level: usize,
+        published: u32,
+        accept: &F,
+        start: Option<(f32, u32)>,
+    ) -> Vec<(f32, u32)> {
         if entry == EMPTY || entry >= self.limit {
             return Vec::new();
         }
         with_scratch(|sc| {
-            let mut query = std::mem::take(&mut sc.query);
-            query.resize(q.len().div_ceil(16), Line([0.0; 16]));
-            // SAFETY: `query` holds at least q.len() f32s (Line is 16 f32s, no padding).
-            let aligned = unsafe { std::slice::from_raw_parts_mut(query.as_mut_ptr() as *mut f32, q.len()) };
-            aligned.copy_from_slice(q);
-            let q: &[f32] = aligned;
-            let mut cur = entry;
-            let mut cd = self.dist(q, entry);
-            sc.dists = 1;
-            for layer in (1..=max_level).rev() {
-                (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit), &mut sc.dists);
-            }
-            self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
-            SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
-            SEARCHES.fetch_add(1, Relaxed);
-            sc.query = query;
-            let mut out: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
-            out.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            out.truncate(k);
-            out
+            Self::with_aligned(sc, q, |q, sc| {
+                sc.dists = 0;
+                let (cd, cur) = match start {
+                    Some(s) if s.1 < self.limit => s,
+                    _ => self.descend(q, entry, max_level, published, &mut sc.dists, None),
+                };
+                self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
+                SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
+                SEARCHES.fetch_add(1, Relaxed);
+                let mut out: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
+                out.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                out.truncate(k);
+                out
+            })
         })
     }
 

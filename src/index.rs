@@ -23,6 +23,11 @@ use std::sync::Arc;
 
 /// A filtered search scans the allowed ids exactly when there are at most this many times ef.
 pub const SCAN_FACTOR: usize = 8;
+/// A batch of at least this many queries runs in the order of where the queries enter the
+/// graph's bottom layer (`batch_starts`); a smaller one has too little to share.
+const ORDER_MIN: usize = 32;
+/// A batch's search order and each query's start on layer 0 (see `batch_starts`).
+type BatchStarts = (Vec<u32>, Vec<Option<(f32, u32)>>);
 /// Largest k and ef a call accepts.
 pub const MAX_K: usize = 1 << 24;
 /// The largest half-precision value.
@@ -1309,7 +1314,7 @@ impl Index {
         match ids {
             None => {
                 let first = w.next_id;
-                if first.checked_add(n as u64 - 1).is_none_or(|last| last >= RESERVED_ID) {
+                if first.checked_add(n as u64 - 1).is_none_or(|last| last == RESERVED_ID) {
                     return Err(Error::new(
                         ErrorKind::IndexFull,
                         "no default ids are left (the largest id in use is near 2**64-1)",
@@ -1425,7 +1430,7 @@ impl Index {
                     .map(|v| (g.dist(&uv, v), v))
                     .min_by(|a, b| a.0.total_cmp(&b.0))
                     // An island: its out-neighbors are unreachable too; find a way in by search.
-                    .or_else(|| g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize]).first().copied());
+                    .or_else(|| g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None).first().copied());
                 let Some((_, v)) = best else { continue };
                 let _lock = self.locks[v as usize % LOCK_STRIPES].lock();
                 self.before_modify(st, cslots, cseq, v)?;
@@ -1918,7 +1923,7 @@ impl Index {
         let ef = self.effective_ef(ef)?;
         let q = self.prepare_query(q, "the query")?;
         let f = filter.map(|f| self.slot_filter(snap, f));
-        Ok(self.search_prepared(snap, &q, k, ef, f.as_ref()))
+        Ok(self.search_prepared(snap, &q, k, ef, f.as_ref(), None))
     }
 
     fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
@@ -1936,7 +1941,8 @@ impl Index {
         Ok(ef)
     }
 
-    fn search_prepared(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>) -> Vec<Hit> {
+    /// `start`: where layer 0 starts, if the caller already descended (`batch_starts`).
+    fn search_prepared(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>, start: Option<(f32, u32)>) -> Vec<Hit> {
         if snap.live == 0 {
             return Vec::new();
         }
@@ -1946,7 +1952,7 @@ impl Index {
         // returned (check() names them); the search runs again without them to fill k.
         let mut bad: Vec<u32> = Vec::new();
         loop {
-            let raw = self.search_slots(snap, q, k, ef, filter, &bad);
+            let raw = self.search_slots(snap, q, k, ef, filter, &bad, start);
             let mut hits = Vec::with_capacity(raw.len());
             let before = bad.len();
             for (d, s) in raw {
@@ -1964,7 +1970,17 @@ impl Index {
     }
 
     /// The search proper: (distance, slot) of the k nearest accepted slots, nearest first.
-    fn search_slots(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>, bad: &[u32]) -> Vec<(f32, u32)> {
+    #[allow(clippy::too_many_arguments)]
+    fn search_slots(
+        &self,
+        snap: &Snap,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        filter: Option<&SlotFilter>,
+        bad: &[u32],
+        start: Option<(f32, u32)>,
+    ) -> Vec<(f32, u32)> {
         let visible = snap.slots as u32;
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
@@ -1982,7 +1998,7 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, visible, &accept);
+                let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start);
                 if hits.len() < k && (filter.is_some() || !bad.is_empty()) {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
                 } else {
@@ -2046,43 +2062,102 @@ impl Index {
             BatchFilter::Same(f) => f.map(|f| self.slot_filter(snap, f)),
             BatchFilter::PerQuery(_) => None,
         };
-        let mut ids = vec![RESERVED_ID; nq * k];
-        let mut dists = vec![f32::INFINITY; nq * k];
-        let one = |i: usize, ir: &mut [u64], dr: &mut [f32], q: &[f32]| {
+        // Large unfiltered batches run in the order of where their queries enter layer 0, so
+        // queries that walk the same part of the graph run one after another and find its
+        // vectors and page translations still cached. Each query's search is the one it would
+        // have had alone: the descent found its start, the order only changes when it runs.
+        let ordered = match filter {
+            BatchFilter::Same(_) => nq >= ORDER_MIN && same.as_ref().is_none_or(|f| f.allowed.as_ref().is_none_or(|a| a.len() > SCAN_FACTOR * ef.max(k))),
+            BatchFilter::PerQuery(_) => false,
+        };
+        let starts = if ordered { self.batch_starts(snap, qs, nq, ef, threads, ctl)? } else { None };
+        let search_one = |i: usize| -> Vec<Hit> {
             if ctl.cancelled() {
-                return;
+                return Vec::new();
             }
-            let q = self.prepare_query(q, "query").expect("checked above");
+            let q = self.prepare_query(&qs[i * d..(i + 1) * d], "query").expect("checked above");
             let own = match filter {
                 BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
                 BatchFilter::Same(_) => None,
             };
-            for (j, h) in self.search_prepared(snap, &q, k, ef, own.as_ref().or(same.as_ref())).into_iter().enumerate() {
-                ir[j] = h.id;
-                dr[j] = h.distance;
-            }
+            let start = starts.as_ref().and_then(|(_, s)| s[i]);
+            let hits = self.search_prepared(snap, &q, k, ef, own.as_ref().or(same.as_ref()), start);
             ctl.done.fetch_add(1, Relaxed);
+            hits
+        };
+        let mut ids = vec![RESERVED_ID; nq * k];
+        let mut dists = vec![f32::INFINITY; nq * k];
+        let mut put = |i: usize, hits: Vec<Hit>| {
+            for (j, h) in hits.into_iter().enumerate() {
+                ids[i * k + j] = h.id;
+                dists[i * k + j] = h.distance;
+            }
+        };
+        let identity: Vec<u32>;
+        let order: &[u32] = match &starts {
+            Some((o, _)) => o,
+            None => {
+                identity = (0..nq as u32).collect();
+                &identity
+            }
         };
         if threads == Some(1) {
             // On the calling thread: Python threads that each search with threads=1 then run
             // side by side instead of queueing for one shared worker.
-            for (i, ((ir, dr), q)) in ids.chunks_mut(k).zip(dists.chunks_mut(k)).zip(qs.chunks_exact(d)).enumerate() {
-                one(i, ir, dr, q);
+            for &i in order {
+                put(i as usize, search_one(i as usize));
             }
         } else {
-            with_threads(threads, || {
-                ids.par_chunks_mut(k)
-                    .zip(dists.par_chunks_mut(k))
-                    .zip(qs.par_chunks_exact(d))
-                    .enumerate()
-                    .with_max_len(16)
-                    .for_each(|(i, ((ir, dr), q))| one(i, ir, dr, q));
-            })?;
+            // Consecutive queries of the order go to one thread, 16 at a time.
+            let found: Vec<Vec<Hit>> = with_threads(threads, || order.par_iter().with_max_len(16).map(|&i| search_one(i as usize)).collect())?;
+            for (&i, hits) in order.iter().zip(found) {
+                put(i as usize, hits);
+            }
         }
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }
         Ok((ids, dists))
+    }
+
+    /// For a batch: the order to search its queries in (by the path of their descent through
+    /// the upper layers, top layer first, which sorts them like the leaves of a tree) and where
+    /// each enters layer 0. None where there is nothing to order by (one layer, or a search
+    /// that scans instead of walking the graph).
+    fn batch_starts(&self, snap: &Snap, qs: &[f32], nq: usize, ef: usize, threads: Option<usize>, ctl: &Control) -> Result<Option<BatchStarts>> {
+        let layers = snap.max_level;
+        if layers == 0 || ef as u64 >= snap.live {
+            return Ok(None);
+        }
+        let d = self.dims();
+        let st = &snap.st;
+        let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
+        let g = Graph::new(st, self.metric(), limit);
+        let visible = snap.slots as u32;
+        let descend = |q: &[f32], path: &mut [u32]| -> Option<(f32, u32)> {
+            if ctl.cancelled() {
+                return None;
+            }
+            let q = self.prepare_query(q, "query").expect("checked above");
+            let mut p = Vec::with_capacity(layers);
+            let start = g.start_of(&q, snap.entry, layers, visible, &mut p);
+            if p.len() == layers {
+                path.copy_from_slice(&p);
+            }
+            start
+        };
+        let mut paths = vec![0u32; nq * layers];
+        let starts: Vec<Option<(f32, u32)>> = if threads == Some(1) {
+            qs.chunks_exact(d).zip(paths.chunks_mut(layers)).map(|(q, p)| descend(q, p)).collect()
+        } else {
+            with_threads(threads, || qs.par_chunks_exact(d).zip(paths.par_chunks_mut(layers)).with_max_len(64).map(|(q, p)| descend(q, p)).collect())?
+        };
+        if ctl.cancelled() {
+            return Err(Error::interrupted());
+        }
+        let mut order: Vec<u32> = (0..nq as u32).collect();
+        order.sort_by(|&a, &b| paths[a as usize * layers..][..layers].cmp(&paths[b as usize * layers..][..layers]));
+        Ok(Some((order, starts)))
     }
 
     // ------------------------------------------------------------------ commit, rollback, close

@@ -175,7 +175,7 @@ impl Storage {
                 }
                 let map = match &self.file {
                     Some(file) => {
-                        let align = if r.offset % HUGE_PAGE == 0 { HUGE_PAGE as usize } else { os::page_size() };
+                        let align = if r.offset.is_multiple_of(HUGE_PAGE) { HUGE_PAGE as usize } else { os::page_size() };
                         os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, align).map_err(|e| Error::io(e, "mapping", &self.path))?
                     }
                     None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire)).map_err(|_| Self::no_memory())?,
@@ -412,7 +412,7 @@ impl Storage {
         let words = self.geo.upper_words;
         let start = off + ((layer - 1) * words * 4) as u64;
         let h = self.heaps.get(chunk)?.get()?;
-        if start + (words * 4) as u64 > h.len || start % 4 != 0 {
+        if start + (words * 4) as u64 > h.len || !start.is_multiple_of(4) {
             return None;
         }
         // SAFETY: bounds and alignment checked just above.

@@ -67,7 +67,7 @@ impl Warm {
                             }
                         }
                         os::populate(addr as *const u8, n);
-                        if !(r.vectors && huge) && !huge {
+                        if !huge {
                             os::advise_normal(addr as *const u8, n);
                         }
                         done2.fetch_add(n as u64, Relaxed);

@@ -27,7 +27,7 @@ fn invalid(py: Python<'_>, message: String, help: &str) -> PyErr {
 pub fn f32_array<'py>(obj: &Bound<'py, PyAny>, ndim: usize, what: &str) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let py = obj.py();
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        if a.ndim() == ndim && a.is_c_contiguous() && (a.data() as usize) % std::mem::align_of::<f32>() == 0 {
+        if a.ndim() == ndim && a.is_c_contiguous() && (a.data() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
             return Ok(a.clone());
         }
     }

@@ -11,7 +11,10 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 pyo3::create_exception!(chassis, ChassisError, PyException, "Base class of every Chassis error.");
 
 /// (class name, kind, built-in bases, code, doc). `None` kind: raised from Python code only.
-const CLASSES: &[(&str, Option<ErrorKind>, &[&str], u32, &str)] = &[
+/// One exception class: (name, kind, built-in bases, code, doc).
+type Class = (&'static str, Option<ErrorKind>, &'static [&'static str], u32, &'static str);
+
+const CLASSES: &[Class] = &[
     ("InvalidArgumentError", Some(ErrorKind::InvalidArgument), &["ValueError"], 1, "An argument has a bad value."),
     ("DimensionMismatchError", Some(ErrorKind::DimensionMismatch), &["ValueError"], 2, "A vector's length is not the index's dimensions."),
     ("OptionsMismatchError", Some(ErrorKind::OptionsMismatch), &["ValueError"], 3, "The file was created with other fixed options."),

@@ -20,6 +20,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::path::PathBuf;
 
+/// What `search_batch` returns: ids and distances, (queries, k) each.
+type BatchArrays<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
+
 /// One search hit: the caller's id and the distance (smaller is nearer).
 #[pyclass(module = "chassis", frozen, name = "SearchResult")]
 pub struct SearchResult {
@@ -197,7 +200,7 @@ fn do_search_batch<'py>(
     args: (Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>),
     threads: Option<&Bound<'py, PyAny>>,
     progress: bool,
-) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+) -> PyResult<BatchArrays<'py>> {
     let threads = opt_count(threads, "threads", 1024)?;
     let arr = f32_array(queries, 2, "queries")?;
     let shape = arr.shape().to_vec();
@@ -431,7 +434,7 @@ impl VectorIndex {
         ef: Option<&Bound<'py, PyAny>>,
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
-    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+    ) -> PyResult<BatchArrays<'py>> {
         do_search_batch(py, &*self.index()?, None, queries, (k, ef, allowed, excluded), threads, progress)
     }
 
@@ -693,7 +696,7 @@ impl Snapshot {
         ef: Option<&Bound<'py, PyAny>>,
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
-    ) -> PyResult<(Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>)> {
+    ) -> PyResult<BatchArrays<'py>> {
         do_search_batch(py, &self.idx, Some(&self.snap), queries, (k, ef, allowed, excluded), threads, progress)
     }
     fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
