@@ -22,8 +22,9 @@ An ef sweep gives recall@k (against exact ground truth) and QPS for each search 
 recall@k = 0.90 / 0.95 / 0.99 is interpolated linearly between sweep points. Inside a pass the
 engines are built one after the other and then all searched at each ef in turn (the order
 rotates per ef and per pass, reversed on odd passes), so background load falls on every engine
-alike. Figures are medians over passes, each also given as a ratio to the best peer. For
-chassis the distances computed per query (chassis._chassis._search_counters(), differences
+alike; at each ef and mode the engines take turns run by run (--runs runs of the whole query
+set each, the median run counts). Figures are medians over passes, each also given as a ratio
+to the best peer. For chassis the distances computed per query (chassis._chassis._search_counters(), differences
 around each 1t search_batch) are reported along the sweep.
 
 Targets (printed as PASS / FAIL): chassis 1t QPS at recall 0.95 >= 1.15x the best peer's on
@@ -68,8 +69,8 @@ from _common import (  # noqa: E402
     fmt,
     interpolate_qps,
     json_default,
+    datasets_module,
     machine_info,
-    measure_sweep,
     median,
     ratio,
     table,
@@ -266,10 +267,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ef-construction", type=int, default=200, help="(200)")
     p.add_argument("--threads", type=int, default=2, help="build threads (2)")
     p.add_argument("--search-threads", type=int, default=2, help="threads of the 2t batch (2)")
-    p.add_argument("--min-seconds", type=float,
-                   help="per sweep point and mode: repeat the query set until this long (0.3; --quick: 0.1)")
-    p.add_argument("--max-runs", type=int, default=50,
-                   help="at most this many runs per point and mode (50)")
+    p.add_argument("--runs", type=int,
+                   help="per sweep point and mode: runs of the whole query set per engine, the "
+                        "engines taking turns run by run; the median run counts (3; --quick: 1)")
     p.add_argument("--warmup", type=int, default=50, help="queries searched untimed before each point (50)")
     p.add_argument("--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)")
     p.add_argument("--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)")
@@ -283,8 +283,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.passes = args.passes or (1 if args.quick else 3)
     args.ef = [int(x) for x in _csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
-    args.min_seconds = args.min_seconds if args.min_seconds is not None else (
-        0.1 if args.quick else 0.3)
+    args.runs = args.runs or (1 if args.quick else 3)
     args.calls = args.calls or (5_000 if args.quick else 20_000)
     args.call_runs = args.call_runs or (3 if args.quick else 5)
     args.clustered_n = args.clustered_n or (10_000 if args.quick else 100_000)
@@ -362,26 +361,49 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
 
     distances: list[dict[str, float]] = []
     start = time.perf_counter()
-    for step, ef in enumerate(args.ef):
-        for engine_name in _order(list(out), n_pass, step):
-            engine = engines[engine_name]
-            try:
-                points = measure_sweep(engine, queries, truth, args.k, [ef], SWEEP_MODES,
-                                       min_seconds=args.min_seconds, max_runs=args.max_runs,
-                                       warmup=args.warmup)
-            except Exception as exc:
-                traceback.print_exc()
-                notes.append(f"{name}: {engine_name} failed at ef={ef}: {exc!r}")
-                engine.close()
-                del out[engine_name]
-                continue
+    recall_at_k = datasets_module().recall_at_k
+    for name_ in list(out):  # warm-up: pages in, caches warm, lazy setup done
+        try:
+            engines[name_].set_ef(args.ef[0])
             for mode in SWEEP_MODES:
-                out[engine_name]["sweep"][mode].extend(points[mode])
-            if engine_name == "chassis" and engine.counted is not None:  # (the file-backed one)
-                searches, dists = engine.counted
-                distances.append({"ef": ef, "recall": points["batch"][0]["recall"],
-                                  "distances": dists / max(searches, 1), "searches": searches,
-                                  "queries": len(queries)})
+                engines[name_].search(mode, queries[:args.warmup], args.k)
+        except Exception as exc:
+            traceback.print_exc()
+            notes.append(f"{name}: {name_} failed to warm up: {exc!r}")
+            engines[name_].close()
+            del out[name_]
+    for step, ef in enumerate(args.ef):
+        for engine_name in list(out):
+            engines[engine_name].set_ef(ef)
+        # Engines take turns run by run (each run: the whole query set once), so a burst of
+        # background load lands on one run of each engine, not on all runs of one; QPS is from
+        # each engine's median run.
+        for mode in SWEEP_MODES:
+            times: dict[str, list[float]] = {e: [] for e in out}
+            recalls: dict[str, float] = {}
+            for run in range(args.runs):
+                for engine_name in _order(list(times), n_pass, step + run):
+                    engine = engines[engine_name]
+                    try:
+                        ids, seconds = engine.search(mode, queries, args.k)
+                    except Exception as exc:
+                        traceback.print_exc()
+                        notes.append(f"{name}: {engine_name} failed at ef={ef}: {exc!r}")
+                        engine.close()
+                        del out[engine_name], times[engine_name]
+                        continue
+                    times[engine_name].append(seconds)
+                    if run == 0:
+                        recalls[engine_name] = recall_at_k(ids, truth, args.k)
+                        if mode == "batch" and engine_name == "chassis" and engine.counted is not None:
+                            searches, dists = engine.counted  # (the file-backed one)
+                            distances.append({"ef": ef, "recall": recalls[engine_name],
+                                              "distances": dists / max(searches, 1),
+                                              "searches": searches, "queries": len(queries)})
+            for engine_name, t in times.items():
+                out[engine_name]["sweep"][mode].append(
+                    {"ef": ef, "recall": recalls[engine_name],
+                     "qps": len(queries) / max(median(t), 1e-12), "runs": len(t)})
         print(f"  [{name}] pass {n_pass + 1}/{args.passes}: ef {ef} done "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
     for engine_name, figures in out.items():

@@ -509,51 +509,71 @@ impl<'a> Graph<'a> {
         }
         let (ep, max_level) = if ep == EMPTY { *entry.lock() } else { (ep, max_level) };
         with_scratch(|sc| -> Result<()> {
+            // The node's own vector is the query: at a 64-byte boundary (see Scratch::query).
             let mut qbuf = std::mem::take(&mut sc.vec_a);
-            let q: Vec<f32> = self.vector_f32(slot, &mut qbuf).to_vec();
+            let r = Self::with_aligned(sc, self.vector_f32(slot, &mut qbuf), |q, sc| self.link_node(q, slot, level, ep, max_level, ef_construction, locks, before_modify, sc));
             sc.vec_a = qbuf;
-            let mut cur = ep;
-            let mut cd = self.dist(&q, ep);
-            for layer in (level + 1..=max_level).rev() {
-                (cur, cd) = self.greedy(&q, cur, cd, layer, self.limit, &mut 0);
-            }
-            let mut eps = vec![(cd, cur)];
-            for layer in (0..=level.min(max_level)).rev() {
-                self.search_layer(&q, &eps, ef_construction, layer, sc, &|s| s != slot);
-                let mut cands: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
-                cands.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-                let chosen = self.select(&cands, self.m, sc);
-                let cap = if layer == 0 { 2 * self.m } else { self.m };
-                {
-                    let _g = locks[slot as usize % LOCK_STRIPES].lock();
-                    if let Some(list) = list_of(self.st, slot, layer) {
-                        // Another thread may already have linked a node of its own here (it
-                        // found this one through a layer above): keep those links too.
-                        let n = list_len(list);
-                        let mut ids: Vec<u32> = chosen.iter().map(|c| c.1).collect();
-                        let extra: Vec<u32> = list[2..2 + n].iter().map(|e| e.load(Relaxed)).filter(|e| *e < self.limit && !ids.contains(e)).collect();
-                        if !extra.is_empty() {
-                            let mut all: Vec<(f32, u32)> = chosen.clone();
-                            all.extend(extra.iter().map(|&e| (self.dist(&q, e), e)));
-                            all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-                            ids = if all.len() <= cap { all.iter().map(|c| c.1).collect() } else { self.select(&all, cap, sc).iter().map(|c| c.1).collect() };
-                        }
-                        write_list(list, slot, layer, &ids, level);
-                    }
-                }
-                for &(d, n) in &chosen {
-                    self.link_back(n, slot, d, layer, cap, locks, before_modify, sc)?;
-                }
-                if !cands.is_empty() {
-                    eps = cands;
-                }
-            }
-            Ok(())
+            r
         })?;
         if level > max_level {
             let mut e = entry.lock();
             if level > e.1 {
                 *e = (slot, level);
+            }
+        }
+        Ok(())
+    }
+
+    /// `insert`'s linking, with `q` the node's vector.
+    #[allow(clippy::too_many_arguments)]
+    fn link_node(
+        &self,
+        q: &[f32],
+        slot: u32,
+        level: usize,
+        ep: u32,
+        max_level: usize,
+        ef_construction: usize,
+        locks: &[Mutex<()>],
+        before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
+        sc: &mut Scratch,
+    ) -> Result<()> {
+        let mut cur = ep;
+        let mut cd = self.dist(q, ep);
+        for layer in (level + 1..=max_level).rev() {
+            (cur, cd) = self.greedy(q, cur, cd, layer, self.limit, &mut 0);
+        }
+        let mut eps = vec![(cd, cur)];
+        for layer in (0..=level.min(max_level)).rev() {
+            self.search_layer(q, &eps, ef_construction, layer, sc, &|s| s != slot);
+            // Packed keys sort as (distance, slot): sort them, then unpack.
+            let mut keys: Vec<u64> = sc.top.drain().collect();
+            keys.sort_unstable();
+            let cands: Vec<(f32, u32)> = keys.iter().map(|&e| (unkey(e), slot_of(e))).collect();
+            let chosen = self.select(&cands, self.m, sc);
+            let cap = if layer == 0 { 2 * self.m } else { self.m };
+            {
+                let _g = locks[slot as usize % LOCK_STRIPES].lock();
+                if let Some(list) = list_of(self.st, slot, layer) {
+                    // Another thread may already have linked a node of its own here (it
+                    // found this one through a layer above): keep those links too.
+                    let n = list_len(list);
+                    let mut ids: Vec<u32> = chosen.iter().map(|c| c.1).collect();
+                    let extra: Vec<u32> = list[2..2 + n].iter().map(|e| e.load(Relaxed)).filter(|e| *e < self.limit && !ids.contains(e)).collect();
+                    if !extra.is_empty() {
+                        let mut all: Vec<(f32, u32)> = chosen.clone();
+                        all.extend(extra.iter().map(|&e| (self.dist(q, e), e)));
+                        all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                        ids = if all.len() <= cap { all.iter().map(|c| c.1).collect() } else { self.select(&all, cap, sc).iter().map(|c| c.1).collect() };
+                    }
+                    write_list(list, slot, layer, &ids, level);
+                }
+            }
+            for &(d, n) in &chosen {
+                self.link_back(n, slot, d, layer, cap, locks, before_modify, sc)?;
+            }
+            if !cands.is_empty() {
+                eps = cands;
             }
         }
         Ok(())
