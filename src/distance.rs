@@ -15,6 +15,26 @@ use std::sync::OnceLock;
 /// (f32: 4 bytes, f16: 2 bytes); the CPU must have the kernel's features.
 pub type Kernel = unsafe fn(*const f32, *const u8, usize) -> f32;
 
+/// `kernel4(query, [stored; 4], dims)`: four distances in one pass over the query, each
+/// bitwise equal to the one `Kernel` gives (same operations in the same order per vector).
+/// Loads from four stored vectors are interleaved, so their cache misses overlap (a long
+/// vector is only partly prefetched: ADR-0015 asks for its first lines).
+///
+/// # Safety
+/// As [`Kernel`], for each of the four stored pointers.
+pub type Kernel4 = unsafe fn(*const f32, &[*const u8; 4], usize) -> [f32; 4];
+
+/// A `Kernel4` made of four calls of a `Kernel` (where no interleaved version is written).
+macro_rules! four_calls {
+    ($name:ident, $one:path) => {
+        /// # Safety
+        /// See [`Kernel4`].
+        pub unsafe fn $name(q: *const f32, v: &[*const u8; 4], n: usize) -> [f32; 4] {
+            [$one(q, v[0], n), $one(q, v[1], n), $one(q, v[2], n), $one(q, v[3], n)]
+        }
+    };
+}
+
 #[derive(Clone, Copy)]
 pub struct KernelSet {
     pub level: &'static str,
@@ -22,26 +42,49 @@ pub struct KernelSet {
     pub dot_f32: Kernel,
     pub l2_f16: Kernel,
     pub dot_f16: Kernel,
+    pub l2_f32_x4: Kernel4,
+    pub dot_f32_x4: Kernel4,
+    pub l2_f16_x4: Kernel4,
+    pub dot_f16_x4: Kernel4,
+}
+
+/// The metric's distance from a kernel's value: `bias + sign * kernel` (squared for euclidean).
+#[derive(Clone, Copy)]
+pub struct MetricKernels {
+    pub one: Kernel,
+    pub four: Kernel4,
+    pub bias: f32,
+    pub sign: f32,
 }
 
 impl KernelSet {
     /// The kernel and the affine map `bias + sign * kernel` that gives the metric's distance
     /// (squared for euclidean).
-    pub fn for_metric(&self, metric: Metric, precision: Precision) -> (Kernel, f32, f32) {
+    pub fn for_metric(&self, metric: Metric, precision: Precision) -> MetricKernels {
         let (l2, dot) = match precision {
-            Precision::Full => (self.l2_f32, self.dot_f32),
-            Precision::Half => (self.l2_f16, self.dot_f16),
+            Precision::Full => ((self.l2_f32, self.l2_f32_x4), (self.dot_f32, self.dot_f32_x4)),
+            Precision::Half => ((self.l2_f16, self.l2_f16_x4), (self.dot_f16, self.dot_f16_x4)),
         };
-        match metric {
+        let ((one, four), bias, sign) = match metric {
             Metric::Euclidean => (l2, 0.0, 1.0),
             Metric::Cosine => (dot, 1.0, -1.0),
             Metric::InnerProduct => (dot, 0.0, -1.0),
-        }
+        };
+        MetricKernels { one, four, bias, sign }
     }
 }
 
-pub const SCALAR: KernelSet =
-    KernelSet { level: "scalar", l2_f32: scalar::l2_f32, dot_f32: scalar::dot_f32, l2_f16: scalar::l2_f16, dot_f16: scalar::dot_f16 };
+pub const SCALAR: KernelSet = KernelSet {
+    level: "scalar",
+    l2_f32: scalar::l2_f32,
+    dot_f32: scalar::dot_f32,
+    l2_f16: scalar::l2_f16,
+    dot_f16: scalar::dot_f16,
+    l2_f32_x4: scalar::l2_f32_x4,
+    dot_f32_x4: scalar::dot_f32_x4,
+    l2_f16_x4: scalar::l2_f16_x4,
+    dot_f16_x4: scalar::dot_f16_x4,
+};
 
 /// Every kernel set this CPU can run, best first, ending with scalar.
 pub fn available() -> Vec<KernelSet> {
@@ -165,6 +208,11 @@ pub mod scalar {
         }
         acc
     }
+
+    four_calls!(l2_f32_x4, l2_f32);
+    four_calls!(dot_f32_x4, dot_f32);
+    four_calls!(l2_f16_x4, l2_f16);
+    four_calls!(dot_f16_x4, dot_f16);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -172,9 +220,30 @@ mod x86 {
     use super::KernelSet;
     use std::arch::x86_64::*;
 
-    pub const AVX2: KernelSet = KernelSet { level: "avx2", l2_f32: l2_f32_avx2, dot_f32: dot_f32_avx2, l2_f16: l2_f16_avx2, dot_f16: dot_f16_avx2 };
-    pub const AVX512: KernelSet =
-        KernelSet { level: "avx512", l2_f32: l2_f32_avx512, dot_f32: dot_f32_avx512, l2_f16: l2_f16_avx512, dot_f16: dot_f16_avx512 };
+    // AVX2 has 16 registers: four vectors' four accumulators each would not fit, so its
+    // grouped kernels are four calls.
+    pub const AVX2: KernelSet = KernelSet {
+        level: "avx2",
+        l2_f32: l2_f32_avx2,
+        dot_f32: dot_f32_avx2,
+        l2_f16: l2_f16_avx2,
+        dot_f16: dot_f16_avx2,
+        l2_f32_x4: l2_f32_avx2_x4,
+        dot_f32_x4: dot_f32_avx2_x4,
+        l2_f16_x4: l2_f16_avx2_x4,
+        dot_f16_x4: dot_f16_avx2_x4,
+    };
+    pub const AVX512: KernelSet = KernelSet {
+        level: "avx512",
+        l2_f32: l2_f32_avx512,
+        dot_f32: dot_f32_avx512,
+        l2_f16: l2_f16_avx512,
+        dot_f16: dot_f16_avx512,
+        l2_f32_x4: l2_f32_avx512_x4,
+        dot_f32_x4: dot_f32_avx512_x4,
+        l2_f16_x4: l2_f16_avx512_x4,
+        dot_f16_x4: dot_f16_avx512_x4,
+    };
 
     #[inline(always)]
     unsafe fn hsum256(v: __m256) -> f32 {
@@ -231,6 +300,10 @@ mod x86 {
     avx2_kernel!(dot_f32_avx2, load_f32, 4, super::scalar::dot_f32, dot_step);
     avx2_kernel!(l2_f16_avx2, load_f16, 2, super::scalar::l2_f16, l2_step);
     avx2_kernel!(dot_f16_avx2, load_f16, 2, super::scalar::dot_f16, dot_step);
+    four_calls!(l2_f32_avx2_x4, l2_f32_avx2);
+    four_calls!(dot_f32_avx2_x4, dot_f32_avx2);
+    four_calls!(l2_f16_avx2_x4, l2_f16_avx2);
+    four_calls!(dot_f16_avx2_x4, dot_f16_avx2);
 
     /// AVX-512: 16 lanes, four accumulators, and a masked load for the tail (no scalar loop).
     macro_rules! avx512_kernel {
@@ -293,6 +366,55 @@ mod x86 {
     avx512_kernel!(dot_f32_avx512, load512_f32, dot_step512);
     avx512_kernel!(l2_f16_avx512, load512_f16, l2_step512);
     avx512_kernel!(dot_f16_avx512, load512_f16, dot_step512);
+
+    /// `avx512_kernel` over four stored vectors at once: per vector the same steps into the
+    /// same accumulators in the same order (so each result is bitwise the single kernel's),
+    /// with each query chunk loaded once for all four. 16 accumulators + query + loads fit
+    /// AVX-512's 32 registers.
+    macro_rules! avx512_kernel4 {
+        ($name:ident, $load:ident, $op:ident) => {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+            unsafe fn $name(q: *const f32, v: &[*const u8; 4], n: usize) -> [f32; 4] {
+                let mut a = [[_mm512_setzero_ps(); 4]; 4];
+                let mut i = 0;
+                while i + 64 <= n {
+                    for j in 0..4 {
+                        let x = _mm512_loadu_ps(q.add(i + 16 * j));
+                        for t in 0..4 {
+                            a[t][j] = $op(x, $load(v[t], i + 16 * j, 0xffff), a[t][j]);
+                        }
+                    }
+                    i += 64;
+                }
+                for j in 0..3 {
+                    if i + 16 <= n {
+                        let x = _mm512_loadu_ps(q.add(i));
+                        for t in 0..4 {
+                            a[t][j] = $op(x, $load(v[t], i, 0xffff), a[t][j]);
+                        }
+                        i += 16;
+                    }
+                }
+                if i < n {
+                    let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
+                    let x = _mm512_maskz_loadu_ps(m, q.add(i));
+                    for t in 0..4 {
+                        a[t][3] = $op(x, $load(v[t], i, m), a[t][3]);
+                    }
+                }
+                let mut out = [0f32; 4];
+                for t in 0..4 {
+                    let b = &a[t];
+                    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(b[0], b[1]), _mm512_add_ps(b[2], b[3])));
+                }
+                out
+            }
+        };
+    }
+    avx512_kernel4!(l2_f32_avx512_x4, load512_f32, l2_step512);
+    avx512_kernel4!(dot_f32_avx512_x4, load512_f32, dot_step512);
+    avx512_kernel4!(l2_f16_avx512_x4, load512_f16, l2_step512);
+    avx512_kernel4!(dot_f16_avx512_x4, load512_f16, dot_step512);
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -300,7 +422,19 @@ mod neon {
     use super::KernelSet;
     use std::arch::aarch64::*;
 
-    pub const NEON: KernelSet = KernelSet { level: "neon", l2_f32, dot_f32, l2_f16: super::scalar::l2_f16, dot_f16: super::scalar::dot_f16 };
+    pub const NEON: KernelSet = KernelSet {
+        level: "neon",
+        l2_f32,
+        dot_f32,
+        l2_f16: super::scalar::l2_f16,
+        dot_f16: super::scalar::dot_f16,
+        l2_f32_x4,
+        dot_f32_x4,
+        l2_f16_x4: super::scalar::l2_f16_x4,
+        dot_f16_x4: super::scalar::dot_f16_x4,
+    };
+    four_calls!(l2_f32_x4, l2_f32);
+    four_calls!(dot_f32_x4, dot_f32);
 
     unsafe fn l2_f32(q: *const f32, v: *const u8, n: usize) -> f32 {
         let v = v as *const f32;
@@ -374,6 +508,31 @@ mod tests {
                     assert!((got - exact_l2(&q, &vh)).abs() < tol(got), "{} l2_f16 n={n}", k.level);
                     let got = (k.dot_f16)(q.as_ptr(), h.as_ptr() as *const u8, n) as f64;
                     assert!((got - exact_dot(&q, &vh)).abs() < tol(got), "{} dot_f16 n={n}", k.level);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_kernels_give_bitwise_the_single_kernels_distances() {
+        for k in available() {
+            for n in (0..=70).chain([127, 128, 129, 383, 384, 385, 1536, 1537]) {
+                let q = data(n, 7 + n as u64);
+                let vs: Vec<Vec<f32>> = (0..4).map(|t| data(n, 100 * t + n as u64)).collect();
+                let hs: Vec<Vec<u16>> = vs.iter().map(|v| v.iter().map(|x| half::f16::from_f32(*x).to_bits()).collect()).collect();
+                let pf: [*const u8; 4] = std::array::from_fn(|t| vs[t].as_ptr() as *const u8);
+                let ph: [*const u8; 4] = std::array::from_fn(|t| hs[t].as_ptr() as *const u8);
+                let pairs: [(Kernel, Kernel4, &[*const u8; 4], &str); 4] = [
+                    (k.l2_f32, k.l2_f32_x4, &pf, "l2_f32"),
+                    (k.dot_f32, k.dot_f32_x4, &pf, "dot_f32"),
+                    (k.l2_f16, k.l2_f16_x4, &ph, "l2_f16"),
+                    (k.dot_f16, k.dot_f16_x4, &ph, "dot_f16"),
+                ];
+                for (one, four, ptrs, name) in pairs {
+                    // SAFETY: four vectors of n elements of the kernel's type; the set comes
+                    // from `available()`.
+                    let (got, want) = unsafe { (four(q.as_ptr(), ptrs, n), ptrs.map(|p| one(q.as_ptr(), p, n))) };
+                    assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{} {name} n={n}", k.level);
                 }
             }
         }

@@ -7,7 +7,7 @@
 //! Writers of a list hold its stripe lock.
 
 use crate::cpu;
-use crate::distance::Kernel;
+use crate::distance::{Kernel, Kernel4};
 use crate::error::Result;
 use crate::format::{self, list_crc, EMPTY, NO_UPPER};
 use crate::storage::Storage;
@@ -198,6 +198,18 @@ impl Scratch {
     }
 }
 
+/// Vectors at least this long get their distances computed four at a time in a search: the
+/// prefetch of ADR-0015 covers only their first lines, and interleaving four lets the misses
+/// on the rest overlap. Shorter vectors are whole in the prefetched lines.
+const GROUP_MIN_BYTES: usize = 1024;
+
+/// GROUP_MIN_BYTES, or `CHASSIS_GROUP_MIN_BYTES` from the environment (for measuring and tests:
+/// 0 groups every search, a large value none). Read once.
+fn group_min_bytes() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("CHASSIS_GROUP_MIN_BYTES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(GROUP_MIN_BYTES))
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
 }
@@ -215,6 +227,10 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 pub struct Graph<'a> {
     pub st: &'a Storage,
     kernel: Kernel,
+    kernel4: Kernel4,
+    /// Distances of an expanded node's neighbors are computed four at a time (see
+    /// group_min_bytes).
+    grouped: bool,
     bias: f32,
     sign: f32,
     dims: usize,
@@ -228,13 +244,15 @@ pub struct Graph<'a> {
 
 impl<'a> Graph<'a> {
     pub fn new(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
-        let (kernel, bias, sign) = crate::distance::kernels().for_metric(metric, st.geo.precision);
+        let k = crate::distance::kernels().for_metric(metric, st.geo.precision);
         let ci = cpu::info();
         Graph {
             st,
-            kernel,
-            bias,
-            sign,
+            kernel: k.one,
+            kernel4: k.four,
+            grouped: st.geo.vec_bytes >= group_min_bytes(),
+            bias: k.bias,
+            sign: k.sign,
             dims: st.geo.dims,
             half: st.geo.precision == format::Precision::Half,
             limit: limit.min(st.capacity().min(u32::MAX as u64) as u32),
@@ -251,6 +269,30 @@ impl<'a> Graph<'a> {
         // SAFETY: q has `dims` f32s; the stored vector lies in a live mapping (slot < limit);
         // the kernel set was chosen for this CPU.
         self.bias + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.st.vector_ptr(slot), self.dims) }
+    }
+
+    /// Distances to four stored vectors (each bitwise what `dist` gives).
+    #[inline(always)]
+    fn dist4(&self, q: &[f32], slots: &[u32]) -> [f32; 4] {
+        debug_assert!(q.len() == self.dims && slots.len() == 4 && slots.iter().all(|&s| s < self.limit));
+        let v = [self.st.vector_ptr(slots[0]), self.st.vector_ptr(slots[1]), self.st.vector_ptr(slots[2]), self.st.vector_ptr(slots[3])];
+        // SAFETY: as `dist`, for each of the four slots.
+        unsafe { (self.kernel4)(q.as_ptr(), &v, self.dims) }.map(|d| self.bias + self.sign * d)
+    }
+
+    /// (distance, slot) from `q` to each of `slots`, four at a time where that pays.
+    fn dists_to(&self, q: &[f32], slots: &[u32]) -> Vec<(f32, u32)> {
+        let mut out = Vec::with_capacity(slots.len() + 1);
+        let mut rest = slots;
+        if self.grouped {
+            let mut groups = slots.chunks_exact(4);
+            for g in &mut groups {
+                out.extend(self.dist4(q, g).into_iter().zip(g.iter().copied()));
+            }
+            rest = groups.remainder();
+        }
+        out.extend(rest.iter().map(|&s| (self.dist(q, s), s)));
+        out
     }
 
     /// A stored vector as f32, decoding half precision into `buf`.
@@ -348,21 +390,31 @@ impl<'a> Graph<'a> {
                 }
             }
             sc.dists += sc.buf.len() as u64;
-            for i in 0..sc.buf.len() {
-                let nb = sc.buf[i];
-                let d = self.dist(q, nb);
-                if sc.top.len() < ef || d < bound {
-                    sc.cand.push(std::cmp::Reverse(pack(d, nb)));
-                    if accept(nb) {
-                        sc.top.push(pack(d, nb));
-                        if sc.top.len() > ef {
-                            sc.top.pop();
+            // Distances first (four at a time where that pays), then each in turn against the
+            // bound as it stands after the ones before it: the same decisions as one by one.
+            let mut i = 0;
+            while i < sc.buf.len() {
+                let (ds, m) = if self.grouped && i + 4 <= sc.buf.len() {
+                    (self.dist4(q, &sc.buf[i..i + 4]), 4)
+                } else {
+                    ([self.dist(q, sc.buf[i]), 0.0, 0.0, 0.0], 1)
+                };
+                for (t, &d) in ds[..m].iter().enumerate() {
+                    let nb = sc.buf[i + t];
+                    if sc.top.len() < ef || d < bound {
+                        sc.cand.push(std::cmp::Reverse(pack(d, nb)));
+                        if accept(nb) {
+                            sc.top.push(pack(d, nb));
+                            if sc.top.len() > ef {
+                                sc.top.pop();
+                            }
+                        }
+                        if let Some(t) = sc.top.peek() {
+                            bound = unkey(*t);
                         }
                     }
-                    if let Some(t) = sc.top.peek() {
-                        bound = unkey(*t);
-                    }
                 }
+                i += m;
             }
         }
     }
@@ -609,7 +661,7 @@ impl<'a> Graph<'a> {
         let mut buf = std::mem::take(&mut sc.vec_a);
         let nv = self.vector_f32(n, &mut buf).to_vec();
         sc.vec_a = buf;
-        let mut cands: Vec<(f32, u32)> = cur.iter().map(|&e| (self.dist(&nv, e), e)).collect();
+        let mut cands = self.dists_to(&nv, &cur);
         cands.push((d_new, new));
         cands.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
         let kept: Vec<u32> = self.select(&cands, cap, sc).iter().map(|c| c.1).collect();
