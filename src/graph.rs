@@ -602,8 +602,11 @@ impl<'a> Graph<'a> {
             let mut keys: Vec<u64> = sc.top.drain().collect();
             keys.sort_unstable();
             let cands: Vec<(f32, u32)> = keys.iter().map(|&e| (unkey(e), slot_of(e))).collect();
-            let chosen = self.select(&cands, self.m, sc);
+            // A new node keeps as many neighbors as its lists hold (2M on layer 0, as faiss
+            // does; hnswlib keeps M there): on clustered data recall at a given ef rose from
+            // 0.938 to 0.954 at ef=64 (hnswlib: 0.942) for 8% more distances.
             let cap = if layer == 0 { 2 * self.m } else { self.m };
+            let chosen = self.select(&cands, cap, sc);
             {
                 let _g = locks[slot as usize % LOCK_STRIPES].lock();
                 if let Some(list) = list_of(self.st, slot, layer) {
