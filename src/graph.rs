@@ -432,25 +432,27 @@ impl<'a> Graph<'a> {
     }
 
     /// The greedy descent through the upper layers from `entry`: where layer 0 starts, as
-    /// (distance, slot). `path` receives the node the walk ended at on each layer, top first
-    /// (its length is `max_level`): queries with equal paths start in the same part of the
-    /// graph. Stays below `published` (see `knn`).
-    fn descend(&self, q: &[f32], entry: u32, max_level: usize, published: u32, dists: &mut u64, mut path: Option<&mut Vec<u32>>) -> (f32, u32) {
+    /// (distance, slot). `path` (`max_level` long) receives the node the walk ended at on each
+    /// layer, top first: queries with equal paths start in the same part of the graph. Stays
+    /// below `published` (see `knn`).
+    fn descend(&self, q: &[f32], entry: u32, max_level: usize, published: u32, dists: &mut u64, mut path: Option<&mut [u32]>) -> (f32, u32) {
         let mut cur = entry;
         let mut cd = self.dist(q, entry);
         *dists += 1;
         for layer in (1..=max_level).rev() {
             (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit), dists);
             if let Some(p) = path.as_deref_mut() {
-                p.push(cur);
+                p[max_level - layer] = cur;
             }
         }
         (cd, cur)
     }
 
-    /// `descend` on its own, for ordering a batch of queries: the path it took (appended to
-    /// `path`) and where layer 0 starts. Counts its distances toward the search counters.
-    pub fn start_of(&self, q: &[f32], entry: u32, max_level: usize, published: u32, path: &mut Vec<u32>) -> Option<(f32, u32)> {
+    /// `descend` on its own, for ordering a batch of queries: the path it took (into `path`,
+    /// `max_level` long) and where layer 0 starts. Counts its distances toward the search
+    /// counters.
+    pub fn start_of(&self, q: &[f32], entry: u32, max_level: usize, published: u32, path: &mut [u32]) -> Option<(f32, u32)> {
+        debug_assert_eq!(path.len(), max_level);
         if entry == EMPTY || entry >= self.limit {
             return None;
         }

@@ -210,6 +210,18 @@ struct SlotFilter {
     excluded: SlotSet,
 }
 
+/// The allowed set of `filter` if it is small enough to scan exactly instead of walking the
+/// graph (at most [`SCAN_FACTOR`] x ef ids).
+fn small_allowed(k: usize, ef: usize, filter: Option<&SlotFilter>) -> Option<&SlotSet> {
+    filter.and_then(|f| f.allowed.as_ref()).filter(|a| a.len() <= SCAN_FACTOR * ef.max(k))
+}
+
+/// Whether a search scans exactly instead of walking the graph: a small allowed set, or a
+/// beam that would cover everything anyway.
+fn scans(snap: &Snap, k: usize, ef: usize, filter: Option<&SlotFilter>) -> bool {
+    small_allowed(k, ef, filter).is_some() || ef as u64 >= snap.live
+}
+
 impl SlotFilter {
     #[inline]
     fn allows(&self, s: u32) -> bool {
@@ -1989,8 +2001,8 @@ impl Index {
         let accept = |s: u32| {
             s < visible && filter.is_none_or(|f| f.allows(s)) && (!any_deleted || snap.live_id(s).is_some()) && (bad.is_empty() || !bad.contains(&s))
         };
-        match filter.and_then(|f| f.allowed.as_ref()) {
-            Some(allowed) if allowed.len() <= SCAN_FACTOR * ef.max(k) => exact.scan(q, k, allowed.iter().filter(|&s| accept(s))),
+        match small_allowed(k, ef, filter) {
+            Some(allowed) => exact.scan(q, k, allowed.iter().filter(|&s| accept(s))),
             // The beam would cover everything anyway: scan, which is exact even where the graph
             // is not connected.
             _ if ef as u64 >= snap.live => exact.scan(q, k, (0..visible).filter(|&s| accept(s))),
@@ -2058,6 +2070,17 @@ impl Index {
         for (r, row) in qs.chunks_exact(d).enumerate() {
             self.check_vector(row, &format!("query {r}"))?;
         }
+        // Prepared once for both passes (cosine: one normalised copy of the batch).
+        let qs: Cow<[f32]> = if self.metric() == Metric::Cosine {
+            let mut v = qs.to_vec();
+            v.chunks_exact_mut(d).for_each(|r| {
+                distance::normalize(r);
+            });
+            Cow::Owned(v)
+        } else {
+            Cow::Borrowed(qs)
+        };
+        let qs: &[f32] = &qs;
         let same = match filter {
             BatchFilter::Same(f) => f.map(|f| self.slot_filter(snap, f)),
             BatchFilter::PerQuery(_) => None,
@@ -2067,21 +2090,21 @@ impl Index {
         // vectors and page translations still cached. Each query's search is the one it would
         // have had alone: the descent found its start, the order only changes when it runs.
         let ordered = match filter {
-            BatchFilter::Same(_) => nq >= ORDER_MIN && same.as_ref().is_none_or(|f| f.allowed.as_ref().is_none_or(|a| a.len() > SCAN_FACTOR * ef.max(k))),
+            BatchFilter::Same(_) => nq >= ORDER_MIN && !scans(snap, k, ef, same.as_ref()),
             BatchFilter::PerQuery(_) => false,
         };
-        let starts = if ordered { self.batch_starts(snap, qs, nq, ef, threads, ctl)? } else { None };
+        let starts = if ordered { self.batch_starts(snap, qs, nq, threads, ctl)? } else { None };
         let search_one = |i: usize| -> Vec<Hit> {
             if ctl.cancelled() {
                 return Vec::new();
             }
-            let q = self.prepare_query(&qs[i * d..(i + 1) * d], "query").expect("checked above");
+            let q = &qs[i * d..(i + 1) * d];
             let own = match filter {
                 BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
                 BatchFilter::Same(_) => None,
             };
             let start = starts.as_ref().and_then(|(_, s)| s[i]);
-            let hits = self.search_prepared(snap, &q, k, ef, own.as_ref().or(same.as_ref()), start);
+            let hits = self.search_prepared(snap, q, k, ef, own.as_ref().or(same.as_ref()), start);
             ctl.done.fetch_add(1, Relaxed);
             hits
         };
@@ -2120,13 +2143,12 @@ impl Index {
         Ok((ids, dists))
     }
 
-    /// For a batch: the order to search its queries in (by the path of their descent through
-    /// the upper layers, top layer first, which sorts them like the leaves of a tree) and where
-    /// each enters layer 0. None where there is nothing to order by (one layer, or a search
-    /// that scans instead of walking the graph).
-    fn batch_starts(&self, snap: &Snap, qs: &[f32], nq: usize, ef: usize, threads: Option<usize>, ctl: &Control) -> Result<Option<BatchStarts>> {
+    /// For a batch of prepared queries: the order to search them in (by the path of their
+    /// descent through the upper layers, top layer first, which sorts them like the leaves of a
+    /// tree) and where each enters layer 0. None where there is nothing to order by (one layer).
+    fn batch_starts(&self, snap: &Snap, qs: &[f32], nq: usize, threads: Option<usize>, ctl: &Control) -> Result<Option<BatchStarts>> {
         let layers = snap.max_level;
-        if layers == 0 || ef as u64 >= snap.live {
+        if layers == 0 {
             return Ok(None);
         }
         let d = self.dims();
@@ -2138,13 +2160,7 @@ impl Index {
             if ctl.cancelled() {
                 return None;
             }
-            let q = self.prepare_query(q, "query").expect("checked above");
-            let mut p = Vec::with_capacity(layers);
-            let start = g.start_of(&q, snap.entry, layers, visible, &mut p);
-            if p.len() == layers {
-                path.copy_from_slice(&p);
-            }
-            start
+            g.start_of(q, snap.entry, layers, visible, path)
         };
         let mut paths = vec![0u32; nq * layers];
         let starts: Vec<Option<(f32, u32)>> = if threads == Some(1) {
