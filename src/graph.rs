@@ -327,24 +327,39 @@ impl<'a> Graph<'a> {
     }
 
     /// Greedy walk on an upper layer: move to the nearest neighbor below `limit` until none is
-    /// nearer.
-    fn greedy(&self, q: &[f32], mut cur: u32, mut cur_d: f32, layer: usize, limit: u32, dists: &mut u64) -> (u32, f32) {
+    /// nearer. The walk moves to every nearer node it meets, so `cur_d` is the least distance
+    /// met so far and a node met before (on this layer or above) can never be nearer: it is
+    /// not measured again (visited in `sc`, whose epoch the descent starts). The walk ends
+    /// where it would if it measured every neighbor: same nodes, same order of comparisons.
+    fn greedy(&self, q: &[f32], mut cur: u32, mut cur_d: f32, layer: usize, limit: u32, sc: &mut Scratch) -> (u32, f32) {
         loop {
             let mut changed = false;
             if let Some(list) = list_of(self.st, cur, layer) {
                 let n = list_len(list);
-                *dists += n as u64;
+                sc.buf.clear();
                 for e in &list[2..2 + n] {
                     let nb = e.load(Relaxed);
-                    if nb >= limit {
-                        continue;
+                    if nb < limit && sc.visit(nb) {
+                        self.prefetch_vector(nb);
+                        sc.buf.push(nb);
                     }
-                    let d = self.dist(q, nb);
-                    if d < cur_d {
-                        cur = nb;
-                        cur_d = d;
-                        changed = true;
+                }
+                sc.dists += sc.buf.len() as u64;
+                let mut i = 0;
+                while i < sc.buf.len() {
+                    let (ds, m) = if self.grouped && i + 4 <= sc.buf.len() {
+                        (self.dist4(q, &sc.buf[i..i + 4]), 4)
+                    } else {
+                        ([self.dist(q, sc.buf[i]), 0.0, 0.0, 0.0], 1)
+                    };
+                    for (t, &d) in ds[..m].iter().enumerate() {
+                        if d < cur_d {
+                            cur = sc.buf[i + t];
+                            cur_d = d;
+                            changed = true;
+                        }
                     }
+                    i += m;
                 }
             }
             if !changed {
@@ -435,12 +450,17 @@ impl<'a> Graph<'a> {
     /// (distance, slot). `path` (`max_level` long) receives the node the walk ended at on each
     /// layer, top first: queries with equal paths start in the same part of the graph. Stays
     /// below `published` (see `knn`).
-    fn descend(&self, q: &[f32], entry: u32, max_level: usize, published: u32, dists: &mut u64, mut path: Option<&mut [u32]>) -> (f32, u32) {
+    /// Counts its distances in `sc.dists`; `entry < limit`.
+    fn descend(&self, q: &[f32], entry: u32, max_level: usize, published: u32, sc: &mut Scratch, mut path: Option<&mut [u32]>) -> (f32, u32) {
+        sc.new_epoch(self.limit as usize);
+        if entry < self.limit {
+            sc.visit(entry);
+        }
         let mut cur = entry;
         let mut cd = self.dist(q, entry);
-        *dists += 1;
+        sc.dists += 1;
         for layer in (1..=max_level).rev() {
-            (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit), dists);
+            (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit), sc);
             if let Some(p) = path.as_deref_mut() {
                 p[max_level - layer] = cur;
             }
@@ -457,10 +477,10 @@ impl<'a> Graph<'a> {
             return None;
         }
         with_scratch(|sc| {
-            Self::with_aligned(sc, q, |q, _| {
-                let mut dists = 0;
-                let start = self.descend(q, entry, max_level, published, &mut dists, Some(path));
-                SEARCH_DISTANCES.fetch_add(dists, Relaxed);
+            Self::with_aligned(sc, q, |q, sc| {
+                sc.dists = 0;
+                let start = self.descend(q, entry, max_level, published, sc, Some(path));
+                SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
                 Some(start)
             })
         })
@@ -490,7 +510,7 @@ impl<'a> Graph<'a> {
                 sc.dists = 0;
                 let (cd, cur) = match start {
                     Some(s) if s.1 < self.limit => s,
-                    _ => self.descend(q, entry, max_level, published, &mut sc.dists, None),
+                    _ => self.descend(q, entry, max_level, published, sc, None),
                 };
                 self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
@@ -594,8 +614,12 @@ impl<'a> Graph<'a> {
     ) -> Result<()> {
         let mut cur = ep;
         let mut cd = self.dist(q, ep);
+        sc.new_epoch(self.limit as usize);
+        if ep < self.limit {
+            sc.visit(ep);
+        }
         for layer in (level + 1..=max_level).rev() {
-            (cur, cd) = self.greedy(q, cur, cd, layer, self.limit, &mut 0);
+            (cur, cd) = self.greedy(q, cur, cd, layer, self.limit, sc);
         }
         let mut eps = vec![(cd, cur)];
         for layer in (0..=level.min(max_level)).rev() {
@@ -688,6 +712,65 @@ mod tests {
         for x in v {
             assert_eq!(unkey(pack(x, 7)).to_bits(), x.to_bits());
             assert_eq!(slot_of(pack(x, 7)), 7);
+        }
+    }
+
+    /// The descent measures each node once but ends where the textbook greedy walk (every
+    /// neighbor measured at every hop) ends, with the same path, on short vectors (one at a
+    /// time) and long ones (four at a time).
+    #[test]
+    fn descent_ends_where_the_plain_greedy_walk_ends() {
+        use crate::index::{Control, Index};
+        for d in [8usize, 300] {
+            let n = 4000;
+            let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ d as u64;
+            let mut r = move || {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            };
+            let data: Vec<f32> = (0..n * d).map(|_| r()).collect();
+            let idx = Index::memory(d, None).unwrap();
+            idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
+            let snap = idx.snap();
+            let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
+            assert!(snap.max_level >= 2, "the test needs upper layers");
+            let mut measured_less = false;
+            for _ in 0..200 {
+                let q: Vec<f32> = (0..d).map(|_| r()).collect();
+                // The textbook walk.
+                let (mut cur, mut cd, mut plain) = (snap.entry, g.dist(&q, snap.entry), 1u64);
+                let mut want = Vec::new();
+                for layer in (1..=snap.max_level).rev() {
+                    loop {
+                        let mut changed = false;
+                        let list = list_of(g.st, cur, layer).unwrap();
+                        for e in &list[2..2 + list_len(list)] {
+                            let nb = e.load(Relaxed);
+                            plain += 1;
+                            let dd = g.dist(&q, nb);
+                            if dd < cd {
+                                (cur, cd, changed) = (nb, dd, true);
+                            }
+                        }
+                        if !changed {
+                            break;
+                        }
+                    }
+                    want.push(cur);
+                }
+                let mut path = vec![0u32; snap.max_level];
+                let got = g.start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path).unwrap();
+                // This thread's count of the descent's distances (the global counters would
+                // also count other tests' searches).
+                let used = with_scratch(|sc| sc.dists);
+                assert_eq!((got.1, got.0.to_bits()), (cur, cd.to_bits()), "dims {d}");
+                assert_eq!(path, want, "dims {d}");
+                assert!(used <= plain);
+                measured_less |= used < plain;
+            }
+            assert!(measured_less, "no node was met twice in 200 descents (dims {d})");
         }
     }
 
