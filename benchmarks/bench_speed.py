@@ -22,8 +22,9 @@ An ef sweep gives recall@k (against exact ground truth) and QPS for each search 
 recall@k = 0.90 / 0.95 / 0.99 is interpolated linearly between sweep points. Inside a pass the
 engines are built one after the other and then all searched at each ef in turn (the order
 rotates per ef and per pass, reversed on odd passes), so background load falls on every engine
-alike; at each ef and mode the engines take turns run by run (--runs runs of the whole query
-set each, the median run counts). Figures are medians over passes, each also given as a ratio
+alike; at each ef and mode the engines take turns run by run (--runs runs each, the median run
+counts; a run searches the whole query set again and again until --min-run-seconds have passed,
+so that a burst of background load is averaged over a run rather than making it). Figures are medians over passes, each also given as a ratio
 to the best peer. For chassis the distances computed per query (chassis._chassis._search_counters(), differences
 around each 1t search_batch) are reported along the sweep.
 
@@ -270,6 +271,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int,
                    help="per sweep point and mode: runs of the whole query set per engine, the "
                         "engines taking turns run by run; the median run counts (3; --quick: 1)")
+    p.add_argument("--min-run-seconds", type=float,
+                   help="a run repeats the query set until this long (0.25; --quick: 0, one pass)")
     p.add_argument("--warmup", type=int, default=50, help="queries searched untimed before each point (50)")
     p.add_argument("--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)")
     p.add_argument("--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)")
@@ -284,6 +287,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args.passes = args.passes or (1 if args.quick else 3)
     args.ef = [int(x) for x in _csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
     args.runs = args.runs or (1 if args.quick else 3)
+    if args.min_run_seconds is None:
+        args.min_run_seconds = 0.0 if args.quick else 0.25
     args.calls = args.calls or (5_000 if args.quick else 20_000)
     args.call_runs = args.call_runs or (3 if args.quick else 5)
     args.clustered_n = args.clustered_n or (10_000 if args.quick else 100_000)
@@ -386,6 +391,11 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
                     engine = engines[engine_name]
                     try:
                         ids, seconds = engine.search(mode, queries, args.k)
+                        total, reps = seconds, 1
+                        while total < args.min_run_seconds:
+                            total += engine.search(mode, queries, args.k)[1]
+                            reps += 1
+                        seconds = total / reps
                     except Exception as exc:
                         traceback.print_exc()
                         notes.append(f"{name}: {engine_name} failed at ef={ef}: {exc!r}")
@@ -554,7 +564,8 @@ def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: d
     n, d = data["base"].shape
     print(f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
           f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
-          f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es)")
+          f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es), each "
+          f"point the median of {args.runs} run(s) of >= {args.min_run_seconds:g} s")
     cols = _columns(overhead)
     rows = [[engine] + [_cell(key, engine, s, get(engine, s)) for key, _, get, _ in cols]
             for engine, s in results.items()]
