@@ -283,15 +283,7 @@ impl<'a> Graph<'a> {
     /// (distance, slot) from `q` to each of `slots`, four at a time where that pays.
     fn dists_to(&self, q: &[f32], slots: &[u32]) -> Vec<(f32, u32)> {
         let mut out = Vec::with_capacity(slots.len() + 1);
-        let mut rest = slots;
-        if self.grouped {
-            let mut groups = slots.chunks_exact(4);
-            for g in &mut groups {
-                out.extend(self.dist4(q, g).into_iter().zip(g.iter().copied()));
-            }
-            rest = groups.remainder();
-        }
-        out.extend(rest.iter().map(|&s| (self.dist(q, s), s)));
+        self.each_dist(q, slots, |s, d| out.push((d, s)));
         out
     }
 
@@ -335,36 +327,52 @@ impl<'a> Graph<'a> {
         loop {
             let mut changed = false;
             if let Some(list) = list_of(self.st, cur, layer) {
-                let n = list_len(list);
-                sc.buf.clear();
-                for e in &list[2..2 + n] {
-                    let nb = e.load(Relaxed);
-                    if nb < limit && sc.visit(nb) {
-                        self.prefetch_vector(nb);
-                        sc.buf.push(nb);
+                self.gather(list, limit, sc);
+                let buf = std::mem::take(&mut sc.buf);
+                self.each_dist(q, &buf, |nb, d| {
+                    if d < cur_d {
+                        (cur, cur_d, changed) = (nb, d, true);
                     }
-                }
-                sc.dists += sc.buf.len() as u64;
-                let mut i = 0;
-                while i < sc.buf.len() {
-                    let (ds, m) = if self.grouped && i + 4 <= sc.buf.len() {
-                        (self.dist4(q, &sc.buf[i..i + 4]), 4)
-                    } else {
-                        ([self.dist(q, sc.buf[i]), 0.0, 0.0, 0.0], 1)
-                    };
-                    for (t, &d) in ds[..m].iter().enumerate() {
-                        if d < cur_d {
-                            cur = sc.buf[i + t];
-                            cur_d = d;
-                            changed = true;
-                        }
-                    }
-                    i += m;
-                }
+                });
+                sc.buf = buf;
             }
             if !changed {
                 return (cur, cur_d);
             }
+        }
+    }
+
+    /// The entries of `list` below `limit` not visited yet, into `sc.buf` in list order: marked
+    /// visited, their vectors prefetched, counted as measured.
+    #[inline(always)]
+    fn gather(&self, list: &[AtomicU32], limit: u32, sc: &mut Scratch) {
+        let n = list_len(list);
+        sc.buf.clear();
+        for e in &list[2..2 + n] {
+            let nb = e.load(Relaxed);
+            if nb < limit && sc.visit(nb) {
+                self.prefetch_vector(nb);
+                sc.buf.push(nb);
+            }
+        }
+        sc.dists += sc.buf.len() as u64;
+    }
+
+    /// `f(slot, distance)` for each of `slots` in order; the distances four at a time where
+    /// that pays (each bitwise the single kernel's, so the calls are what one by one gives).
+    #[inline(always)]
+    fn each_dist(&self, q: &[f32], slots: &[u32], mut f: impl FnMut(u32, f32)) {
+        let mut i = 0;
+        while i < slots.len() {
+            let (ds, m) = if self.grouped && i + 4 <= slots.len() {
+                (self.dist4(q, &slots[i..i + 4]), 4)
+            } else {
+                ([self.dist(q, slots[i]), 0.0, 0.0, 0.0], 1)
+            };
+            for (t, &d) in ds[..m].iter().enumerate() {
+                f(slots[i + t], d);
+            }
+            i += m;
         }
     }
 
@@ -395,42 +403,24 @@ impl<'a> Graph<'a> {
                 }
             }
             let Some(list) = list_of(self.st, slot_of(c), layer) else { continue };
-            let n = list_len(list);
-            sc.buf.clear();
-            for e in &list[2..2 + n] {
-                let nb = e.load(Relaxed);
-                if nb < self.limit && sc.visit(nb) {
-                    self.prefetch_vector(nb);
-                    sc.buf.push(nb);
-                }
-            }
-            sc.dists += sc.buf.len() as u64;
-            // Distances first (four at a time where that pays), then each in turn against the
-            // bound as it stands after the ones before it: the same decisions as one by one.
-            let mut i = 0;
-            while i < sc.buf.len() {
-                let (ds, m) = if self.grouped && i + 4 <= sc.buf.len() {
-                    (self.dist4(q, &sc.buf[i..i + 4]), 4)
-                } else {
-                    ([self.dist(q, sc.buf[i]), 0.0, 0.0, 0.0], 1)
-                };
-                for (t, &d) in ds[..m].iter().enumerate() {
-                    let nb = sc.buf[i + t];
-                    if sc.top.len() < ef || d < bound {
-                        sc.cand.push(std::cmp::Reverse(pack(d, nb)));
-                        if accept(nb) {
-                            sc.top.push(pack(d, nb));
-                            if sc.top.len() > ef {
-                                sc.top.pop();
-                            }
-                        }
-                        if let Some(t) = sc.top.peek() {
-                            bound = unkey(*t);
+            self.gather(list, self.limit, sc);
+            // Each neighbor in turn against the bound as it stands after the ones before it.
+            let buf = std::mem::take(&mut sc.buf);
+            self.each_dist(q, &buf, |nb, d| {
+                if sc.top.len() < ef || d < bound {
+                    sc.cand.push(std::cmp::Reverse(pack(d, nb)));
+                    if accept(nb) {
+                        sc.top.push(pack(d, nb));
+                        if sc.top.len() > ef {
+                            sc.top.pop();
                         }
                     }
+                    if let Some(t) = sc.top.peek() {
+                        bound = unkey(*t);
+                    }
                 }
-                i += m;
-            }
+            });
+            sc.buf = buf;
         }
     }
 
