@@ -505,10 +505,15 @@ impl<'a> Graph<'a> {
                 self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
                 SEARCHES.fetch_add(1, Relaxed);
-                let mut out: Vec<(f32, u32)> = sc.top.drain().map(|e| (unkey(e), slot_of(e))).collect();
-                out.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                out.truncate(k);
-                out
+                // Packed keys order as (distance by total_cmp, slot): the k smallest, sorted
+                // as integers (only k of the ef results are sorted).
+                let mut keys: Vec<u64> = sc.top.drain().collect();
+                if keys.len() > k {
+                    keys.select_nth_unstable(k);
+                    keys.truncate(k);
+                }
+                keys.sort_unstable();
+                keys.into_iter().map(|e| (unkey(e), slot_of(e))).collect()
             })
         })
     }
