@@ -440,8 +440,10 @@ impl<'a> Graph<'a> {
     /// (distance, slot). `path` (`max_level` long) receives the node the walk ended at on each
     /// layer, top first: queries with equal paths start in the same part of the graph. Stays
     /// below `published` (see `knn`).
-    /// Counts its distances in `sc.dists`; `entry < limit`.
-    fn descend(&self, q: &[f32], entry: u32, max_level: usize, published: u32, sc: &mut Scratch, mut path: Option<&mut [u32]>) -> (f32, u32) {
+    /// Counts its distances in `sc.dists`; `entry < limit`. Walks layers `max_level` down to
+    /// `lowest` (1 for a search; an insertion stops above the new node's level).
+    #[allow(clippy::too_many_arguments)]
+    fn descend(&self, q: &[f32], entry: u32, max_level: usize, lowest: usize, published: u32, sc: &mut Scratch, mut path: Option<&mut [u32]>) -> (f32, u32) {
         sc.new_epoch(self.limit as usize);
         if entry < self.limit {
             sc.visit(entry);
@@ -449,7 +451,7 @@ impl<'a> Graph<'a> {
         let mut cur = entry;
         let mut cd = self.dist(q, entry);
         sc.dists += 1;
-        for layer in (1..=max_level).rev() {
+        for layer in (lowest.max(1)..=max_level).rev() {
             (cur, cd) = self.greedy(q, cur, cd, layer, published.min(self.limit), sc);
             if let Some(p) = path.as_deref_mut() {
                 p[max_level - layer] = cur;
@@ -469,7 +471,7 @@ impl<'a> Graph<'a> {
         with_scratch(|sc| {
             Self::with_aligned(sc, q, |q, sc| {
                 sc.dists = 0;
-                let start = self.descend(q, entry, max_level, published, sc, Some(path));
+                let start = self.descend(q, entry, max_level, 1, published, sc, Some(path));
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
                 Some(start)
             })
@@ -500,7 +502,7 @@ impl<'a> Graph<'a> {
                 sc.dists = 0;
                 let (cd, cur) = match start {
                     Some(s) if s.1 < self.limit => s,
-                    _ => self.descend(q, entry, max_level, published, sc, None),
+                    _ => self.descend(q, entry, max_level, 1, published, sc, None),
                 };
                 self.search_layer(q, &[(cd, cur)], ef.max(k), 0, sc, accept);
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
@@ -607,15 +609,7 @@ impl<'a> Graph<'a> {
         before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
         sc: &mut Scratch,
     ) -> Result<()> {
-        let mut cur = ep;
-        let mut cd = self.dist(q, ep);
-        sc.new_epoch(self.limit as usize);
-        if ep < self.limit {
-            sc.visit(ep);
-        }
-        for layer in (level + 1..=max_level).rev() {
-            (cur, cd) = self.greedy(q, cur, cd, layer, self.limit, sc);
-        }
+        let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
         let mut eps = vec![(cd, cur)];
         for layer in (0..=level.min(max_level)).rev() {
             self.search_layer(q, &eps, ef_construction, layer, sc, &|s| s != slot);
