@@ -392,7 +392,7 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
                     try:
                         ids, seconds = engine.search(mode, queries, args.k)
                         total, reps = seconds, 1
-                        while total < args.min_run_seconds:
+                        while total < args.min_run_seconds and reps < 10_000:
                             total += engine.search(mode, queries, args.k)[1]
                             reps += 1
                         seconds = total / reps

@@ -1089,12 +1089,20 @@ impl Index {
     fn prepare_query<'q>(&self, q: &'q [f32], what: &str) -> Result<Cow<'q, [f32]>> {
         self.check_dims(q.len(), what)?;
         self.check_vector(q, what)?;
-        if self.metric() == Metric::Cosine {
-            let mut v = q.to_vec();
-            distance::normalize(&mut v);
-            return Ok(Cow::Owned(v));
+        Ok(self.search_form(q, q.len()))
+    }
+
+    /// Checked rows of `d` values as searches take them: for cosine one normalised copy (the
+    /// caller's array is never changed), else the rows themselves.
+    fn search_form<'q>(&self, rows: &'q [f32], d: usize) -> Cow<'q, [f32]> {
+        if self.metric() != Metric::Cosine || d == 0 {
+            return Cow::Borrowed(rows);
         }
-        Ok(Cow::Borrowed(q))
+        let mut v = rows.to_vec();
+        v.chunks_exact_mut(d).for_each(|r| {
+            distance::normalize(r);
+        });
+        Cow::Owned(v)
     }
 
     /// The bytes to store for `v` (normalised for cosine, rounded for half). Borrowed when the
@@ -2071,15 +2079,7 @@ impl Index {
             self.check_vector(row, &format!("query {r}"))?;
         }
         // Prepared once for both passes (cosine: one normalised copy of the batch).
-        let qs: Cow<[f32]> = if self.metric() == Metric::Cosine {
-            let mut v = qs.to_vec();
-            v.chunks_exact_mut(d).for_each(|r| {
-                distance::normalize(r);
-            });
-            Cow::Owned(v)
-        } else {
-            Cow::Borrowed(qs)
-        };
+        let qs = self.search_form(qs, d);
         let qs: &[f32] = &qs;
         let same = match filter {
             BatchFilter::Same(f) => f.map(|f| self.slot_filter(snap, f)),
