@@ -7,7 +7,7 @@ use crate::format::{
     self, choose_header, Geometry, Header, Metric, Precision, RegionKind, DATA_START, EMPTY, HEADER_COPY_SIZE, NO_UPPER,
     RESERVED_ID,
 };
-use crate::graph::{self, Graph, LOCK_STRIPES};
+use crate::graph::{self, Graph, Start, LOCK_STRIPES};
 use crate::os;
 use crate::storage::Storage;
 use crate::undo::{undo_path, Record, UndoLog};
@@ -27,7 +27,7 @@ pub const SCAN_FACTOR: usize = 8;
 /// graph's bottom layer (`batch_starts`); a smaller one has too little to share.
 const ORDER_MIN: usize = 32;
 /// A batch's search order and each query's start on layer 0 (see `batch_starts`).
-type BatchStarts = (Vec<u32>, Vec<Option<(f32, u32)>>);
+type BatchStarts = (Vec<u32>, Vec<Option<Start>>);
 /// Largest k and ef a call accepts.
 pub const MAX_K: usize = 1 << 24;
 /// The largest half-precision value.
@@ -1962,7 +1962,7 @@ impl Index {
     }
 
     /// `start`: where layer 0 starts, if the caller already descended (`batch_starts`).
-    fn search_prepared(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>, start: Option<(f32, u32)>) -> Vec<Hit> {
+    fn search_prepared(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>, start: Option<&Start>) -> Vec<Hit> {
         if snap.live == 0 {
             return Vec::new();
         }
@@ -1999,7 +1999,7 @@ impl Index {
         ef: usize,
         filter: Option<&SlotFilter>,
         bad: &[u32],
-        start: Option<(f32, u32)>,
+        start: Option<&Start>,
     ) -> Vec<(f32, u32)> {
         let visible = snap.slots as u32;
         let st = &snap.st;
@@ -2103,7 +2103,7 @@ impl Index {
                 BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
                 BatchFilter::Same(_) => None,
             };
-            let start = starts.as_ref().and_then(|(_, s)| s[i]);
+            let start = starts.as_ref().and_then(|(_, s)| s[i].as_ref());
             let hits = self.search_prepared(snap, q, k, ef, own.as_ref().or(same.as_ref()), start);
             ctl.done.fetch_add(1, Relaxed);
             hits
@@ -2156,14 +2156,14 @@ impl Index {
         let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
         let g = Graph::new(st, self.metric(), limit);
         let visible = snap.slots as u32;
-        let descend = |q: &[f32], path: &mut [u32]| -> Option<(f32, u32)> {
+        let descend = |q: &[f32], path: &mut [u32]| -> Option<Start> {
             if ctl.cancelled() {
                 return None;
             }
             g.start_of(q, snap.entry, layers, visible, path)
         };
         let mut paths = vec![0u32; nq * layers];
-        let starts: Vec<Option<(f32, u32)>> = if threads == Some(1) {
+        let starts: Vec<Option<Start>> = if threads == Some(1) {
             qs.chunks_exact(d).zip(paths.chunks_mut(layers)).map(|(q, p)| descend(q, p)).collect()
         } else {
             with_threads(threads, || qs.par_chunks_exact(d).zip(paths.par_chunks_mut(layers)).with_max_len(64).map(|(q, p)| descend(q, p)).collect())?
