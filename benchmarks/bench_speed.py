@@ -22,10 +22,11 @@ An ef sweep gives recall@k (against exact ground truth) and QPS for each search 
 recall@k = 0.90 / 0.95 / 0.99 is interpolated linearly between sweep points. Inside a pass the
 engines are built one after the other and then all searched at each ef in turn (the order
 rotates per ef and per pass, reversed on odd passes), so background load falls on every engine
-alike; at each ef and mode the engines take turns run by run (--runs runs each, the median run
-counts; a run searches the whole query set again and again until --min-run-seconds have passed,
-so that a burst of background load is averaged over a run rather than making it). Figures are medians over passes, each also given as a ratio
-to the best peer. For chassis the distances computed per query (chassis._chassis._search_counters(), differences
+alike; at each ef and mode the engines take turns call by call (a call searches the whole query
+set once), each called at least --runs times and until its calls add up to --min-seconds; an
+engine's QPS at that point is from its median call. So a burst of background load lands on a
+call or two of every engine, never on all of one engine's. Figures are medians over passes,
+each also given as a ratio to the best peer. For chassis the distances computed per query (chassis._chassis._search_counters(), differences
 around each 1t search_batch) are reported along the sweep.
 
 Targets (printed as PASS / FAIL): chassis 1t QPS at recall 0.95 >= 1.15x the best peer's on
@@ -84,7 +85,8 @@ QUICK_EF = "10,20,40,80,160"
 ALL_ENGINES = "chassis,chassis-memory,hnswlib,usearch,faiss,chassisdb"
 # Our own engines: never a "peer" of each other.
 OURS = ("chassis", "chassis-memory")
-SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
+SWEEP_MODES = ("batch", "loop", "batch2")
+MAX_CALLS = 1_000  # per engine, sweep point and mode (a bound for near-zero call times)  # 1t batch, 1t loop, 2t batch
 MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
 GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the targets
 
@@ -269,10 +271,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="build threads (2)")
     p.add_argument("--search-threads", type=int, default=2, help="threads of the 2t batch (2)")
     p.add_argument("--runs", type=int,
-                   help="per sweep point and mode: runs of the whole query set per engine, the "
-                        "engines taking turns run by run; the median run counts (3; --quick: 1)")
-    p.add_argument("--min-run-seconds", type=float,
-                   help="a run repeats the query set until this long (0.25; --quick: 0, one pass)")
+                   help="per sweep point and mode: calls (the whole query set each) per engine at "
+                        "least, the engines taking turns call by call; the median call counts "
+                        "(5; --quick: 1)")
+    p.add_argument("--min-seconds", type=float,
+                   help="per sweep point and mode: an engine is called until its calls add up to "
+                        "this long (0.6; --quick: 0)")
     p.add_argument("--warmup", type=int, default=50, help="queries searched untimed before each point (50)")
     p.add_argument("--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)")
     p.add_argument("--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)")
@@ -286,9 +290,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.passes = args.passes or (1 if args.quick else 3)
     args.ef = [int(x) for x in _csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
-    args.runs = args.runs or (1 if args.quick else 3)
-    if args.min_run_seconds is None:
-        args.min_run_seconds = 0.0 if args.quick else 0.25
+    args.runs = args.runs or (1 if args.quick else 5)
+    if args.min_seconds is None:
+        args.min_seconds = 0.0 if args.quick else 0.6
     args.calls = args.calls or (5_000 if args.quick else 20_000)
     args.call_runs = args.call_runs or (3 if args.quick else 5)
     args.clustered_n = args.clustered_n or (10_000 if args.quick else 100_000)
@@ -380,22 +384,23 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
     for step, ef in enumerate(args.ef):
         for engine_name in list(out):
             engines[engine_name].set_ef(ef)
-        # Engines take turns run by run (each run: the whole query set once), so a burst of
-        # background load lands on one run of each engine, not on all runs of one; QPS is from
-        # each engine's median run.
+        # Engines take turns call by call (each call: the whole query set once) until each has
+        # had --runs calls adding up to --min-seconds, so a burst of background load lands on
+        # a call or two of every engine, not on all of one's; QPS is from each engine's median
+        # call.
         for mode in SWEEP_MODES:
             times: dict[str, list[float]] = {e: [] for e in out}
             recalls: dict[str, float] = {}
-            for run in range(args.runs):
-                for engine_name in _order(list(times), n_pass, step + run):
+            turn = 0
+            while True:
+                due = [e for e, t in times.items()
+                       if len(t) < args.runs or (sum(t) < args.min_seconds and len(t) < MAX_CALLS)]
+                if not due:
+                    break
+                for engine_name in _order(due, n_pass, step + turn):
                     engine = engines[engine_name]
                     try:
                         ids, seconds = engine.search(mode, queries, args.k)
-                        total, reps = seconds, 1
-                        while total < args.min_run_seconds and reps < 10_000:
-                            total += engine.search(mode, queries, args.k)[1]
-                            reps += 1
-                        seconds = total / reps
                     except Exception as exc:
                         traceback.print_exc()
                         notes.append(f"{name}: {engine_name} failed at ef={ef}: {exc!r}")
@@ -403,13 +408,14 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
                         del out[engine_name], times[engine_name]
                         continue
                     times[engine_name].append(seconds)
-                    if run == 0:
+                    if len(times[engine_name]) == 1:
                         recalls[engine_name] = recall_at_k(ids, truth, args.k)
                         if mode == "batch" and engine_name == "chassis" and engine.counted is not None:
                             searches, dists = engine.counted  # (the file-backed one)
                             distances.append({"ef": ef, "recall": recalls[engine_name],
                                               "distances": dists / max(searches, 1),
                                               "searches": searches, "queries": len(queries)})
+                turn += 1
             for engine_name, t in times.items():
                 out[engine_name]["sweep"][mode].append(
                     {"ef": ef, "recall": recalls[engine_name],
@@ -565,7 +571,8 @@ def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: d
     print(f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
           f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
           f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es), each "
-          f"point the median of {args.runs} run(s) of >= {args.min_run_seconds:g} s")
+          f"point the median call of >= {args.runs} per engine adding up to >= "
+          f"{args.min_seconds:g} s, the engines taking turns")
     cols = _columns(overhead)
     rows = [[engine] + [_cell(key, engine, s, get(engine, s)) for key, _, get, _ in cols]
             for engine, s in results.items()]
