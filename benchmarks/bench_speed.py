@@ -37,7 +37,7 @@ Data sets: "minilm" (/work/shared/data/debian-minilm, 45,056 x 384 unit vectors,
 1,000 queries, ground truth given) and "clustered" (100,000 x 128 Gaussian clusters, seed 0,
 euclidean, ground truth computed exactly), loaded by bench_core.load.
 
-    python benchmarks/bench_speed.py                  # full run (about 12-15 min on 2 cores)
+    python benchmarks/bench_speed.py                  # full run (about 21 min on 2 cores)
     python benchmarks/bench_speed.py --quick          # smoke run: 10,000 rows, 200 queries, 1 pass
     python benchmarks/bench_speed.py --datasets clustered --engines chassis,hnswlib --json out.json
 """

@@ -425,7 +425,14 @@ impl<'a> Graph<'a> {
 
     /// Beam search of one layer from `entries`, keeping the `ef` nearest nodes that `accept`
     /// allows (others still route). Leaves the results in `sc.top`.
-    fn search_layer<F: Fn(u32) -> bool>(&self, q: &[f32], entries: &[(f32, u32)], ef: usize, layer: usize, sc: &mut Scratch, accept: &F) {
+    /// `lookahead` (layer 0 only): also prefetch the list of each neighbor that becomes the
+    /// nearest candidate when it is found, not only the next candidate's when one is expanded:
+    /// the node expanded next is then often that neighbor, whose list was otherwise a cache
+    /// miss. Searches: paired in alternating processes, 0.97-1.26x (median 1.08x) over minilm
+    /// and clustered, file and memory, batch and loop, identical results. Builds don't: with
+    /// ef_construction 200 most such prefetches are wasted and a minilm build took 1.06x as long.
+    #[allow(clippy::too_many_arguments)]
+    fn search_layer<F: Fn(u32) -> bool>(&self, q: &[f32], entries: &[(f32, u32)], ef: usize, layer: usize, lookahead: bool, sc: &mut Scratch, accept: &F) {
         sc.new_epoch(self.limit as usize);
         sc.top.clear();
         sc.cand.clear();
@@ -456,9 +463,15 @@ impl<'a> Graph<'a> {
             self.gather(list, self.limit, sc);
             // Each neighbor in turn against the bound as it stands after the ones before it.
             let buf = std::mem::take(&mut sc.buf);
+            let lookahead = lookahead && layer == 0;
+            let mut best = sc.cand.peek().map(|c| unkey(c.0)).unwrap_or(f32::INFINITY);
             self.each_dist(q, &buf, |nb, d| {
                 if sc.top.len() < ef || d < bound {
                     sc.cand.push(std::cmp::Reverse(pack(d, nb)));
+                    if lookahead && d < best {
+                        best = d;
+                        self.prefetch_list(nb);
+                    }
                     if accept(nb) {
                         sc.top.push(pack(d, nb));
                         if sc.top.len() > ef {
@@ -565,7 +578,7 @@ impl<'a> Graph<'a> {
                     entries[n] = e;
                     n += 1;
                 }
-                self.search_layer(q, &entries[..n], ef.max(k), 0, sc, accept);
+                self.search_layer(q, &entries[..n], ef.max(k), 0, true, sc, accept);
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
                 SEARCHES.fetch_add(1, Relaxed);
                 nearest(&mut sc.top, k)
@@ -665,7 +678,7 @@ impl<'a> Graph<'a> {
         let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
         let mut eps = vec![(cd, cur)];
         for layer in (0..=level.min(max_level)).rev() {
-            self.search_layer(q, &eps, ef_construction, layer, sc, &|s| s != slot);
+            self.search_layer(q, &eps, ef_construction, layer, false, sc, &|s| s != slot);
             let cands = nearest(&mut sc.top, usize::MAX);
             // A new node keeps as many neighbors as its lists hold (2M on layer 0, as faiss
             // does; hnswlib keeps M there): on clustered data recall at a given ef rose from
