@@ -767,24 +767,31 @@ mod tests {
         }
     }
 
+    /// An in-memory index of `n` vectors of `d` uniform values in [-0.5, 0.5) from an xorshift
+    /// generator seeded with `seed`, linked on `threads` threads; and the generator, to draw
+    /// queries from.
+    fn random_index(d: usize, n: usize, seed: u64, threads: usize) -> (crate::index::Index, impl FnMut() -> f32) {
+        use crate::index::{Control, Index};
+        let mut s = seed;
+        let mut r = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        let data: Vec<f32> = (0..n * d).map(|_| r()).collect();
+        let idx = Index::memory(d, None).unwrap();
+        idx.add_batch(&data, n, None, Some(threads), &Control::default()).unwrap();
+        (idx, r)
+    }
+
     /// The descent measures each node once but ends where the textbook greedy walk (every
     /// neighbor measured at every hop) ends, with the same path, on short vectors (one at a
     /// time) and long ones (four at a time).
     #[test]
     fn descent_ends_where_the_plain_greedy_walk_ends() {
-        use crate::index::{Control, Index};
         for d in [8usize, 300] {
-            let n = 4000;
-            let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ d as u64;
-            let mut r = move || {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            };
-            let data: Vec<f32> = (0..n * d).map(|_| r()).collect();
-            let idx = Index::memory(d, None).unwrap();
-            idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
+            let (idx, mut r) = random_index(d, 4000, 0x9e37_79b9_7f4a_7c15u64 ^ d as u64, 2);
             let snap = idx.snap();
             let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
             assert!(snap.max_level >= 2, "the test needs upper layers");
@@ -831,18 +838,8 @@ mod tests {
     /// ef and k covering the whole graph every node is measured exactly once after the descent.
     #[test]
     fn layer_zero_starts_from_the_descents_nearest_nodes_without_measuring_them_again() {
-        use crate::index::{Control, Index};
         let (d, n) = (8usize, 1500usize);
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut r = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        };
-        let data: Vec<f32> = (0..n * d).map(|_| r()).collect();
-        let idx = Index::memory(d, None).unwrap();
-        idx.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+        let (idx, mut r) = random_index(d, n, 0x2545_f491_4f6c_dd1du64, 1);
         let snap = idx.snap();
         let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
         assert!(snap.max_level >= 1, "the test needs upper layers");
