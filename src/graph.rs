@@ -42,7 +42,9 @@ impl Start {
         Start(keys)
     }
 
-    /// The seeds as (distance, slot), nearest first; the first is where the greedy walk ended.
+    /// The seeds as (distance, slot), nearest first: the first is where the greedy walk ended
+    /// (it moves to every nearer node it measures), unless another node measured at the same
+    /// distance has a lower slot.
     pub fn entries(&self) -> impl Iterator<Item = (f32, u32)> + '_ {
         self.0.iter().take_while(|&&e| e != u64::MAX).map(|&e| (unkey(e), slot_of(e)))
     }
