@@ -85,8 +85,8 @@ QUICK_EF = "10,20,40,80,160"
 ALL_ENGINES = "chassis,chassis-memory,hnswlib,usearch,faiss,chassisdb"
 # Our own engines: never a "peer" of each other.
 OURS = ("chassis", "chassis-memory")
-SWEEP_MODES = ("batch", "loop", "batch2")
-MAX_CALLS = 1_000  # per engine, sweep point and mode (a bound for near-zero call times)  # 1t batch, 1t loop, 2t batch
+SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
+MAX_CALLS = 1_000  # per engine, sweep point and mode (a bound for near-zero call times)
 MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
 GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the targets
 

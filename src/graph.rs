@@ -434,11 +434,20 @@ impl<'a> Graph<'a> {
     /// and clustered, file and memory, batch and loop, identical results. Builds don't: with
     /// ef_construction 200 most such prefetches are wasted and a minilm build took 1.06x as long.
     #[allow(clippy::too_many_arguments)]
-    fn search_layer<F: Fn(u32) -> bool>(&self, q: &[f32], entries: &[(f32, u32)], ef: usize, layer: usize, lookahead: bool, sc: &mut Scratch, accept: &F) {
+    fn search_layer<F: Fn(u32) -> bool>(
+        &self,
+        q: &[f32],
+        entries: impl IntoIterator<Item = (f32, u32)>,
+        ef: usize,
+        layer: usize,
+        lookahead: bool,
+        sc: &mut Scratch,
+        accept: &F,
+    ) {
         sc.new_epoch(self.limit as usize);
         sc.top.clear();
         sc.cand.clear();
-        for &(d, e) in entries {
+        for (d, e) in entries {
             if e >= self.limit || !sc.visit(e) {
                 continue;
             }
@@ -574,13 +583,7 @@ impl<'a> Graph<'a> {
                         Start::from_seen(&mut sc.seen)
                     }
                 };
-                let mut entries = [(0.0f32, 0u32); SEEDS];
-                let mut n = 0;
-                for e in start.entries() {
-                    entries[n] = e;
-                    n += 1;
-                }
-                self.search_layer(q, &entries[..n], ef.max(k), 0, true, sc, accept);
+                self.search_layer(q, start.entries(), ef.max(k), 0, true, sc, accept);
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
                 SEARCHES.fetch_add(1, Relaxed);
                 nearest(&mut sc.top, k)
@@ -680,7 +683,7 @@ impl<'a> Graph<'a> {
         let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
         let mut eps = vec![(cd, cur)];
         for layer in (0..=level.min(max_level)).rev() {
-            self.search_layer(q, &eps, ef_construction, layer, false, sc, &|s| s != slot);
+            self.search_layer(q, eps.iter().copied(), ef_construction, layer, false, sc, &|s| s != slot);
             let cands = nearest(&mut sc.top, usize::MAX);
             // A new node keeps as many neighbors as its lists hold (2M on layer 0, as faiss
             // does; hnswlib keeps M there): on clustered data recall at a given ef rose from
