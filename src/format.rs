@@ -29,8 +29,9 @@
 //! `check` 16 bits of a checksum of (seq, slot): one word, so that it changes atomically and a
 //! snapshot older than `seq` still sees the slot live.
 //!
-//! **Level-0 record** (`2 + 2M` u32 words): `count (low 16 bits) | level (bits 16..24)`,
-//! `list_crc`, then `2M` neighbor slots. Unused entries hold [`EMPTY`].
+//! **Level-0 record** (`2 + 2M` u32 words): `count (low 16 bits) | level (bits 16..24) |
+//! laid out by locality (bit 24, [`L0_LOCALITY`])`, `list_crc`, then `2M` neighbor slots.
+//! Unused entries hold [`EMPTY`].
 //!
 //! **Upper lists** live in heap chunks: a node of level `L >= 1` owns `L` consecutive lists of
 //! `2 + M` u32 words (`count`, `list_crc`, `M` slots), for layers 1..=L. A heap reference is
@@ -466,6 +467,14 @@ pub fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
+/// A stored vector's bytes as f32 values, into `out` (`dims` long).
+pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
+    match precision {
+        Precision::Full => out.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(o, c)| *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        Precision::Half => out.iter_mut().zip(bytes.chunks_exact(2)).for_each(|(o, c)| *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()),
+    }
+}
+
 /// Checksum of a stored vector's bytes.
 #[inline]
 pub fn vector_crc(bytes: &[u8]) -> u32 {
@@ -520,6 +529,11 @@ pub fn list_crc(slot: u32, layer: usize, head: u32, entries: &[u32]) -> u32 {
     }
     xxh3_64_with_seed(&buf[..4 + 4 * entries.len()], ((slot as u64) << 8) | layer as u64) as u32
 }
+
+/// Bit 24 of a level-0 head: the slot is one of a batch laid out by locality (locality.rs)
+/// whose ids rose in the order its rows came, so a run of such slots is in insertion order when
+/// sorted by id (`Index::ids`). Kept by every rewrite of the list.
+pub const L0_LOCALITY: u32 = 1 << 24;
 
 /// Level-0 head word: count in the low 16 bits, level in bits 16..24.
 #[inline]

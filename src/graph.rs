@@ -51,13 +51,18 @@ impl Start {
 }
 
 /// Write a list: entries first, then its checksum, then the head word (count, and the level
-/// for layer 0) with release ordering, so a reader that sees the new count sees the entries.
+/// and the locality bit, kept from the old head, for layer 0) with release ordering, so a
+/// reader that sees the new count sees the entries.
 pub fn write_list(list: &[AtomicU32], slot: u32, layer: usize, entries: &[u32], level: usize) {
     debug_assert!(entries.len() <= list.len() - 2);
     for (i, e) in entries.iter().enumerate() {
         list[2 + i].store(*e, Relaxed);
     }
-    let head = if layer == 0 { format::l0_head(entries.len(), level) } else { entries.len() as u32 };
+    let head = if layer == 0 {
+        format::l0_head(entries.len(), level) | (list[0].load(Relaxed) & format::L0_LOCALITY)
+    } else {
+        entries.len() as u32
+    };
     list[1].store(list_crc(slot, layer, head, entries), Relaxed);
     list[0].store(head, Release);
 }
@@ -123,10 +128,11 @@ pub fn restore_lists(st: &Storage, slot: u32, words: &[u32]) {
     }
 }
 
-/// A level for a new node, from its slot number alone (so that builds are reproducible and a
-/// reused slot gets the same level): `floor(-ln(u) / ln(M))`, capped.
-pub fn level_for(slot: u64, m: usize) -> usize {
-    let mut z = slot.wrapping_add(0x9E37_79B9_7F4A_7C15);
+/// A level for a new node, from one number alone: the slot it would take if rows were laid
+/// out in the order they came (`locality` may place it elsewhere; its level stays), so that
+/// builds are reproducible: `floor(-ln(u) / ln(M))`, capped.
+pub fn level_for(place: u64, m: usize) -> usize {
+    let mut z = place.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;

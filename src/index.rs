@@ -8,6 +8,7 @@ use crate::format::{
     RESERVED_ID,
 };
 use crate::graph::{self, Graph, Start, LOCK_STRIPES};
+use crate::locality;
 use crate::os;
 use crate::storage::Storage;
 use crate::undo::{undo_path, Record, UndoLog};
@@ -1185,7 +1186,27 @@ impl Index {
 
     pub fn ids_in(&self, snap: &Snap) -> Result<Vec<u64>> {
         self.check_open()?;
-        Ok((0..snap.slots as u32).filter_map(|s| snap.live_id(s)).collect())
+        Ok(Self::live_in_order(snap).into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// The live (slot, id) pairs in insertion order: slot order, except that a run of slots
+    /// laid out by locality (`format::L0_LOCALITY`) came in the order of its ids.
+    fn live_in_order(snap: &Snap) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = Vec::new();
+        let mut run: Option<usize> = None;
+        for s in 0..snap.slots as u32 {
+            let Some(id) = snap.live_id(s) else { continue };
+            if snap.st.l0(s)[0].load(Relaxed) & format::L0_LOCALITY != 0 {
+                run.get_or_insert(out.len());
+            } else if let Some(r) = run.take() {
+                out[r..].sort_unstable_by_key(|p| p.1);
+            }
+            out.push((s, id));
+        }
+        if let Some(r) = run {
+            out[r..].sort_unstable_by_key(|p| p.1);
+        }
+        out
     }
 
     // ------------------------------------------------------------------ adds
@@ -1235,6 +1256,27 @@ impl Index {
             self.check_vector(row, &what)?;
         }
         let new_ids = self.assign_ids(w, &snap, n, ids)?;
+        // Where each row goes: `order[j]` is the row written into slot `start + j`, `pos[i]`
+        // the slot offset of row `i` (see locality.rs). Rows are still linked in their order.
+        let vb = self.geo.vec_bytes;
+        // Only a batch whose ids rise along its rows, above every id so far, so that its
+        // insertion order can be read back from its ids (`live_in_order`).
+        let by_locality = n >= locality::LOCALITY_MIN && new_ids[0] >= w.next_id && new_ids.windows(2).all(|p| p[0] < p[1]);
+        let order: Vec<u32> = if by_locality {
+            let precision = self.precision();
+            let row = |i: usize, out: &mut [f32]| match rows {
+                Rows::Values(v) => out.copy_from_slice(&v[i * d..(i + 1) * d]),
+                Rows::Stored(b) => format::decode_vector(&b[i * vb..(i + 1) * vb], precision, out),
+            };
+            let cancelled = || ctl.cancelled();
+            with_threads(threads, || locality::slot_order(n, d, &row, &cancelled))?.ok_or_else(Error::interrupted)?
+        } else {
+            (0..n as u32).collect()
+        };
+        let mut pos = vec![0u32; n];
+        for (j, &i) in order.iter().enumerate() {
+            pos[i as usize] = j as u32;
+        }
         let start = w.slots;
         if start + n as u64 > u32::MAX as u64 - 1 {
             return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 vectors", "start another index file"));
@@ -1250,7 +1292,9 @@ impl Index {
             *self.entry.lock() = entry_before;
         };
         let m = st.geo.m;
-        let levels: Vec<usize> = (0..n).map(|i| graph::level_for(start + i as u64, m)).collect();
+        // By slot offset; each row keeps the level its place in the batch draws (as if it had
+        // gone into slot `start + i`), so the layout does not change the graph.
+        let levels: Vec<usize> = order.iter().map(|&i| graph::level_for(start + i as u64, m)).collect();
         let mut uppers = vec![NO_UPPER; n];
         let room = (|| -> Result<()> {
             st.reserve_slots(start, start + n as u64)?;
@@ -1269,9 +1313,8 @@ impl Index {
         // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
         Self::advise_slots(st, start, start + n as u64);
         // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
-        let vb = self.geo.vec_bytes;
-        let write_row = |buf: &mut Vec<u8>, i: usize| {
-            let slot = (start + i as u64) as u32;
+        let write_row = |buf: &mut Vec<u8>, j: usize| {
+            let (slot, i) = ((start + j as u64) as u32, order[j] as usize);
             let bytes = match rows {
                 Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], buf),
                 Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
@@ -1280,10 +1323,12 @@ impl Index {
             let vcrc = format::vector_crc(bytes);
             let h = st.header(slot);
             h[0].store(new_ids[i], Relaxed);
-            h[1].store(uppers[i], Relaxed);
+            h[1].store(uppers[j], Relaxed);
             h[2].store(0, Relaxed);
-            h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[i], vcrc) as u64) << 32, Relaxed);
-            graph::write_list(st.l0(slot), slot, 0, &[], levels[i]);
+            h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[j], vcrc) as u64) << 32, Relaxed);
+            // The head's locality bit first: write_list keeps it (a reused slot may hold an old one).
+            st.l0(slot)[0].store(if by_locality { format::L0_LOCALITY } else { 0 }, Relaxed);
+            graph::write_list(st.l0(slot), slot, 0, &[], levels[j]);
         };
         // Who writes the new slots first decides where an in-memory index's pages lie (the
         // NUMA note): balanced, every thread one contiguous stretch; local, or a small batch,
@@ -1307,7 +1352,7 @@ impl Index {
         // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
         let (cslots, cseq) = (w.committed.slots, w.committed.seq);
-        let result = with_threads(threads, || self.link(st, cslots, cseq, start, n, &levels, ctl)).and_then(|r| r);
+        let result = with_threads(threads, || self.link(st, cslots, cseq, start, &pos, &levels, ctl)).and_then(|r| r);
         // A large batch: give nodes the pruning left without a way in one (checked in O(slots),
         // so not after small adds).
         let total = start + n as u64;
@@ -1477,10 +1522,17 @@ impl Index {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn link(&self, st: &Storage, cslots: u64, cseq: u64, start: u64, n: usize, levels: &[usize], ctl: &Control) -> Result<()> {
+    /// Link the batch's nodes in the order of its rows: row `i` is slot `start + pos[i]`;
+    /// `levels` are by slot offset.
+    fn link(&self, st: &Storage, cslots: u64, cseq: u64, start: u64, pos: &[u32], levels: &[usize], ctl: &Control) -> Result<()> {
+        let n = pos.len();
         let g = Graph::new(st, self.metric(), (start + n as u64) as u32);
         let ef = self.opts.ef_construction;
         let hook = |s: u32| self.before_modify(st, cslots, cseq, s);
+        let insert = |i: usize| {
+            let j = pos[i] as usize;
+            g.insert((start + j as u64) as u32, levels[j], ef, &self.entry, &self.locks, &hook)
+        };
         let first_err: Mutex<Option<Error>> = Mutex::new(None);
         let next = AtomicU64::new(0);
         let work = || loop {
@@ -1491,7 +1543,7 @@ impl Index {
             if i >= n as u64 {
                 return;
             }
-            if let Err(e) = g.insert((start + i) as u32, levels[i as usize], ef, &self.entry, &self.locks, &hook) {
+            if let Err(e) = insert(i as usize) {
                 first_err.lock().get_or_insert(e);
                 return;
             }
@@ -1499,8 +1551,7 @@ impl Index {
         };
         // The first node of an empty index becomes the entry point before anyone links to it.
         if self.entry.lock().0 == EMPTY {
-            let i = next.fetch_add(1, Relaxed);
-            g.insert((start + i) as u32, levels[0], ef, &self.entry, &self.locks, &hook)?;
+            insert(next.fetch_add(1, Relaxed) as usize)?;
             ctl.done.fetch_add(1, Relaxed);
         }
         let workers = rayon::current_num_threads().min(n);
@@ -1729,7 +1780,8 @@ impl Index {
         let mut w = self.writer.lock();
         self.flush_locked(&mut w)?;
         let snap = self.view.read().clone();
-        let live: Vec<u32> = (0..snap.slots as u32).filter(|&s| snap.live_id(s).is_some()).collect();
+        // In insertion order, which the compacted index keeps.
+        let live: Vec<u32> = Self::live_in_order(&snap).into_iter().map(|(s, _)| s).collect();
         let g = &self.geo;
         if self.memory {
             let new = Index::memory(g.dims, Some(&self.opts))?;

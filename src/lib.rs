@@ -6,7 +6,7 @@
 //! - [`format`]: the on-disk layout, in one place
 //! - [`storage`]: the file's mappings and every unsafe pointer access into them
 //! - [`undo`]: the log that makes a killed writer's changes disappear
-//! - [`graph`]: HNSW search and insertion
+//! - [`graph`]: HNSW search and insertion; [`locality`]: which slots a batch's vectors go to
 //! - [`distance`]: SIMD kernels chosen at run time; [`cpu`]: the prefetch policy of ADR-0015
 //! - [`index`]: the index a caller uses; [`warm`]: background read-in (ADR-0019);
 //!   [`os`]: system calls and memory advice (huge pages, ADR-0016)
@@ -17,6 +17,7 @@ pub mod error;
 pub mod format;
 pub mod graph;
 pub mod index;
+pub mod locality;
 pub mod os;
 pub mod storage;
 pub mod undo;

@@ -17,7 +17,9 @@ must never die of a signal. Then:
   other vector is bit-identical, a slot whose header or marker is damaged is hidden.
 
 Offsets follow docs/format.md; ``test_layout_arithmetic`` checks them against the file first
-(ids read back from slot headers, vectors from the vector arrays, the region table).
+(ids read back from slot headers, vectors from the vector arrays, the region table). A batch of
+1,024 rows or more is laid out by locality, so a slot does not hold the id of the same number:
+the cases name the id they damage and find its slot from the slot headers.
 """
 
 from __future__ import annotations
@@ -138,12 +140,15 @@ def pristine(tmp_path_factory):
     h0, h1 = parse_header(b, 0), parse_header(b, 1)
     cur, old = (h0, h1) if h0.seq > h1.seq else (h1, h0)
     assert cur.seq == old.seq + 1
+    layout = Layout(cur)
+    id_of = [struct.unpack_from("<Q", b, layout.slot_header(s))[0] for s in range(N)]
     live_ids = [i for i in range(N) if i not in DELETED]
     states = {
         cur.copy: dict(ids=live_ids, user_version=USER_VERSION, seq=cur.seq),
         old.copy: dict(ids=list(range(N)), user_version=0, seq=old.seq),  # before the deletes
     }
-    return dict(path=path, bytes=b, data=data, cur=cur, old=old, layout=Layout(cur), states=states)
+    return dict(path=path, bytes=b, data=data, cur=cur, old=old, layout=layout, states=states, id_of=id_of,
+                slot_of={i: s for s, i in enumerate(id_of)})
 
 
 def test_layout_arithmetic(pristine):
@@ -154,12 +159,15 @@ def test_layout_arithmetic(pristine):
     assert lay.segments[0][2] == DATA_START, "the first segment starts at 128 KiB"
     assert len(lay.segments) == 2 and len(lay.heaps) >= 1  # 1024 + 2048 slots; upper layers exist
     assert lay.l0(0) - lay.slot_header(0) == 1024 * 32
+    id_of = pristine["id_of"]
+    # Each batch fills its own slots (rows 0-1999, then 2000-2999), laid out by locality.
+    assert sorted(id_of[:2000]) == list(range(2000)) and sorted(id_of[2000:]) == list(range(2000, N))
+    assert id_of != list(range(N)), "batches of 1,024 rows or more are laid out by locality"
     for s in [0, 1, 5, 100, 1023, 1024, 1025, 1500, 2100, 2999]:
         sid, upper, marker, crcs = struct.unpack_from("<QQQQ", b, lay.slot_header(s))
-        assert sid == s, f"slot {s}: id {sid} read at the computed slot header offset"
         vec = np.frombuffer(b, np.float32, DIMS, lay.vector(s))
-        assert_bit_identical(vec, data[s], f"vector of slot {s} at the computed offset")
-        assert (marker != 0) == (s in DELETED)
+        assert_bit_identical(vec, data[sid], f"vector of slot {s} (id {sid}) at the computed offset")
+        assert (marker != 0) == (sid in DELETED)
         head = struct.unpack_from("<I", b, lay.l0(s))[0]
         count, level = head & 0xFFFF, (head >> 16) & 0xFF
         assert 0 < count <= 2 * M
@@ -173,10 +181,10 @@ def test_layout_arithmetic(pristine):
 
 
 def upper_node(pristine, avoid=()) -> int | None:
-    """A slot of level >= 1 (not the entry point), whose lists live in a heap chunk."""
+    """A slot of level >= 1 (not the entry point, nor deleted), whose lists live in a heap chunk."""
     b, lay = pristine["bytes"], pristine["layout"]
     for s in range(N):
-        if s in avoid or s == pristine["cur"].entry or s in DELETED:
+        if s in avoid or s == pristine["cur"].entry or pristine["id_of"][s] in DELETED:
             continue
         upper = struct.unpack_from("<Q", b, lay.slot_header(s) + 8)[0]
         if upper != NO_UPPER:
@@ -265,7 +273,8 @@ class Case:
     name: str
     flips: list  # (offset, xor mask)
     kind: str  # "header", "both", "slot"
-    slot: int | None = None  # the damaged slot
+    slot: int | None = None  # the damaged slot (check().corrupt names slots)
+    id: int | None = None  # the id it holds
     copy: int | None = None  # the damaged header copy
     hidden: tuple = ()  # ids no longer listed (header / marker damage)
     bad_vector: bool = False  # get() of the slot's id raises CorruptIndexError
@@ -291,33 +300,40 @@ def make_cases(p) -> list[Case]:
     up = upper_node(p)
     up2 = upper_node(p, avoid=(up,))
     entry = cur.entry
+    S, I = p["slot_of"], p["id_of"]
+
+    def at(name, offset_of, id_, mask, off=0, **kw):
+        """Damage the slot that holds id_."""
+        slot = S[id_]
+        return Case(name, [(offset_of(slot) + off, mask)], "slot", slot=slot, id=id_, **kw)
+
+    def at_slot(name, offset, slot, mask, **kw):
+        return Case(name, [(offset, mask)], "slot", slot=slot, id=I[slot], **kw)
+
     cases += [
         # slot headers: word 0 is the id (100 ^ 0x40 = 36, an id in use elsewhere)
-        Case("slot header id low byte", [(lay.slot_header(100), 0x40)], "slot", slot=100, hidden=(100,)),
-        Case("slot header id high byte", [(lay.slot_header(1100) + 5, 0x01)], "slot", slot=1100, hidden=(1100,)),
-        Case("slot header checksum word", [(lay.slot_header(101) + 28, 0x01)], "slot", slot=101, hidden=(101,)),
+        at("slot header id low byte", lay.slot_header, 100, 0x40, hidden=(100,)),
+        at("slot header id high byte", lay.slot_header, 1100, 0x01, off=5, hidden=(1100,)),
+        at("slot header checksum word", lay.slot_header, 101, 0x01, off=28, hidden=(101,)),
         # vectors
-        Case("vector exponent byte", [(lay.vector(1234) + 3, 0x01)], "slot", slot=1234, bad_vector=True),
-        Case("vector in segment 0", [(lay.vector(10) + 17, 0x10)], "slot", slot=10, bad_vector=True),
+        at("vector exponent byte", lay.vector, 1234, 0x01, off=3, bad_vector=True),
+        at("vector in segment 0", lay.vector, 10, 0x10, off=17, bad_vector=True),
         # level-0 records: word 0 count | level << 16, word 1 crc, then neighbor slots
-        Case("level-0 neighbor entry", [(lay.l0(2100) + 8, 0x01)], "slot", slot=2100),
-        Case("level-0 neighbor entry out of range", [(lay.l0(2104) + 8 + 3, 0x40)], "slot", slot=2104),
-        Case("level-0 count", [(lay.l0(2101), 0x01)], "slot", slot=2101),
-        Case("level-0 count far too large", [(lay.l0(2102) + 1, 0xFF)], "slot", slot=2102),
-        Case("level-0 level byte", [(lay.l0(2103) + 2, 0x08)], "slot", slot=2103),
-        Case("level-0 list checksum", [(lay.l0(700) + 4, 0x01)], "slot", slot=700),
-        Case("entry point's level-0 neighbor entry", [(lay.l0(entry) + 8, 0x01)], "slot", slot=entry),
+        at("level-0 neighbor entry", lay.l0, 2100, 0x01, off=8),
+        at("level-0 neighbor entry out of range", lay.l0, 2104, 0x40, off=8 + 3),
+        at("level-0 count", lay.l0, 2101, 0x01),
+        at("level-0 count far too large", lay.l0, 2102, 0xFF, off=1),
+        at("level-0 level byte", lay.l0, 2103, 0x08, off=2),
+        at("level-0 list checksum", lay.l0, 700, 0x01, off=4),
+        at_slot("entry point's level-0 neighbor entry", lay.l0(entry) + 8, entry, 0x01),
         # upper lists in a heap chunk: count, crc, M neighbor slots per layer
-        Case("heap upper-list neighbor entry", [(lay.upper_list(_upper(p, up), 1) + 8, 0x01)], "slot", slot=up),
-        Case("heap upper-list count", [(lay.upper_list(_upper(p, up2), 1), 0x01)], "slot", slot=up2),
-        Case("entry point's upper-list entry", [(lay.upper_list(_upper(p, entry), 1) + 12, 0x02)], "slot",
-             slot=entry),
+        at_slot("heap upper-list neighbor entry", lay.upper_list(_upper(p, up), 1) + 8, up, 0x01),
+        at_slot("heap upper-list count", lay.upper_list(_upper(p, up2), 1), up2, 0x01),
+        at_slot("entry point's upper-list entry", lay.upper_list(_upper(p, entry), 1) + 12, entry, 0x02),
         # delete markers (slot header word 2)
-        Case("delete marker of a deleted slot", [(lay.slot_header(1500) + 16, 0x01)], "slot", slot=1500),
-        Case("delete marker of a deleted slot, seq bits", [(lay.slot_header(2500) + 16 + 3, 0x01)], "slot",
-             slot=2500),
-        Case("delete marker of a live slot", [(lay.slot_header(777) + 16 + 3, 0x10)], "slot", slot=777,
-             hidden=(777,)),
+        at("delete marker of a deleted slot", lay.slot_header, 1500, 0x01, off=16),
+        at("delete marker of a deleted slot, seq bits", lay.slot_header, 2500, 0x01, off=16 + 3),
+        at("delete marker of a live slot", lay.slot_header, 777, 0x10, off=16 + 3, hidden=(777,)),
     ]
     return cases
 
@@ -395,8 +411,8 @@ def check_searches(r: dict, visible: set[int], what: str) -> None:
 
 def queries_for(p, case: Case) -> np.ndarray:
     q = clustered_data(4, DIMS, seed=31, sample_seed=4242)
-    if case.slot is not None:
-        q = np.concatenate([q, p["data"][case.slot][None, :]])  # the damaged slot's own vector
+    if case.id is not None:
+        q = np.concatenate([q, p["data"][case.id][None, :]])  # the damaged slot's own vector
     return np.ascontiguousarray(q, dtype=np.float32)
 
 
@@ -432,7 +448,7 @@ def test_damaged_file(pristine, tmp_path, name):
     path = damage(p, case, tmp_path / "damaged.chassis")
     queries = queries_for(p, case)
     cur_ids = p["states"][p["cur"].copy]["ids"]
-    probe = sorted({case.slot} | set(DELETED) | {36}) if case.slot is not None else sorted(set(DELETED))
+    probe = sorted({case.id} | set(DELETED) | {36}) if case.id is not None else sorted(set(DELETED))
     res = run_child(p, path, queries, probe, tmp_path)
 
     for mode in ("reader", "writer"):
@@ -467,8 +483,8 @@ def test_damaged_file(pristine, tmp_path, name):
         ids = [i for i in cur_ids if i not in case.hidden]
         visible = set(ids)
         if case.bad_vector:
-            assert r["get_errors"] == {str(case.slot): "CorruptIndexError"}, (
-                f"{what}: get() errors {r['get_errors']}, expected CorruptIndexError for id {case.slot} only"
+            assert r["get_errors"] == {str(case.id): "CorruptIndexError"}, (
+                f"{what}: get() errors {r['get_errors']}, expected CorruptIndexError for id {case.id} only"
             )
         else:
             assert r["get_errors"] == {}, f"{what}: get() errors {r['get_errors']}"
@@ -483,7 +499,7 @@ def test_damaged_file(pristine, tmp_path, name):
         )
         assert r["user_version"] == USER_VERSION
         check_searches(r, visible, what)
-        skip = (case.slot,) if case.bad_vector else ()
+        skip = (case.id,) if case.bad_vector else ()
         check_state(r, p, ids, USER_VERSION, queries, what, skip_vec=skip)
 
 
@@ -492,14 +508,15 @@ def test_search_never_returns_a_vector_that_fails_its_checksum(pristine, tmp_pat
     vector with one low mantissa bit flipped is still its own query's nearest neighbour, so an
     exact search returns it unless the search skips it."""
     p = pristine
-    s = 1234
-    case = Case("vector low bit", [(p["layout"].vector(s), 0x01)], "slot", slot=s, bad_vector=True)
+    s = 1234  # the id; its slot is found from the slot headers
+    slot = p["slot_of"][s]
+    case = Case("vector low bit", [(p["layout"].vector(slot), 0x01)], "slot", slot=slot, id=s, bad_vector=True)
     path = damage(p, case, tmp_path / "damaged.chassis")
     queries = queries_for(p, case)
     res = run_child(p, path, queries, [s], tmp_path)
     for mode in ("reader", "writer"):
         r = res[mode]
-        assert r["check"]["corrupt"] == [s]
+        assert r["check"]["corrupt"] == [slot]
         assert r["get_errors"] == {str(s): "CorruptIndexError"}
         for tag in ("exact", "default", "batch_exact"):
             rows = r["searches"][tag] if not tag.startswith("batch") else r["searches"][tag][0]
