@@ -345,9 +345,7 @@ impl<'a> Graph<'a> {
         let bytes = self.st.vector_bytes(slot);
         if self.half {
             buf.resize(self.dims, 0.0);
-            for (o, c) in buf.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-            }
+            format::decode_vector(bytes, format::Precision::Half, buf);
             buf
         } else {
             // SAFETY: full-precision vectors are `dims` little-endian f32s at a 4-byte aligned

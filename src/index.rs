@@ -1521,9 +1521,9 @@ impl Index {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     /// Link the batch's nodes in the order of its rows: row `i` is slot `start + pos[i]`;
     /// `levels` are by slot offset.
+    #[allow(clippy::too_many_arguments)]
     fn link(&self, st: &Storage, cslots: u64, cseq: u64, start: u64, pos: &[u32], levels: &[usize], ctl: &Control) -> Result<()> {
         let n = pos.len();
         let g = Graph::new(st, self.metric(), (start + n as u64) as u32);

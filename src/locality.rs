@@ -16,6 +16,7 @@
 //! median of the component along which they vary most, and again in each half, down to
 //! [`LEAF`] rows. The same rows always give the same order.
 
+use crate::distance::dot;
 use rayon::prelude::*;
 
 /// Batches at least this large are laid out by locality; smaller ones are in cache anyway.
@@ -132,20 +133,6 @@ fn orthonormalize(v: &mut [f32], dims: usize) {
         let scale = if norm > 1e-20 { 1.0 / norm } else { 0.0 };
         cur.iter_mut().for_each(|x| *x *= scale);
     }
-}
-
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums, so the compiler vectorises it.
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + ra.iter().zip(rb).map(|(x, y)| x * y).sum::<f32>()
 }
 
 /// Order `rows` (indexes into `coords`, `k` per row) by recursive median splits along the
