@@ -477,7 +477,7 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
             // Stored vectors are 64-byte aligned: as little-endian u16s they convert in one pass
             // of the half crate's slice conversion (F16C, eight at a time, where the CPU has
             // it); one `to_f32` per element checked the CPU each time and made a build of a
-            // half-precision index, which decodes every candidate, 1.3-1.5x as slow as full.
+            // half-precision index, which decodes every candidate, 1.2-1.6x as slow as full.
             if cfg!(target_endian = "little") && (bytes.as_ptr() as usize).is_multiple_of(2) {
                 // SAFETY: n u16s lie within `bytes` (n <= bytes.len() / 2), the address is
                 // 2-byte aligned, and every bit pattern is a valid u16.
