@@ -474,17 +474,36 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
         Precision::Half => {
             use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
             let n = out.len().min(bytes.len() / 2);
-            // Stored vectors are 64-byte aligned: as little-endian u16s they convert in one pass
+            // Stored vectors are 64-byte aligned: as u16s (the format is little-endian, and so is
+            // every target it builds for) they convert in one pass
             // of the half crate's slice conversion (F16C, eight at a time, where the CPU has
             // it); one `to_f32` per element checked the CPU each time and made a build of a
             // half-precision index, which decodes every candidate, 1.2-1.6x as slow as full.
-            if cfg!(target_endian = "little") && (bytes.as_ptr() as usize).is_multiple_of(2) {
+            if (bytes.as_ptr() as usize).is_multiple_of(2) {
                 // SAFETY: n u16s lie within `bytes` (n <= bytes.len() / 2), the address is
                 // 2-byte aligned, and every bit pattern is a valid u16.
                 let bits = unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const u16, n) };
                 bits.reinterpret_cast::<half::f16>().convert_to_f32_slice(&mut out[..n]);
             } else {
                 out.iter_mut().zip(bytes.chunks_exact(2)).for_each(|(o, c)| *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32());
+            }
+        }
+    }
+}
+
+/// Append the stored bytes of `v` at `precision` to `out` (half: rounded to nearest, as
+/// `half::f16::from_f32`). Half converts through the half crate's slice conversion, 64 values
+/// at a time, for the same reason `decode_vector` does.
+pub fn encode_vector(v: &[f32], precision: Precision, out: &mut Vec<u8>) {
+    match precision {
+        Precision::Full => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
+        Precision::Half => {
+            use half::slice::HalfFloatSliceExt;
+            let mut h = [half::f16::ZERO; 64];
+            for chunk in v.chunks(64) {
+                let h = &mut h[..chunk.len()];
+                h.convert_from_f32_slice(chunk);
+                out.extend(h.iter().flat_map(|x| x.to_bits().to_le_bytes()));
             }
         }
     }
@@ -606,6 +625,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn half_vectors_encode_like_one_value_at_a_time_and_round_trip() {
+        // Every finite f16 value (exact), and values between them and around the range's
+        // ends (rounded), against half's own per-value conversion; chunk edges included.
+        let mut v: Vec<f32> = (0..=u16::MAX).map(half::f16::from_bits).filter(|h| h.is_finite()).map(|h| h.to_f32()).collect();
+        let exact = v.len();
+        let mut x = 0x2545_f491u32;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            v.push((x as f32 / u32::MAX as f32 - 0.5) * 131_000.0);
+            v.push(f32::from_bits(x & 0x3fff_ffff) * if x & 1 == 1 { 1.0 } else { -1.0 });
+        }
+        for len in [v.len(), 1, 63, 64, 65, 383] {
+            let mut out = Vec::new();
+            encode_vector(&v[..len], Precision::Half, &mut out);
+            assert_eq!(out.len(), len * 2);
+            for (c, x) in out.chunks_exact(2).zip(&v[..len]) {
+                assert_eq!(u16::from_le_bytes([c[0], c[1]]), half::f16::from_f32(*x).to_bits(), "{x}");
+            }
+        }
+        let mut out = Vec::new();
+        encode_vector(&v[..exact], Precision::Half, &mut out);
+        let mut back = vec![0f32; exact];
+        decode_vector(&out, Precision::Half, &mut back);
+        assert!(back.iter().zip(&v).all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 
     fn sample() -> Header {

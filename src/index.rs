@@ -1113,15 +1113,15 @@ impl Index {
             // SAFETY: reinterpreting f32s as their little-endian bytes (the target is LE).
             return unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4) };
         }
-        let mut src = v.to_vec();
-        if self.metric() == Metric::Cosine {
-            distance::normalize(&mut src);
-        }
+        let src: Cow<[f32]> = if self.metric() == Metric::Cosine {
+            let mut n = v.to_vec();
+            distance::normalize(&mut n);
+            Cow::Owned(n)
+        } else {
+            Cow::Borrowed(v)
+        };
         buf.clear();
-        match self.precision() {
-            Precision::Full => buf.extend(src.iter().flat_map(|x| x.to_le_bytes())),
-            Precision::Half => buf.extend(src.iter().flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())),
-        }
+        format::encode_vector(&src, self.precision(), buf);
         buf
     }
 
