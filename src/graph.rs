@@ -251,6 +251,11 @@ impl Scratch {
     }
 }
 
+/// How many candidates ahead the neighbor heuristic asks for a candidate's vector (see
+/// `Graph::select`). Measured on a one-thread minilm build, alternating processes: the layer-0
+/// heuristic took 0.75-0.80x the time with 4 ahead (8 gave no more), about 3% of the build.
+const SELECT_AHEAD: usize = 4;
+
 /// Vectors at least this long get their distances computed four at a time in a search: the
 /// prefetch of ADR-0015 covers only their first lines, and interleaving four lets the misses
 /// on the rest overlap. Shorter vectors are whole in the prefetched lines.
@@ -617,12 +622,21 @@ impl<'a> Graph<'a> {
 
     /// The heuristic of the HNSW paper (algorithm 4): walk the candidates nearest first and
     /// keep one only if it is nearer to the base than to every node kept so far.
+    /// Each candidate's vector is asked for SELECT_AHEAD candidates before it is weighed: an
+    /// insertion's search meets about 2,500 vectors (3.8 MB at 384 dimensions, more than L2),
+    /// so most of the 200 candidates have left the core's caches by now.
     fn select(&self, cands: &[(f32, u32)], m: usize, sc: &mut Scratch) -> Vec<(f32, u32)> {
         let mut kept: Vec<(f32, u32)> = Vec::with_capacity(m);
         let mut buf = std::mem::take(&mut sc.vec_b);
-        for &(d, c) in cands {
+        for &(_, c) in cands.iter().take(SELECT_AHEAD) {
+            self.prefetch_vector(c);
+        }
+        for (i, &(d, c)) in cands.iter().enumerate() {
             if kept.len() >= m {
                 break;
+            }
+            if let Some(&(_, next)) = cands.get(i + SELECT_AHEAD) {
+                self.prefetch_vector(next);
             }
             let cv = self.vector_f32(c, &mut buf);
             if kept.iter().all(|&(_, r)| self.dist(cv, r) >= d) {
