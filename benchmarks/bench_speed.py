@@ -26,7 +26,9 @@ alike; at each ef and mode the engines take turns call by call (a call searches 
 set once), each called at least --runs times and until its calls add up to --min-seconds; an
 engine's QPS at that point is from its median call. So a burst of background load lands on a
 call or two of every engine, never on all of one engine's. Figures are medians over passes,
-each also given as a ratio to the best peer. For chassis the distances computed per query (chassis._chassis._search_counters(), differences
+each also given as a ratio to the best peer. Build times, which background load moves most,
+are medians of --build-passes builds (5: each pass's, then build-only rounds in the same
+rotating order). For chassis the distances computed per query (chassis._chassis._search_counters(), differences
 around each 1t search_batch) are reported along the sweep.
 
 Targets (printed as PASS / FAIL): chassis 1t QPS at recall 0.95 >= 1.15x the best peer's on
@@ -37,7 +39,7 @@ Data sets: "minilm" (/work/shared/data/debian-minilm, 45,056 x 384 unit vectors,
 1,000 queries, ground truth given) and "clustered" (100,000 x 128 Gaussian clusters, seed 0,
 euclidean, ground truth computed exactly), loaded by bench_core.load.
 
-    python benchmarks/bench_speed.py                  # full run (about 21 min on 2 cores)
+    python benchmarks/bench_speed.py                  # full run (about 25 min on 2 cores)
     python benchmarks/bench_speed.py --quick          # smoke run: 10,000 rows, 200 queries, 1 pass
     python benchmarks/bench_speed.py --datasets clustered --engines chassis,hnswlib --json out.json
 """
@@ -264,6 +266,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--engines", default=ALL_ENGINES, help=f"({ALL_ENGINES})")
     p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
     p.add_argument("--passes", type=int, help="passes (3; --quick: 1)")
+    p.add_argument("--build-passes", type=int,
+                   help="builds per engine for the build time: the passes' builds plus build-only "
+                        "rounds, the engines taking turns (5; --quick: 1)")
     p.add_argument("--ef", help=f"ef sweep ({DEFAULT_EF}; --quick: {QUICK_EF})")
     p.add_argument("--k", type=int, default=10, help="neighbours per query (10)")
     p.add_argument("--m", type=int, default=16, help="max_connections / M (16)")
@@ -289,6 +294,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", help="where index files go (default: a temporary folder)")
     args = p.parse_args(argv)
     args.passes = args.passes or (1 if args.quick else 3)
+    args.build_passes = max(args.passes, args.build_passes or (1 if args.quick else 5))
     args.ef = [int(x) for x in _csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
     args.runs = args.runs or (1 if args.quick else 5)
     if args.min_seconds is None:
@@ -433,6 +439,39 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
     return out
 
 
+def build_rounds(engines: dict[str, Any], data: dict[str, Any], args, workdir: Path,
+                 notes: list[str], names: list[str]) -> dict[str, list[float]]:
+    """The build-only rounds after the passes (--build-passes beyond --passes): every engine
+    builds again, in the rotating order, and the index is thrown away. A build is the figure
+    this machine's background load moves most (one engine's three builds in one run have
+    spread by 38%), so it gets more samples than the sweep. {engine: [build seconds]}."""
+    out: dict[str, list[float]] = {e: [] for e in names}
+    name = data["name"]
+    for n_round in range(args.passes, args.build_passes):
+        folder = workdir / f"{name}-build-{n_round}"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            for engine_name in _order(names, n_round):
+                engine = engines[engine_name]
+                print(f"  [{name}] build {n_round + 1}/{args.build_passes}: {engine_name} ...",
+                      end="", flush=True)
+                try:
+                    seconds = engine.build(str(folder / f"{engine_name}.index"), data["base"],
+                                           metric=data["metric"], m=args.m,
+                                           ef_construction=args.ef_construction,
+                                           threads=args.threads)
+                    out[engine_name].append(seconds)
+                    print(f" {seconds:.2f} s", flush=True)
+                except Exception as exc:
+                    print(" FAILED", flush=True)
+                    notes.append(f"{name}: {engine_name} build-only round failed: {exc!r}")
+                finally:
+                    engine.close()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
 def qps_at(points: list[dict[str, float]]) -> dict[str, tuple[float | None, str]]:
     sweep = [(p["recall"], p["qps"]) for p in points]
     return {str(t): interpolate_qps(sweep, t) for t in TARGETS}
@@ -570,7 +609,8 @@ def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: d
     n, d = data["base"].shape
     print(f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
           f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
-          f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es), each "
+          f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es) "
+          f"({args.build_passes} builds for the build time), each "
           f"point the median call of >= {args.runs} per engine adding up to >= "
           f"{args.min_seconds:g} s, the engines taking turns")
     cols = _columns(overhead)
@@ -674,8 +714,13 @@ def main(argv: list[str] | None = None) -> int:
                         except Exception:
                             pass
                     shutil.rmtree(folder, ignore_errors=True)
+            extra = build_rounds(engines, data, args, workdir, notes,
+                                 [e for e, p in per_engine.items() if p])
             # an engine that missed a pass is summarised over the passes it has
             results = {e: summarize_speed(p) for e, p in per_engine.items() if p}
+            for e, s in results.items():
+                s["builds_s"] = [p["build_s"] for p in per_engine[e]] + extra.get(e, [])
+                s["build_s"] = median(s["builds_s"])
             vs = {who: versus_best(results, overhead, who) for who in OURS}
             checks = [c for who in OURS for c in targets(name, results, vs[who], who)]
             all_checks += checks
