@@ -343,11 +343,17 @@ def per_call_overhead(engines: dict[str, Any], args, folder: Path, notes: list[s
 
 
 # ------------------------------------------------------------------ one pass
+def _build(engine: Any, path: str, data: dict[str, Any], args) -> float:
+    """Seconds `engine` takes to build the index of `data` at `path`, as the options ask."""
+    return engine.build(path, data["base"], metric=data["metric"], m=args.m,
+                        ef_construction=args.ef_construction, threads=args.threads)
+
+
 def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, n_pass: int,
              notes: list[str]) -> dict[str, dict[str, Any]]:
     """Build every engine (one after the other), then sweep ef with all of them open, the
     engines taking turns at each ef. {engine: figures} for the engines that got through."""
-    base, queries, truth, name = data["base"], data["queries"], data["truth"], data["name"]
+    queries, truth, name = data["queries"], data["truth"], data["name"]
     out: dict[str, dict[str, Any]] = {}
     for engine_name in _order(list(engines), n_pass):
         engine = engines[engine_name]
@@ -355,8 +361,7 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
         print(f"  [{name}] pass {n_pass + 1}/{args.passes}: build {engine_name} ...", end="",
               flush=True)
         try:
-            build_s = engine.build(path, base, metric=data["metric"], m=args.m,
-                                   ef_construction=args.ef_construction, threads=args.threads)
+            build_s = _build(engine, path, data, args)
             persist_s = engine.persist_seconds
             engine.close()
             engine.open(path)
@@ -456,10 +461,7 @@ def build_rounds(engines: dict[str, Any], data: dict[str, Any], args, workdir: P
                 print(f"  [{name}] build {n_round + 1}/{args.build_passes}: {engine_name} ...",
                       end="", flush=True)
                 try:
-                    seconds = engine.build(str(folder / f"{engine_name}.index"), data["base"],
-                                           metric=data["metric"], m=args.m,
-                                           ef_construction=args.ef_construction,
-                                           threads=args.threads)
+                    seconds = _build(engine, str(folder / f"{engine_name}.index"), data, args)
                     out[engine_name].append(seconds)
                     print(f" {seconds:.2f} s", flush=True)
                 except Exception as exc:
