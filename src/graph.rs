@@ -10,6 +10,7 @@ use crate::cpu;
 use crate::distance::{Kernel, Kernel4};
 use crate::error::Result;
 use crate::format::{self, list_crc, EMPTY, NO_UPPER};
+use crate::halfcopy::HalfCopy;
 use crate::storage::Storage;
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -298,25 +299,56 @@ pub struct Graph<'a> {
     pf_lines: usize,
     pf_l1: bool,
     pub m: usize,
+    /// Where the vectors are read from, if not the storage: a batch's linking reads a
+    /// half-precision copy (see `halfcopy`).
+    copy: Option<&'a HalfCopy>,
 }
 
 impl<'a> Graph<'a> {
     pub fn new(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
-        let k = crate::distance::kernels().for_metric(metric, st.geo.precision);
+        Self::reading(st, metric, limit, &st.geo, None)
+    }
+
+    /// A graph whose distances are measured on `copy` (slots below its length) instead of the
+    /// stored vectors: for linking only (the lists are the storage's either way).
+    /// Its rows are measured four at a time whenever they are longer than the prefetched lines
+    /// (a 768-byte row at 384 dimensions, which the search rule leaves to single distances):
+    /// a 2-thread minilm build on the copy took 0.77-0.84x the time of one on the file with
+    /// that, 0.73-1.05x (median 0.98x) without it.
+    pub fn on_copy(st: &'a Storage, metric: format::Metric, limit: u32, copy: &'a HalfCopy) -> Graph<'a> {
+        let geo = HalfCopy::geometry(&st.geo);
+        let mut g = Self::reading(st, metric, limit.min(copy.slots()), &geo, Some(copy));
+        g.grouped |= geo.vec_bytes > g.pf_lines * 64;
+        g
+    }
+
+    /// `geo`: the geometry of the vectors read (the storage's, or the copy's).
+    fn reading(st: &'a Storage, metric: format::Metric, limit: u32, geo: &format::Geometry, copy: Option<&'a HalfCopy>) -> Graph<'a> {
+        let k = crate::distance::kernels().for_metric(metric, geo.precision);
         let ci = cpu::info();
         Graph {
             st,
             kernel: k.one,
             kernel4: k.four,
-            grouped: st.geo.vec_bytes >= group_min_bytes(),
+            grouped: geo.vec_bytes >= group_min_bytes(),
             bias: k.bias,
             sign: k.sign,
-            dims: st.geo.dims,
-            half: st.geo.precision == format::Precision::Half,
+            dims: geo.dims,
+            half: geo.precision == format::Precision::Half,
             limit: limit.min(st.capacity().min(u32::MAX as u64) as u32),
-            pf_lines: ci.prefetch_lines.min(st.geo.vec_bytes.div_ceil(64)).max(1),
+            pf_lines: ci.prefetch_lines.min(geo.vec_bytes.div_ceil(64)).max(1),
             pf_l1: ci.prefetch_l1,
             m: st.geo.m,
+            copy,
+        }
+    }
+
+    /// A slot's vector as this graph reads it (the copy's row, or the stored vector).
+    #[inline(always)]
+    fn vector_ptr(&self, slot: u32) -> *const u8 {
+        match self.copy {
+            Some(c) => c.ptr(slot),
+            None => self.st.vector_ptr(slot),
         }
     }
 
@@ -324,16 +356,17 @@ impl<'a> Graph<'a> {
     #[inline(always)]
     pub fn dist(&self, q: &[f32], slot: u32) -> f32 {
         debug_assert!(q.len() == self.dims && slot < self.limit);
-        // SAFETY: q has `dims` f32s; the stored vector lies in a live mapping (slot < limit);
-        // the kernel set was chosen for this CPU.
-        self.bias + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.st.vector_ptr(slot), self.dims) }
+        // SAFETY: q has `dims` f32s; the vector lies in a live mapping or the copy (slot <
+        // limit, which is at most the copy's length); the kernel set was chosen for this CPU
+        // and for the precision of what `vector_ptr` points to.
+        self.bias + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.vector_ptr(slot), self.dims) }
     }
 
     /// Distances to four stored vectors (each bitwise what `dist` gives).
     #[inline(always)]
     fn dist4(&self, q: &[f32], slots: &[u32]) -> [f32; 4] {
         debug_assert!(q.len() == self.dims && slots.len() == 4 && slots.iter().all(|&s| s < self.limit));
-        let v = [self.st.vector_ptr(slots[0]), self.st.vector_ptr(slots[1]), self.st.vector_ptr(slots[2]), self.st.vector_ptr(slots[3])];
+        let v = [self.vector_ptr(slots[0]), self.vector_ptr(slots[1]), self.vector_ptr(slots[2]), self.vector_ptr(slots[3])];
         // SAFETY: as `dist`, for each of the four slots.
         unsafe { (self.kernel4)(q.as_ptr(), &v, self.dims) }.map(|d| self.bias + self.sign * d)
     }
@@ -347,7 +380,10 @@ impl<'a> Graph<'a> {
 
     /// A stored vector as f32, decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
-        let bytes = self.st.vector_bytes(slot);
+        let bytes = match self.copy {
+            Some(c) => c.row(slot),
+            None => self.st.vector_bytes(slot),
+        };
         if self.half {
             buf.resize(self.dims, 0.0);
             format::decode_vector(bytes, format::Precision::Half, buf);
@@ -371,7 +407,7 @@ impl<'a> Graph<'a> {
 
     #[inline(always)]
     fn prefetch_vector(&self, slot: u32) {
-        cpu::prefetch(self.st.vector_ptr(slot), self.pf_lines, self.pf_l1);
+        cpu::prefetch(self.vector_ptr(slot), self.pf_lines, self.pf_l1);
     }
 
     /// Greedy walk on an upper layer: move to the nearest neighbor below `limit` until none is

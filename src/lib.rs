@@ -16,6 +16,7 @@ pub mod distance;
 pub mod error;
 pub mod format;
 pub mod graph;
+pub mod halfcopy;
 pub mod index;
 pub mod locality;
 pub mod os;

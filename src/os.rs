@@ -22,6 +22,16 @@ pub fn page_size() -> usize {
     })
 }
 
+/// Bytes of physical memory, asked once (None where the system does not say).
+pub fn physical_memory() -> Option<u64> {
+    static PM: OnceLock<Option<u64>> = OnceLock::new();
+    *PM.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+        (pages > 0).then(|| pages as u64 * page_size() as u64)
+    })
+}
+
 /// Try to take the exclusive writer lock on `file` without waiting. `Ok(false)`: someone else
 /// holds it. `flock` locks belong to the open file description, so a second open of the same
 /// file in this process conflicts too, which is what "one writer per file" needs.

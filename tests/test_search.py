@@ -9,12 +9,17 @@ Checks that:
 * search_batch equals a loop of search (same ef), for any thread count;
 * k > len returns len results, search_batch pads with id 2**64-1 / distance inf, an empty index
   returns [] (and an all-padding batch), k < 1 is refused;
-* the ef argument is a floor-respecting beam width: a tiny ef still returns k results.
+* the ef argument is a floor-respecting beam width: a tiny ef still returns k results;
+* a large batch of long float32 vectors, linked on a half-precision copy (by default), finds as
+  many true neighbours as the same batch linked on the full vectors (CHASSIS_HALF_COPY=0, in a
+  fresh process), also for values far beyond the 16-bit range.
 """
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,7 +34,9 @@ from conftest import (
     NO_ID,
     PRECISIONS,
     assert_exact_knn,
+    assert_child_ok,
     brute_force_knn,
+    child_env,
     clustered_data,
     normalise,
     recall_at_k,
@@ -445,3 +452,33 @@ def test_search_results_are_search_result_objects(index_path, rng):
 def test_module_exports():
     for name in chassis.__all__:
         assert hasattr(chassis, name), name
+
+
+_BUILD_AND_SEARCH = """
+import sys, numpy as np, chassis
+data, queries = np.load(sys.argv[1]), np.load(sys.argv[2])
+index = chassis.VectorIndex(sys.argv[3], data.shape[1])
+index.add_batch(data, threads=2)
+ids, _ = index.search_batch(queries, 10, ef=10)
+np.save(sys.argv[4], ids)
+"""
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e6])
+def test_a_batch_linked_on_its_half_precision_copy_finds_as_many_true_neighbours(tmp_path, scale):
+    rng = np.random.default_rng(5)
+    data = (clustered_data(3000, 384, seed=5) * scale).astype(np.float32)
+    queries = (data[rng.choice(len(data), 100, replace=False)] + rng.normal(scale=0.2 * scale, size=(100, 384))).astype(np.float32)
+    np.save(tmp_path / "data.npy", data)
+    np.save(tmp_path / "queries.npy", queries)
+    truth = brute_force_knn(data, queries, 10, "euclidean")[0]
+    recall = {}
+    for copy in ("0", "1"):
+        proc = subprocess.run(
+            [sys.executable, "-c", _BUILD_AND_SEARCH, str(tmp_path / "data.npy"), str(tmp_path / "queries.npy"),
+             str(tmp_path / f"{copy}.chassis"), str(tmp_path / f"ids{copy}.npy")],
+            capture_output=True, text=True, timeout=300, env={**child_env(), "CHASSIS_HALF_COPY": copy})
+        assert_child_ok(proc, f"build with CHASSIS_HALF_COPY={copy}")
+        recall[copy] = recall_at_k(np.load(tmp_path / f"ids{copy}.npy"), truth)
+    assert recall["0"] >= 0.9, recall
+    assert recall["1"] >= recall["0"] - 0.02, recall
