@@ -378,7 +378,8 @@ impl<'a> Graph<'a> {
         out
     }
 
-    /// A stored vector as f32, decoding half precision into `buf`.
+    /// A slot's vector as f32 as this graph reads it (the stored vector, or the copy's scaled
+    /// row), decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
         let bytes = match self.copy {
             Some(c) => c.row(slot),

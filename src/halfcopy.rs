@@ -58,8 +58,13 @@ impl HalfCopy {
             unsafe { std::slice::from_raw_parts(st.vector_ptr(s as u32) as *const f32, dims) }
         });
         let chunks: Vec<std::ops::Range<usize>> = (0..slots as usize).step_by(ROWS_PER_TASK).map(|a| a..(a + ROWS_PER_TASK).min(slots as usize)).collect();
-        let top = chunks.par_iter().map(|c| rows(c.clone()).flat_map(|v| v.iter()).fold(0f32, |m, x| m.max(x.abs()))).reduce(|| 0f32, f32::max);
-        if !top.is_finite() {
+        // The largest magnitude, and (x * 0 is NaN for an infinity or a NaN, which `max` would
+        // pass over) whether any value is not finite.
+        let (top, poison) = chunks
+            .par_iter()
+            .map(|c| rows(c.clone()).flat_map(|v| v.iter()).fold((0f32, 0f32), |(m, p), x| (m.max(x.abs()), p + x * 0.0)))
+            .reduce(|| (0f32, 0f32), |a, b| (a.0.max(b.0), a.1 + b.1));
+        if !top.is_finite() || poison != 0.0 {
             return None;
         }
         // 2^k with top * 2^k in (2^(TOP_LOG2-1), 2^TOP_LOG2]; 1 for an all-zero index.

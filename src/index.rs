@@ -87,9 +87,9 @@ pub const BALANCED_MIN: usize = 16_384;
 /// A batch is linked on a half-precision copy of the vectors (`halfcopy`) when they are at
 /// least HALFCOPY_MIN_BYTES long (a 2-thread build: 0.77-0.84x the time at 384 dimensions,
 /// none gained at 128, whose 512 bytes the prefetch of ADR-0015 covers whole), has at
-/// least HALFCOPY_MIN_ROWS rows and is at least 1/HALFCOPY_SHARE of the index it makes: the copy costs
-/// a pass over every vector (about 0.3 us a slot here), the batch gains about a fifth of its
-/// linking (about 250 us an insertion on two threads).
+/// least HALFCOPY_MIN_ROWS rows and is at least 1/HALFCOPY_SHARE of the index it makes: the
+/// copy reads every vector of the index twice, the batch gains about a fifth of its linking
+/// (about 200 us an insertion at 384 dimensions on two threads).
 const HALFCOPY_MIN_BYTES: usize = 1024;
 const HALFCOPY_MIN_ROWS: u64 = 1024;
 const HALFCOPY_SHARE: u64 = 32;
