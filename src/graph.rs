@@ -316,8 +316,8 @@ impl<'a> Graph<'a> {
     /// a 2-thread minilm build on the copy took 0.77-0.84x the time of one on the file with
     /// that, 0.73-1.05x (median 0.98x) without it.
     pub fn on_copy(st: &'a Storage, metric: format::Metric, limit: u32, copy: &'a HalfCopy) -> Graph<'a> {
-        let geo = HalfCopy::geometry(&st.geo);
-        let mut g = Self::reading(st, metric, limit.min(copy.slots()), &geo, Some(copy));
+        let geo = copy.geo();
+        let mut g = Self::reading(st, metric, limit.min(copy.slots()), geo, Some(copy));
         g.grouped |= geo.vec_bytes > g.pf_lines * 64;
         g
     }

@@ -31,10 +31,10 @@ const ROWS_PER_TASK: usize = 256;
 
 pub struct HalfCopy {
     map: AlignedMap,
-    /// Bytes between rows (a multiple of 64 from 64 bytes up, as the file's vectors).
-    stride: usize,
+    /// The rows' geometry: a half-precision index's (`geometry`), so rows lie `stride` bytes
+    /// apart, 64-byte aligned from 64 bytes up, as the file's vectors.
+    geo: Geometry,
     slots: u32,
-    dims: usize,
 }
 
 impl HalfCopy {
@@ -83,7 +83,7 @@ impl HalfCopy {
                 row.convert_from_f32_slice(&buf);
             }
         });
-        Some(HalfCopy { map, stride: geo.stride, slots, dims })
+        Some(HalfCopy { map, geo, slots })
     }
 
     /// Bytes the copy of `slots` slots of `geo` takes.
@@ -96,18 +96,23 @@ impl HalfCopy {
     pub fn ptr(&self, slot: u32) -> *const u8 {
         debug_assert!(slot < self.slots);
         // SAFETY: slot < slots, so the row lies inside the map.
-        unsafe { self.map.as_ptr().add(slot as usize * self.stride) }
+        unsafe { self.map.as_ptr().add(slot as usize * self.geo.stride) }
     }
 
-    /// A slot's row bytes (2 * dims).
+    /// A slot's row bytes (2 bytes per dimension).
     #[inline(always)]
     pub fn row(&self, slot: u32) -> &[u8] {
         // SAFETY: as `ptr`; the copy is written only in `new`, before it is shared.
-        unsafe { std::slice::from_raw_parts(self.ptr(slot), self.dims * 2) }
+        unsafe { std::slice::from_raw_parts(self.ptr(slot), self.geo.vec_bytes) }
     }
 
     pub fn slots(&self) -> u32 {
         self.slots
+    }
+
+    /// The rows' geometry.
+    pub fn geo(&self) -> &Geometry {
+        &self.geo
     }
 }
 
