@@ -18,7 +18,8 @@ use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criteri
 /// The clock of this machine in GHz, as /proc/cpuinfo says (a nominal figure on a VM).
 fn ghz() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let mhz: f64 = text.lines().find(|l| l.starts_with("cpu MHz"))?.split(':').nth(1)?.trim().parse().ok()?;
+    let mhz: f64 =
+        text.lines().find(|l| l.starts_with("cpu MHz"))?.split(':').nth(1)?.trim().parse().ok()?;
     Some(mhz / 1000.0)
 }
 
@@ -53,7 +54,11 @@ fn bench(c: &mut Criterion) {
         for &dims in &dims_list {
             if let Some(g) = clock {
                 let cycles = (dims / width(k.level)) as f64 + 8.0; // loads, then the horizontal sum
-                eprintln!("bound {}/{dims}: {:.1} ns ({cycles:.0} cycles at {g:.2} GHz)", k.level, cycles / g);
+                eprintln!(
+                    "bound {}/{dims}: {:.1} ns ({cycles:.0} cycles at {g:.2} GHz)",
+                    k.level,
+                    cycles / g
+                );
             }
         }
     }
@@ -65,7 +70,8 @@ fn bench(c: &mut Criterion) {
         seed
     };
     for k in available() {
-        let kernels: [(&str, Kernel, usize); 2] = [("l2_f32", k.l2_f32, 4), ("l2_f16", k.l2_f16, 2)];
+        let kernels: [(&str, Kernel, usize); 2] =
+            [("l2_f32", k.l2_f32, 4), ("l2_f16", k.l2_f16, 2)];
         for (name, kernel, elem) in kernels {
             let mut group = c.benchmark_group(format!("{}/{name}", k.level));
             group.throughput(Throughput::Elements(1));
@@ -87,13 +93,16 @@ fn bench(c: &mut Criterion) {
                     // SAFETY: q holds dims f32s, `one` dims elements of the kernel's type
                     // (f16 halves or f32s, read unaligned-safe by the kernels); the level
                     // came from `available()`, so this CPU has its features.
-                    b.iter(|| unsafe { kernel(black_box(q.as_ptr()), black_box(one.as_ptr()), dims) })
+                    b.iter(|| unsafe {
+                        kernel(black_box(q.as_ptr()), black_box(one.as_ptr()), dims)
+                    })
                 });
                 let stride = (dims * elem).div_ceil(64) * 64;
                 let count = (256 << 20) / stride;
                 let mut pa = vec![Line([0.0; 16]); count * stride / 64];
                 let pool: &[u8] = as_bytes(&mut pa, count * stride);
-                let picks: Vec<usize> = (0..4096).map(|_| (next() % count as u64) as usize * stride).collect();
+                let picks: Vec<usize> =
+                    (0..4096).map(|_| (next() % count as u64) as usize * stride).collect();
                 let mut at = 0usize;
                 group.bench_with_input(BenchmarkId::new("cold", dims), &dims, |b, &dims| {
                     b.iter(|| {

@@ -29,11 +29,21 @@ pub struct CpuInfo {
 }
 
 /// The policy for a CPU described by vendor, family and model (x86), as ADR-0015 decides.
-pub fn policy_for(arch: &str, apple: bool, vendor: &str, family: u32, model: u32) -> (&'static str, usize, bool) {
+pub fn policy_for(
+    arch: &str,
+    apple: bool,
+    vendor: &str,
+    family: u32,
+    model: u32,
+) -> (&'static str, usize, bool) {
     match arch {
         "aarch64" if apple => ("apple", 256, false),
         "aarch64" => ("aarch64", 16, false),
-        "x86_64" if vendor == "AuthenticAMD" && family == 0x19 && ((0x10..=0x1f).contains(&model) || (0x60..=0xaf).contains(&model)) => {
+        "x86_64"
+            if vendor == "AuthenticAMD"
+                && family == 0x19
+                && ((0x10..=0x1f).contains(&model) || (0x60..=0xaf).contains(&model)) =>
+        {
             ("zen4", 32, false)
         }
         "x86_64" if vendor == "AuthenticAMD" && family == 0x1a => ("zen5", 8, true),
@@ -63,8 +73,13 @@ fn identify() -> (String, u32, u32) {
     }
     let base_family = (l1.eax >> 8) & 0xf;
     let base_model = (l1.eax >> 4) & 0xf;
-    let family = if base_family == 0xf { base_family + ((l1.eax >> 20) & 0xff) } else { base_family };
-    let model = if base_family == 0x6 || base_family == 0xf { base_model | (((l1.eax >> 16) & 0xf) << 4) } else { base_model };
+    let family =
+        if base_family == 0xf { base_family + ((l1.eax >> 20) & 0xff) } else { base_family };
+    let model = if base_family == 0x6 || base_family == 0xf {
+        base_model | (((l1.eax >> 16) & 0xf) << 4)
+    } else {
+        base_model
+    };
     (String::from_utf8_lossy(&v).into_owned(), family, model)
 }
 
@@ -126,7 +141,9 @@ mod tests {
         let i = info();
         assert!(i.prefetch_lines >= 8);
         if cfg!(target_arch = "x86_64") {
-            assert!(i.vendor == "GenuineIntel" || i.vendor == "AuthenticAMD" || !i.vendor.is_empty());
+            assert!(
+                i.vendor == "GenuineIntel" || i.vendor == "AuthenticAMD" || !i.vendor.is_empty()
+            );
             assert!(i.family > 0);
         }
     }

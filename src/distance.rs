@@ -280,7 +280,8 @@ mod x86 {
                     a[0] = $op(_mm256_loadu_ps(q.add(i)), load(v, i), a[0]);
                     i += 8;
                 }
-                let s = hsum256(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
+                let s =
+                    hsum256(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
                 s + $tail(q.add(i), v.add(i * $elem), n - i)
             }
         };
@@ -323,7 +324,11 @@ mod x86 {
                 let mut i = 0;
                 while i + 64 <= n {
                     for j in 0..4 {
-                        a[j] = $op(_mm512_loadu_ps(q.add(i + 16 * j)), $load(v, i + 16 * j, 0xffff), a[j]);
+                        a[j] = $op(
+                            _mm512_loadu_ps(q.add(i + 16 * j)),
+                            $load(v, i + 16 * j, 0xffff),
+                            a[j],
+                        );
                     }
                     i += 64;
                 }
@@ -339,7 +344,10 @@ mod x86 {
                     let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
                     a[3] = $op(_mm512_maskz_loadu_ps(m, q.add(i)), $load(v, i, m), a[3]);
                 }
-                _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])))
+                _mm512_reduce_add_ps(_mm512_add_ps(
+                    _mm512_add_ps(a[0], a[1]),
+                    _mm512_add_ps(a[2], a[3]),
+                ))
             }
         };
     }
@@ -412,7 +420,10 @@ mod x86 {
                 let mut out = [0f32; 4];
                 for t in 0..4 {
                     let b = &a[t];
-                    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(b[0], b[1]), _mm512_add_ps(b[2], b[3])));
+                    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(
+                        _mm512_add_ps(b[0], b[1]),
+                        _mm512_add_ps(b[2], b[3]),
+                    ));
                 }
                 out
             }
@@ -510,11 +521,19 @@ mod tests {
                     let got = (k.l2_f32)(q.as_ptr(), v.as_ptr() as *const u8, n) as f64;
                     assert!((got - exact_l2(&q, &v)).abs() < tol(got), "{} l2_f32 n={n}", k.level);
                     let got = (k.dot_f32)(q.as_ptr(), v.as_ptr() as *const u8, n) as f64;
-                    assert!((got - exact_dot(&q, &v)).abs() < tol(got), "{} dot_f32 n={n}", k.level);
+                    assert!(
+                        (got - exact_dot(&q, &v)).abs() < tol(got),
+                        "{} dot_f32 n={n}",
+                        k.level
+                    );
                     let got = (k.l2_f16)(q.as_ptr(), h.as_ptr() as *const u8, n) as f64;
                     assert!((got - exact_l2(&q, &vh)).abs() < tol(got), "{} l2_f16 n={n}", k.level);
                     let got = (k.dot_f16)(q.as_ptr(), h.as_ptr() as *const u8, n) as f64;
-                    assert!((got - exact_dot(&q, &vh)).abs() < tol(got), "{} dot_f16 n={n}", k.level);
+                    assert!(
+                        (got - exact_dot(&q, &vh)).abs() < tol(got),
+                        "{} dot_f16 n={n}",
+                        k.level
+                    );
                 }
             }
         }
@@ -526,7 +545,10 @@ mod tests {
             for n in (0..=70).chain([127, 128, 129, 383, 384, 385, 1536, 1537]) {
                 let q = data(n, 7 + n as u64);
                 let vs: Vec<Vec<f32>> = (0..4).map(|t| data(n, 100 * t + n as u64)).collect();
-                let hs: Vec<Vec<u16>> = vs.iter().map(|v| v.iter().map(|x| half::f16::from_f32(*x).to_bits()).collect()).collect();
+                let hs: Vec<Vec<u16>> = vs
+                    .iter()
+                    .map(|v| v.iter().map(|x| half::f16::from_f32(*x).to_bits()).collect())
+                    .collect();
                 let pf: [*const u8; 4] = std::array::from_fn(|t| vs[t].as_ptr() as *const u8);
                 let ph: [*const u8; 4] = std::array::from_fn(|t| hs[t].as_ptr() as *const u8);
                 let pairs: [(Kernel, Kernel4, &[*const u8; 4], &str); 4] = [
@@ -538,8 +560,14 @@ mod tests {
                 for (one, four, ptrs, name) in pairs {
                     // SAFETY: four vectors of n elements of the kernel's type; the set comes
                     // from `available()`.
-                    let (got, want) = unsafe { (four(q.as_ptr(), ptrs, n), ptrs.map(|p| one(q.as_ptr(), p, n))) };
-                    assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{} {name} n={n}", k.level);
+                    let (got, want) =
+                        unsafe { (four(q.as_ptr(), ptrs, n), ptrs.map(|p| one(q.as_ptr(), p, n))) };
+                    assert_eq!(
+                        got.map(f32::to_bits),
+                        want.map(f32::to_bits),
+                        "{} {name} n={n}",
+                        k.level
+                    );
                 }
             }
         }

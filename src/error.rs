@@ -63,7 +63,9 @@ impl Error {
         let help = match err.kind() {
             std::io::ErrorKind::PermissionDenied => "check the file's permissions",
             std::io::ErrorKind::NotFound => "check the path",
-            _ if errno == Some(libc::ENOSPC) => "free disk space, then retry; nothing flushed was lost",
+            _ if errno == Some(libc::ENOSPC) => {
+                "free disk space, then retry; nothing flushed was lost"
+            }
             _ => "check the disk and the path; nothing flushed was lost",
         };
         Error {
@@ -79,7 +81,11 @@ impl Error {
     }
 
     pub fn interrupted() -> Self {
-        Self::new(ErrorKind::Interrupted, "interrupted", "the call was cancelled; nothing it did remains")
+        Self::new(
+            ErrorKind::Interrupted,
+            "interrupted",
+            "the call was cancelled; nothing it did remains",
+        )
     }
 }
 

@@ -126,7 +126,9 @@ impl Precision {
         match s {
             "full" | "f32" | "float32" => Ok(Precision::Full),
             "half" | "f16" | "float16" => Ok(Precision::Half),
-            _ => Err(Error::invalid(format!("unknown precision {s:?}"), "use \"full\" or \"half\"")),
+            _ => {
+                Err(Error::invalid(format!("unknown precision {s:?}"), "use \"full\" or \"half\""))
+            }
         }
     }
     pub fn bytes(self) -> usize {
@@ -230,7 +232,11 @@ impl Header {
         }
         let body = get_u32(b, 12) as usize;
         let n = get_u32(b, 88) as usize;
-        if body < HEADER_FIXED || body + 8 > b.len() || n > MAX_REGIONS || body != HEADER_FIXED + n * REGION_ENTRY {
+        if body < HEADER_FIXED
+            || body + 8 > b.len()
+            || n > MAX_REGIONS
+            || body != HEADER_FIXED + n * REGION_ENTRY
+        {
             return Err(CopyDamage::Checksum);
         }
         if xxh3_64(&b[..body]) != get_u64(b, body) {
@@ -252,8 +258,17 @@ impl Header {
                 2 => RegionKind::Heap,
                 _ => return Err(bad("region kind")),
             };
-            let r = RegionEntry { kind, used: get_u32(b, o + 4), offset: get_u64(b, o + 8), len: get_u64(b, o + 16) };
-            if r.offset < end || !r.offset.is_multiple_of(REGION_ALIGN) || r.len == 0 || (r.used as u64) > r.len {
+            let r = RegionEntry {
+                kind,
+                used: get_u32(b, o + 4),
+                offset: get_u64(b, o + 8),
+                len: get_u64(b, o + 16),
+            };
+            if r.offset < end
+                || !r.offset.is_multiple_of(REGION_ALIGN)
+                || r.len == 0
+                || (r.used as u64) > r.len
+            {
                 return Err(bad("region table"));
             }
             end = r.offset.checked_add(r.len).ok_or_else(|| bad("region table"))?;
@@ -276,12 +291,19 @@ impl Header {
             user_version: get_u64(b, 80),
             regions,
         };
-        if h.dims == 0 || h.max_connections < 2 || h.max_connections > MAX_M as u32 || h.live > h.slots {
+        if h.dims == 0
+            || h.max_connections < 2
+            || h.max_connections > MAX_M as u32
+            || h.live > h.slots
+        {
             return Err(bad("parameters"));
         }
         let geo = Geometry::new(h.dims as usize, h.precision, h.max_connections as usize);
         let segs = h.regions.iter().filter(|r| r.kind == RegionKind::Segment).count();
-        if h.slots > geo.slots_in_segments(segs) || (h.slots > 0) != (h.entry != EMPTY) || (h.entry != EMPTY && h.entry as u64 >= h.slots) {
+        if h.slots > geo.slots_in_segments(segs)
+            || (h.slots > 0) != (h.entry != EMPTY)
+            || (h.entry != EMPTY && h.entry as u64 >= h.slots)
+        {
             return Err(bad("slot count"));
         }
         Ok(h)
@@ -302,7 +324,9 @@ impl std::fmt::Display for CopyDamage {
         match self {
             CopyDamage::NoMagic => write!(f, "no Chassis magic"),
             CopyDamage::Checksum => write!(f, "checksum mismatch"),
-            CopyDamage::Version(v) => write!(f, "format version {v} (this build reads {FORMAT_VERSION})"),
+            CopyDamage::Version(v) => {
+                write!(f, "format version {v} (this build reads {FORMAT_VERSION})")
+            }
             CopyDamage::Invalid(what) => write!(f, "invalid {what}"),
         }
     }
@@ -343,11 +367,17 @@ pub fn choose_header(bytes: &[u8], path: &std::path::Path) -> Result<HeaderChoic
     let p = path.display();
     if bytes.len() < 8 || (da == CopyDamage::NoMagic && db == CopyDamage::NoMagic) {
         if bytes.is_empty() {
-            return Err(Error::new(ErrorKind::NotAnIndex, format!("{p} is empty, not a Chassis index"),
-                "pass the path of an index, or a new path to create one"));
+            return Err(Error::new(
+                ErrorKind::NotAnIndex,
+                format!("{p} is empty, not a Chassis index"),
+                "pass the path of an index, or a new path to create one",
+            ));
         }
-        return Err(Error::new(ErrorKind::NotAnIndex, format!("{p} is not a Chassis index (no Chassis header)"),
-            "pass the path of an index, or a new path to create one"));
+        return Err(Error::new(
+            ErrorKind::NotAnIndex,
+            format!("{p} is not a Chassis index (no Chassis header)"),
+            "pass the path of an index, or a new path to create one",
+        ));
     }
     if let (CopyDamage::Version(v), _) | (_, CopyDamage::Version(v)) = (&da, &db) {
         if *v > FORMAT_VERSION {
@@ -385,7 +415,11 @@ pub struct Geometry {
 impl Geometry {
     pub fn new(dims: usize, precision: Precision, m: usize) -> Geometry {
         let vec_bytes = dims * precision.bytes();
-        let stride = if vec_bytes >= 64 { vec_bytes.div_ceil(64) * 64 } else { vec_bytes.next_power_of_two().max(4) };
+        let stride = if vec_bytes >= 64 {
+            vec_bytes.div_ceil(64) * 64
+        } else {
+            vec_bytes.next_power_of_two().max(4)
+        };
         let want = (SEGMENT_VECTOR_BYTES / stride as u64).max(FIRST_SEGMENT_SLOTS);
         let cap_log2 = 63 - want.leading_zeros();
         Geometry {
@@ -424,7 +458,10 @@ impl Geometry {
             (k as usize, slot - FIRST_SEGMENT_SLOTS * ((1u64 << k) - 1))
         } else {
             let rest = slot - doubling_end;
-            ((self.cap_log2 - 10) as usize + (rest >> self.cap_log2) as usize, rest & (self.cap_slots - 1))
+            (
+                (self.cap_log2 - 10) as usize + (rest >> self.cap_log2) as usize,
+                rest & (self.cap_slots - 1),
+            )
         }
     }
 
@@ -470,7 +507,10 @@ pub fn align_up(x: u64, a: u64) -> u64 {
 /// A stored vector's bytes as f32 values, into `out` (`dims` long).
 pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
     match precision {
-        Precision::Full => out.iter_mut().zip(bytes.chunks_exact(4)).for_each(|(o, c)| *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        Precision::Full => out
+            .iter_mut()
+            .zip(bytes.chunks_exact(4))
+            .for_each(|(o, c)| *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         Precision::Half => {
             use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
             let n = out.len().min(bytes.len() / 2);
@@ -485,7 +525,9 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
                 let bits = unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const u16, n) };
                 bits.reinterpret_cast::<half::f16>().convert_to_f32_slice(&mut out[..n]);
             } else {
-                out.iter_mut().zip(bytes.chunks_exact(2)).for_each(|(o, c)| *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32());
+                out.iter_mut().zip(bytes.chunks_exact(2)).for_each(|(o, c)| {
+                    *o = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()
+                });
             }
         }
     }
@@ -621,7 +663,10 @@ mod tests {
                 decode_vector(&bytes[..len * 2], Precision::Half, &mut out);
                 for (o, b) in out.iter().zip(&bits) {
                     let want = half::f16::from_bits(*b).to_f32();
-                    assert!(o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()), "bits {b:#06x}: {o} against {want}");
+                    assert!(
+                        o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
+                        "bits {b:#06x}: {o} against {want}"
+                    );
                 }
             }
         }
@@ -631,7 +676,11 @@ mod tests {
     fn half_vectors_encode_like_one_value_at_a_time_and_round_trip() {
         // Every finite f16 value (exact), and values between them and around the range's
         // ends (rounded), against half's own per-value conversion; chunk edges included.
-        let mut v: Vec<f32> = (0..=u16::MAX).map(half::f16::from_bits).filter(|h| h.is_finite()).map(|h| h.to_f32()).collect();
+        let mut v: Vec<f32> = (0..=u16::MAX)
+            .map(half::f16::from_bits)
+            .filter(|h| h.is_finite())
+            .map(|h| h.to_f32())
+            .collect();
         let exact = v.len();
         let mut x = 0x2545_f491u32;
         for _ in 0..10_000 {
@@ -646,7 +695,11 @@ mod tests {
             encode_vector(&v[..len], Precision::Half, &mut out);
             assert_eq!(out.len(), len * 2);
             for (c, x) in out.chunks_exact(2).zip(&v[..len]) {
-                assert_eq!(u16::from_le_bytes([c[0], c[1]]), half::f16::from_f32(*x).to_bits(), "{x}");
+                assert_eq!(
+                    u16::from_le_bytes([c[0], c[1]]),
+                    half::f16::from_f32(*x).to_bits(),
+                    "{x}"
+                );
             }
         }
         let mut out = Vec::new();
@@ -673,9 +726,24 @@ mod tests {
             max_level: 2,
             user_version: 9,
             regions: vec![
-                RegionEntry { kind: RegionKind::Segment, used: 0, offset: DATA_START, len: 4 * REGION_ALIGN },
-                RegionEntry { kind: RegionKind::Heap, used: 100, offset: DATA_START + 4 * REGION_ALIGN, len: REGION_ALIGN },
-                RegionEntry { kind: RegionKind::Segment, used: 0, offset: DATA_START + 5 * REGION_ALIGN, len: 8 * REGION_ALIGN },
+                RegionEntry {
+                    kind: RegionKind::Segment,
+                    used: 0,
+                    offset: DATA_START,
+                    len: 4 * REGION_ALIGN,
+                },
+                RegionEntry {
+                    kind: RegionKind::Heap,
+                    used: 100,
+                    offset: DATA_START + 4 * REGION_ALIGN,
+                    len: REGION_ALIGN,
+                },
+                RegionEntry {
+                    kind: RegionKind::Segment,
+                    used: 0,
+                    offset: DATA_START + 5 * REGION_ALIGN,
+                    len: 8 * REGION_ALIGN,
+                },
             ],
         }
     }
@@ -780,7 +848,11 @@ mod tests {
                 let slots = g.cap_slots;
                 assert_eq!(g.segment_start(DATA_START + 1, slots) % HUGE_PAGE, 0);
                 let l = g.segment_layout(slots);
-                assert!(l.headers >= slots * g.stride as u64 && l.l0 > l.headers && l.len.is_multiple_of(REGION_ALIGN));
+                assert!(
+                    l.headers >= slots * g.stride as u64
+                        && l.l0 > l.headers
+                        && l.len.is_multiple_of(REGION_ALIGN)
+                );
             }
         }
     }

@@ -266,7 +266,12 @@ const GROUP_MIN_BYTES: usize = 1024;
 /// 0 groups every search, a large value none). Read once.
 fn group_min_bytes() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("CHASSIS_GROUP_MIN_BYTES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(GROUP_MIN_BYTES))
+    *V.get_or_init(|| {
+        std::env::var("CHASSIS_GROUP_MIN_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(GROUP_MIN_BYTES)
+    })
 }
 
 thread_local! {
@@ -315,7 +320,12 @@ impl<'a> Graph<'a> {
     /// (a 768-byte row at 384 dimensions, which the search rule leaves to single distances):
     /// a 2-thread minilm build on the copy took 0.77-0.84x the time of one on the file with
     /// that, 0.73-1.05x (median 0.98x) without it.
-    pub fn on_copy(st: &'a Storage, metric: format::Metric, limit: u32, copy: &'a HalfCopy) -> Graph<'a> {
+    pub fn on_copy(
+        st: &'a Storage,
+        metric: format::Metric,
+        limit: u32,
+        copy: &'a HalfCopy,
+    ) -> Graph<'a> {
         let geo = copy.geo();
         let mut g = Self::reading(st, metric, limit.min(copy.slots()), geo, Some(copy));
         g.grouped |= geo.vec_bytes > g.pf_lines * 64;
@@ -323,7 +333,13 @@ impl<'a> Graph<'a> {
     }
 
     /// `geo`: the geometry of the vectors read (the storage's, or the copy's).
-    fn reading(st: &'a Storage, metric: format::Metric, limit: u32, geo: &format::Geometry, copy: Option<&'a HalfCopy>) -> Graph<'a> {
+    fn reading(
+        st: &'a Storage,
+        metric: format::Metric,
+        limit: u32,
+        geo: &format::Geometry,
+        copy: Option<&'a HalfCopy>,
+    ) -> Graph<'a> {
         let k = crate::distance::kernels().for_metric(metric, geo.precision);
         let ci = cpu::info();
         Graph {
@@ -359,14 +375,22 @@ impl<'a> Graph<'a> {
         // SAFETY: q has `dims` f32s; the vector lies in a live mapping or the copy (slot <
         // limit, which is at most the copy's length); the kernel set was chosen for this CPU
         // and for the precision of what `vector_ptr` points to.
-        self.bias + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.vector_ptr(slot), self.dims) }
+        self.bias
+            + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.vector_ptr(slot), self.dims) }
     }
 
     /// Distances to four stored vectors (each bitwise what `dist` gives).
     #[inline(always)]
     fn dist4(&self, q: &[f32], slots: &[u32]) -> [f32; 4] {
-        debug_assert!(q.len() == self.dims && slots.len() == 4 && slots.iter().all(|&s| s < self.limit));
-        let v = [self.vector_ptr(slots[0]), self.vector_ptr(slots[1]), self.vector_ptr(slots[2]), self.vector_ptr(slots[3])];
+        debug_assert!(
+            q.len() == self.dims && slots.len() == 4 && slots.iter().all(|&s| s < self.limit)
+        );
+        let v = [
+            self.vector_ptr(slots[0]),
+            self.vector_ptr(slots[1]),
+            self.vector_ptr(slots[2]),
+            self.vector_ptr(slots[3]),
+        ];
         // SAFETY: as `dist`, for each of the four slots.
         unsafe { (self.kernel4)(q.as_ptr(), &v, self.dims) }.map(|d| self.bias + self.sign * d)
     }
@@ -416,7 +440,15 @@ impl<'a> Graph<'a> {
     /// met so far and a node met before (on this layer or above) can never be nearer: it is
     /// not measured again (visited in `sc`, whose epoch the descent starts). The walk ends
     /// where it would if it measured every neighbor: same nodes, same order of comparisons.
-    fn greedy(&self, q: &[f32], mut cur: u32, mut cur_d: f32, layer: usize, limit: u32, sc: &mut Scratch) -> (u32, f32) {
+    fn greedy(
+        &self,
+        q: &[f32],
+        mut cur: u32,
+        mut cur_d: f32,
+        layer: usize,
+        limit: u32,
+        sc: &mut Scratch,
+    ) -> (u32, f32) {
         loop {
             let mut changed = false;
             if let Some(list) = list_of(self.st, cur, layer) {
@@ -545,11 +577,16 @@ impl<'a> Graph<'a> {
     }
 
     /// Copy `q` to this scratch's 64-byte aligned query buffer and run `f` on the copy.
-    fn with_aligned<R>(sc: &mut Scratch, q: &[f32], f: impl FnOnce(&[f32], &mut Scratch) -> R) -> R {
+    fn with_aligned<R>(
+        sc: &mut Scratch,
+        q: &[f32],
+        f: impl FnOnce(&[f32], &mut Scratch) -> R,
+    ) -> R {
         let mut query = std::mem::take(&mut sc.query);
         query.resize(q.len().div_ceil(16), Line([0.0; 16]));
         // SAFETY: `query` holds at least q.len() f32s (Line is 16 f32s, no padding).
-        let aligned = unsafe { std::slice::from_raw_parts_mut(query.as_mut_ptr() as *mut f32, q.len()) };
+        let aligned =
+            unsafe { std::slice::from_raw_parts_mut(query.as_mut_ptr() as *mut f32, q.len()) };
         aligned.copy_from_slice(q);
         let r = f(aligned, sc);
         sc.query = query;
@@ -563,7 +600,16 @@ impl<'a> Graph<'a> {
     /// Counts its distances in `sc.dists`; `entry < limit`. Walks layers `max_level` down to
     /// `lowest` (1 for a search; an insertion stops above the new node's level).
     #[allow(clippy::too_many_arguments)]
-    fn descend(&self, q: &[f32], entry: u32, max_level: usize, lowest: usize, published: u32, sc: &mut Scratch, mut path: Option<&mut [u32]>) -> (f32, u32) {
+    fn descend(
+        &self,
+        q: &[f32],
+        entry: u32,
+        max_level: usize,
+        lowest: usize,
+        published: u32,
+        sc: &mut Scratch,
+        mut path: Option<&mut [u32]>,
+    ) -> (f32, u32) {
         sc.new_epoch(self.limit as usize);
         if entry < self.limit {
             sc.visit(entry);
@@ -585,7 +631,14 @@ impl<'a> Graph<'a> {
     /// `descend` on its own, for ordering a batch of queries: the path it took (into `path`,
     /// `max_level` long) and where layer 0 starts. Counts its distances toward the search
     /// counters.
-    pub fn start_of(&self, q: &[f32], entry: u32, max_level: usize, published: u32, path: &mut [u32]) -> Option<Start> {
+    pub fn start_of(
+        &self,
+        q: &[f32],
+        entry: u32,
+        max_level: usize,
+        published: u32,
+        path: &mut [u32],
+    ) -> Option<Start> {
         debug_assert_eq!(path.len(), max_level);
         if entry == EMPTY || entry >= self.limit {
             return None;
@@ -708,7 +761,19 @@ impl<'a> Graph<'a> {
         with_scratch(|sc| -> Result<()> {
             // The node's own vector is the query: at a 64-byte boundary (see Scratch::query).
             let mut qbuf = std::mem::take(&mut sc.vec_a);
-            let r = Self::with_aligned(sc, self.vector_f32(slot, &mut qbuf), |q, sc| self.link_node(q, slot, level, ep, max_level, ef_construction, locks, before_modify, sc));
+            let r = Self::with_aligned(sc, self.vector_f32(slot, &mut qbuf), |q, sc| {
+                self.link_node(
+                    q,
+                    slot,
+                    level,
+                    ep,
+                    max_level,
+                    ef_construction,
+                    locks,
+                    before_modify,
+                    sc,
+                )
+            });
             sc.vec_a = qbuf;
             r
         })?;
@@ -738,7 +803,9 @@ impl<'a> Graph<'a> {
         let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
         let mut eps = vec![(cd, cur)];
         for layer in (0..=level.min(max_level)).rev() {
-            self.search_layer(q, eps.iter().copied(), ef_construction, layer, false, sc, &|s| s != slot);
+            self.search_layer(q, eps.iter().copied(), ef_construction, layer, false, sc, &|s| {
+                s != slot
+            });
             let cands = nearest(&mut sc.top, usize::MAX);
             // A new node keeps as many neighbors as its lists hold (2M on layer 0, as faiss
             // does; hnswlib keeps M there): on clustered data recall at a given ef rose from
@@ -752,12 +819,20 @@ impl<'a> Graph<'a> {
                     // found this one through a layer above): keep those links too.
                     let n = list_len(list);
                     let mut ids: Vec<u32> = chosen.iter().map(|c| c.1).collect();
-                    let extra: Vec<u32> = list[2..2 + n].iter().map(|e| e.load(Relaxed)).filter(|e| *e < self.limit && !ids.contains(e)).collect();
+                    let extra: Vec<u32> = list[2..2 + n]
+                        .iter()
+                        .map(|e| e.load(Relaxed))
+                        .filter(|e| *e < self.limit && !ids.contains(e))
+                        .collect();
                     if !extra.is_empty() {
                         let mut all: Vec<(f32, u32)> = chosen.clone();
                         all.extend(self.dists_to(q, &extra));
                         all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-                        ids = if all.len() <= cap { all.iter().map(|c| c.1).collect() } else { self.select(&all, cap, sc).iter().map(|c| c.1).collect() };
+                        ids = if all.len() <= cap {
+                            all.iter().map(|c| c.1).collect()
+                        } else {
+                            self.select(&all, cap, sc).iter().map(|c| c.1).collect()
+                        };
                     }
                     write_list(list, slot, layer, &ids, level);
                 }
@@ -788,7 +863,11 @@ impl<'a> Graph<'a> {
         let _g = locks[n as usize % LOCK_STRIPES].lock();
         let Some(list) = list_of(self.st, n, layer) else { return Ok(()) };
         let count = list_len(list);
-        let mut cur: Vec<u32> = list[2..2 + count].iter().map(|e| e.load(Relaxed)).filter(|&e| e < self.limit).collect();
+        let mut cur: Vec<u32> = list[2..2 + count]
+            .iter()
+            .map(|e| e.load(Relaxed))
+            .filter(|&e| e < self.limit)
+            .collect();
         if cur.contains(&new) {
             return Ok(());
         }
@@ -830,7 +909,12 @@ mod tests {
     /// An in-memory index of `n` vectors of `d` uniform values in [-0.5, 0.5) from an xorshift
     /// generator seeded with `seed`, linked on `threads` threads; and the generator, to draw
     /// queries from.
-    fn random_index(d: usize, n: usize, seed: u64, threads: usize) -> (crate::index::Index, impl FnMut() -> f32) {
+    fn random_index(
+        d: usize,
+        n: usize,
+        seed: u64,
+        threads: usize,
+    ) -> (crate::index::Index, impl FnMut() -> f32) {
         use crate::index::{Control, Index};
         let mut s = seed;
         let mut r = move || {
@@ -880,7 +964,12 @@ mod tests {
                     want.push(cur);
                 }
                 let mut path = vec![0u32; snap.max_level];
-                let got = g.start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path).unwrap().entries().next().unwrap();
+                let got = g
+                    .start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path)
+                    .unwrap()
+                    .entries()
+                    .next()
+                    .unwrap();
                 // This thread's count of the descent's distances (the global counters would
                 // also count other tests' searches).
                 let used = with_scratch(|sc| sc.dists);
@@ -907,7 +996,8 @@ mod tests {
         for _ in 0..20 {
             let q: Vec<f32> = (0..d).map(|_| r()).collect();
             let mut path = vec![0u32; snap.max_level];
-            let start = g.start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path).unwrap();
+            let start =
+                g.start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path).unwrap();
             let descent = with_scratch(|sc| sc.dists);
             let seeds: Vec<(f32, u32)> = start.entries().collect();
             assert_eq!(seeds.len(), SEEDS.min(descent as usize));
@@ -916,12 +1006,17 @@ mod tests {
             for &(dd, slot) in &seeds {
                 assert_eq!(dd.to_bits(), g.dist(&q, slot).to_bits());
             }
-            let given = g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, Some(&start));
+            let given =
+                g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, Some(&start));
             let layer0 = with_scratch(|sc| sc.dists);
             assert_eq!(given.len(), n, "every node reached");
             assert_eq!(layer0 as usize, n - seeds.len(), "a seed was measured again on layer 0");
             let own = g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, None);
-            assert_eq!(with_scratch(|sc| sc.dists), descent + layer0, "the search's own descent is the same");
+            assert_eq!(
+                with_scratch(|sc| sc.dists),
+                descent + layer0,
+                "the search's own descent is the same"
+            );
             assert_eq!(own, given);
         }
     }

@@ -51,18 +51,27 @@ impl HalfCopy {
         if st.geo.precision != crate::format::Precision::Full || slots == 0 {
             return None;
         }
-        let rows = |r: std::ops::Range<usize>| r.map(|s| {
-            // SAFETY: full-precision vectors are `dims` f32s at a 4-byte aligned address
-            // (stride is a multiple of 4), slot < slots <= capacity; see Storage::vector_bytes
-            // for aliasing (these slots are written before linking starts, not during it).
-            unsafe { std::slice::from_raw_parts(st.vector_ptr(s as u32) as *const f32, dims) }
-        });
-        let chunks: Vec<std::ops::Range<usize>> = (0..slots as usize).step_by(ROWS_PER_TASK).map(|a| a..(a + ROWS_PER_TASK).min(slots as usize)).collect();
+        let rows = |r: std::ops::Range<usize>| {
+            r.map(|s| {
+                // SAFETY: full-precision vectors are `dims` f32s at a 4-byte aligned address
+                // (stride is a multiple of 4), slot < slots <= capacity; see Storage::vector_bytes
+                // for aliasing (these slots are written before linking starts, not during it).
+                unsafe { std::slice::from_raw_parts(st.vector_ptr(s as u32) as *const f32, dims) }
+            })
+        };
+        let chunks: Vec<std::ops::Range<usize>> = (0..slots as usize)
+            .step_by(ROWS_PER_TASK)
+            .map(|a| a..(a + ROWS_PER_TASK).min(slots as usize))
+            .collect();
         // The largest magnitude, and (x * 0 is NaN for an infinity or a NaN, which `max` would
         // pass over) whether any value is not finite.
         let (top, poison) = chunks
             .par_iter()
-            .map(|c| rows(c.clone()).flat_map(|v| v.iter()).fold((0f32, 0f32), |(m, p), x| (m.max(x.abs()), p + x * 0.0)))
+            .map(|c| {
+                rows(c.clone())
+                    .flat_map(|v| v.iter())
+                    .fold((0f32, 0f32), |(m, p), x| (m.max(x.abs()), p + x * 0.0))
+            })
             .reduce(|| (0f32, 0f32), |a, b| (a.0.max(b.0), a.1 + b.1));
         if !top.is_finite() || poison != 0.0 {
             return None;
@@ -79,7 +88,9 @@ impl HalfCopy {
                 // SAFETY: row s lies inside the map (s < slots, len = slots * stride); rows are
                 // 64-byte aligned (the map is page aligned, stride a multiple of 64) and so
                 // 2-byte aligned for f16; each task writes only its own rows.
-                let row = unsafe { std::slice::from_raw_parts_mut((base + s * geo.stride) as *mut half::f16, dims) };
+                let row = unsafe {
+                    std::slice::from_raw_parts_mut((base + s * geo.stride) as *mut half::f16, dims)
+                };
                 row.convert_from_f32_slice(&buf);
             }
         });
@@ -155,16 +166,24 @@ mod tests {
             for s in 0..n as u32 {
                 crate::format::decode_vector(copy.row(s), crate::format::Precision::Half, &mut row);
                 let v = stored(&snap.st, s);
-                let (i, _) = v.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap();
+                let (i, _) =
+                    v.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap();
                 let this = (row[i] / v[i]).log2().round();
                 assert_eq!(*scale.get_or_insert(this), this, "one scale for every row");
                 let k = 2f32.powf(this);
                 for (a, b) in row.iter().zip(&v) {
-                    assert!((a / k - b).abs() <= b.abs() / 1024.0 + top / (1 << 20) as f32, "{a} / {k} against {b} at magnitude {magnitude}");
+                    assert!(
+                        (a / k - b).abs() <= b.abs() / 1024.0 + top / (1 << 20) as f32,
+                        "{a} / {k} against {b} at magnitude {magnitude}"
+                    );
                 }
             }
             let k = 2f32.powf(scale.unwrap());
-            assert!(top * k > 4096.0 * 0.999 && top * k <= 8192.0 * 1.001, "largest scaled magnitude {} at {magnitude}", top * k);
+            assert!(
+                top * k > 4096.0 * 0.999 && top * k <= 8192.0 * 1.001,
+                "largest scaled magnitude {} at {magnitude}",
+                top * k
+            );
         }
     }
 
@@ -187,16 +206,38 @@ mod tests {
         let data: Vec<f32> = (0..n * d).map(|_| r() * 1e6).collect();
         let idx = Index::memory(d, None).unwrap();
         let ids = idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
-        let queries: Vec<Vec<f32>> = (0..50).map(|i| data[i * 37 * d..][..d].iter().map(|x| x + r() * 1e5).collect()).collect();
+        let queries: Vec<Vec<f32>> = (0..50)
+            .map(|i| data[i * 37 * d..][..d].iter().map(|x| x + r() * 1e5).collect())
+            .collect();
         let mut found = 0;
         for q in &queries {
-            let mut exact: Vec<(f32, u64)> = (0..n).map(|i| (data[i * d..][..d].iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum::<f32>(), ids[i])).collect();
+            let mut exact: Vec<(f32, u64)> = (0..n)
+                .map(|i| {
+                    (
+                        data[i * d..][..d]
+                            .iter()
+                            .zip(q)
+                            .map(|(a, b)| (a - b) * (a - b))
+                            .sum::<f32>(),
+                        ids[i],
+                    )
+                })
+                .collect();
             exact.sort_by(|a, b| a.0.total_cmp(&b.0));
             let hits = idx.search(q, k, Some(64)).unwrap();
             for h in &hits {
                 let row = ids.iter().position(|&id| id == h.id).unwrap();
-                let want = data[row * d..][..d].iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum::<f32>().sqrt();
-                assert!((h.distance - want).abs() <= want * 1e-5, "distance {} against {want}", h.distance);
+                let want = data[row * d..][..d]
+                    .iter()
+                    .zip(q)
+                    .map(|(a, b)| (a - b) * (a - b))
+                    .sum::<f32>()
+                    .sqrt();
+                assert!(
+                    (h.distance - want).abs() <= want * 1e-5,
+                    "distance {} against {want}",
+                    h.distance
+                );
             }
             found += hits.iter().filter(|h| exact[..k].iter().any(|e| e.1 == h.id)).count();
         }

@@ -4,8 +4,8 @@
 use crate::distance;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
-    self, choose_header, Geometry, Header, Metric, Precision, RegionKind, DATA_START, EMPTY, HEADER_COPY_SIZE, NO_UPPER,
-    RESERVED_ID,
+    self, choose_header, Geometry, Header, Metric, Precision, RegionKind, DATA_START, EMPTY,
+    HEADER_COPY_SIZE, NO_UPPER, RESERVED_ID,
 };
 use crate::graph::{self, Graph, Start, LOCK_STRIPES};
 use crate::halfcopy::HalfCopy;
@@ -69,7 +69,10 @@ impl Placement {
         match s {
             "balanced" => Ok(Placement::Balanced),
             "local" => Ok(Placement::Local),
-            _ => Err(Error::invalid(format!("unknown placement {s:?}"), "use \"balanced\" or \"local\"")),
+            _ => Err(Error::invalid(
+                format!("unknown placement {s:?}"),
+                "use \"balanced\" or \"local\"",
+            )),
         }
     }
     pub fn name(self) -> &'static str {
@@ -104,15 +107,20 @@ fn halfcopy_pays(geo: &format::Geometry, rows: u64, total: u64) -> bool {
     if geo.precision != Precision::Full {
         return false;
     }
-    match FORCE.get_or_init(|| std::env::var("CHASSIS_HALF_COPY").ok().and_then(|v| match v.trim() {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    })) {
+    match FORCE.get_or_init(|| {
+        std::env::var("CHASSIS_HALF_COPY").ok().and_then(|v| match v.trim() {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        })
+    }) {
         Some(force) => *force,
         None => {
             let memory = os::physical_memory().unwrap_or(0);
-            geo.vec_bytes >= HALFCOPY_MIN_BYTES && rows >= HALFCOPY_MIN_ROWS && rows * HALFCOPY_SHARE >= total && HalfCopy::bytes_for(geo, total) * HALFCOPY_MEMORY_SHARE <= memory
+            geo.vec_bytes >= HALFCOPY_MIN_BYTES
+                && rows >= HALFCOPY_MIN_ROWS
+                && rows * HALFCOPY_SHARE >= total
+                && HalfCopy::bytes_for(geo, total) * HALFCOPY_MEMORY_SHARE <= memory
         }
     }
 }
@@ -140,9 +148,13 @@ impl Options {
                 format!("use a value from 2 to {} (16 is usual)", format::MAX_M),
             ));
         }
-        for (name, v) in [("ef_construction", self.ef_construction), ("ef_search", self.ef_search)] {
+        for (name, v) in [("ef_construction", self.ef_construction), ("ef_search", self.ef_search)]
+        {
             if !(1..=MAX_K).contains(&v) {
-                return Err(Error::invalid(format!("{name}={v} is out of range"), format!("use a value from 1 to {MAX_K}")));
+                return Err(Error::invalid(
+                    format!("{name}={v} is out of range"),
+                    format!("use a value from 1 to {MAX_K}"),
+                ));
             }
         }
         Ok(())
@@ -436,7 +448,8 @@ pub struct Index {
 }
 
 fn pools() -> &'static Mutex<HashMap<usize, Arc<rayon::ThreadPool>>> {
-    static P: std::sync::OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = std::sync::OnceLock::new();
+    static P: std::sync::OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> =
+        std::sync::OnceLock::new();
     P.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -444,8 +457,13 @@ fn pools() -> &'static Mutex<HashMap<usize, Arc<rayon::ThreadPool>>> {
 pub fn with_threads<R: Send>(threads: Option<usize>, f: impl FnOnce() -> R + Send) -> Result<R> {
     match threads {
         None => Ok(f()),
-        Some(0) => Err(Error::invalid("threads=0", "pass a positive number of threads, or None for one per core")),
-        Some(t) if t > 1024 => Err(Error::invalid(format!("threads={t} is too many"), "pass at most 1024")),
+        Some(0) => Err(Error::invalid(
+            "threads=0",
+            "pass a positive number of threads, or None for one per core",
+        )),
+        Some(t) if t > 1024 => {
+            Err(Error::invalid(format!("threads={t} is too many"), "pass at most 1024"))
+        }
         Some(t) => {
             let pool = {
                 let mut p = pools().lock();
@@ -457,7 +475,13 @@ pub fn with_threads<R: Send>(threads: Option<usize>, f: impl FnOnce() -> R + Sen
                                 .num_threads(t)
                                 .thread_name(|i| format!("chassis-{i}"))
                                 .build()
-                                .map_err(|e| Error::new(ErrorKind::Io, format!("cannot start threads: {e}"), "pass fewer threads"))?,
+                                .map_err(|e| {
+                                    Error::new(
+                                        ErrorKind::Io,
+                                        format!("cannot start threads: {e}"),
+                                        "pass fewer threads",
+                                    )
+                                })?,
                         );
                         p.insert(t, pool.clone());
                         pool
@@ -471,14 +495,20 @@ pub fn with_threads<R: Send>(threads: Option<usize>, f: impl FnOnce() -> R + Sen
 
 fn check_dims_arg(d: usize) -> Result<()> {
     if d == 0 || d > 1 << 16 {
-        return Err(Error::invalid(format!("dimensions={d} is out of range"), "pass from 1 to 65536 dimensions"));
+        return Err(Error::invalid(
+            format!("dimensions={d} is out of range"),
+            "pass from 1 to 65536 dimensions",
+        ));
     }
     Ok(())
 }
 
 fn check_k(k: usize) -> Result<()> {
     if !(1..=MAX_K).contains(&k) {
-        return Err(Error::invalid(format!("k={k} is out of range"), format!("pass k from 1 to {MAX_K}")));
+        return Err(Error::invalid(
+            format!("k={k} is out of range"),
+            format!("pass k from 1 to {MAX_K}"),
+        ));
     }
     Ok(())
 }
@@ -487,8 +517,15 @@ fn check_k(k: usize) -> Result<()> {
 fn tmp_sibling(path: &Path, what: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    path.with_file_name(format!(".{name}.{what}-{}-{nanos}{}", std::process::id(), N.fetch_add(1, Relaxed)))
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    path.with_file_name(format!(
+        ".{name}.{what}-{}-{nanos}{}",
+        std::process::id(),
+        N.fetch_add(1, Relaxed)
+    ))
 }
 
 impl Index {
@@ -497,7 +534,12 @@ impl Index {
     /// Open (or, in write mode, create) the index at `path`.
     /// `dims`: required to create; checked against the file when given.
     /// `opts`: fixed fields are checked against the file; tunables apply to this handle.
-    pub fn open(path: &Path, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
+    pub fn open(
+        path: &Path,
+        dims: Option<usize>,
+        opts: Option<&Options>,
+        mode: Mode,
+    ) -> Result<Index> {
         if let Some(o) = opts {
             o.validate()?;
         }
@@ -505,7 +547,11 @@ impl Index {
             check_dims_arg(d)?;
         }
         if path.as_os_str().is_empty() {
-            return Err(Error::new(ErrorKind::InvalidPath, "the path is empty", "pass a file path such as \"vectors.chassis\""));
+            return Err(Error::new(
+                ErrorKind::InvalidPath,
+                "the path is empty",
+                "pass a file path such as \"vectors.chassis\"",
+            ));
         }
         if path.is_dir() {
             return Err(Error::new(
@@ -530,7 +576,8 @@ impl Index {
                     "pass dimensions to create one: VectorIndex(path, dimensions)",
                 ));
             };
-            let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let parent =
+                path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !parent.is_dir() {
                 return Err(Error::new(
                     ErrorKind::InvalidPath,
@@ -548,17 +595,23 @@ impl Index {
     }
 
     fn open_file(path: &Path, mode: Mode) -> Result<File> {
-        let f = OpenOptions::new().read(true).write(mode == Mode::Write).open(path).map_err(|e| {
-            let mut err = Error::io(e, "opening", path);
-            if err.kind == ErrorKind::IndexNotFound {
-                err.help = "check the path".into();
-            }
-            err
-        })?;
-        if mode == Mode::Write && !os::try_lock_exclusive(&f).map_err(|e| Error::io(e, "locking", path))? {
+        let f =
+            OpenOptions::new().read(true).write(mode == Mode::Write).open(path).map_err(|e| {
+                let mut err = Error::io(e, "opening", path);
+                if err.kind == ErrorKind::IndexNotFound {
+                    err.help = "check the path".into();
+                }
+                err
+            })?;
+        if mode == Mode::Write
+            && !os::try_lock_exclusive(&f).map_err(|e| Error::io(e, "locking", path))?
+        {
             return Err(Error::new(
                 ErrorKind::IndexLocked,
-                format!("{} is open for writing elsewhere (in this or another process)", path.display()),
+                format!(
+                    "{} is open for writing elsewhere (in this or another process)",
+                    path.display()
+                ),
                 "close the other writer first, or open with read_only=True to search",
             ));
         }
@@ -569,17 +622,27 @@ impl Index {
     /// nobody ever sees a half-made index. Returns None if someone else created it first.
     fn create(path: &Path, dims: usize, opts: Options) -> Result<Option<File>> {
         let tmp = tmp_sibling(path, "creating");
-        let f = OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(|e| Error::io(e, "creating", &tmp))?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(e, "creating", &tmp))?;
         let cleanup = |e: Error| {
             let _ = std::fs::remove_file(&tmp);
             e
         };
         if !os::try_lock_exclusive(&f).map_err(|e| cleanup(Error::io(e, "locking", &tmp)))? {
-            return Err(cleanup(Error::new(ErrorKind::IndexLocked, "could not lock a new file", "retry")));
+            return Err(cleanup(Error::new(
+                ErrorKind::IndexLocked,
+                "could not lock a new file",
+                "retry",
+            )));
         }
         let mut h = Self::new_header(dims, &opts, 0);
         use std::os::unix::fs::FileExt;
-        let write = |h: &Header, copy: usize| f.write_all_at(&h.encode(), (copy * HEADER_COPY_SIZE) as u64);
+        let write =
+            |h: &Header, copy: usize| f.write_all_at(&h.encode(), (copy * HEADER_COPY_SIZE) as u64);
         write(&h, 1).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
         h.seq = 1;
         write(&h, 0).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
@@ -598,7 +661,11 @@ impl Index {
     }
 
     /// Read and choose the header of an open file, with a warning if a copy is damaged.
-    fn read_header(file: &File, path: &Path, warnings: &mut Vec<String>) -> Result<(Header, usize)> {
+    fn read_header(
+        file: &File,
+        path: &Path,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Header, usize)> {
         let bytes = Storage::read_header_bytes(file, path)?;
         let choice = choose_header(&bytes, path)?;
         if let Some(d) = &choice.other_damage {
@@ -613,7 +680,13 @@ impl Index {
         Ok((choice.header, choice.copy))
     }
 
-    fn from_file(path: &Path, file: File, dims: Option<usize>, opts: Option<&Options>, mode: Mode) -> Result<Index> {
+    fn from_file(
+        path: &Path,
+        file: File,
+        dims: Option<usize>,
+        opts: Option<&Options>,
+        mode: Mode,
+    ) -> Result<Index> {
         let mut warnings = Vec::new();
         let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
         let fell_back = !warnings.is_empty();
@@ -713,7 +786,15 @@ impl Index {
     }
 
     /// An Index over storage `st` whose committed state is `h` (header copy `copy`).
-    fn assemble(path: &Path, opts: Options, st: Arc<Storage>, h: Header, copy: usize, read_only: bool, warnings: Vec<String>) -> Index {
+    fn assemble(
+        path: &Path,
+        opts: Options,
+        st: Arc<Storage>,
+        h: Header,
+        copy: usize,
+        read_only: bool,
+        warnings: Vec<String>,
+    ) -> Index {
         let memory = st.is_memory();
         let snap = Snap::of(st, &h, !read_only);
         let mut committed = h;
@@ -789,7 +870,12 @@ impl Index {
     /// writing it meanwhile: lists it changed since are put back from its undo log, as a
     /// reader's backup does). With balanced placement every thread of the pool copies one
     /// contiguous stretch of the bytes (the NUMA note's copy of an index read from disk).
-    pub fn load(path: &Path, opts: Option<&Options>, threads: Option<usize>, ctl: &Control) -> Result<Index> {
+    pub fn load(
+        path: &Path,
+        opts: Option<&Options>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Index> {
         let reader = Index::open(path, None, opts, Mode::Read)?;
         let mut eff = reader.opts.clone();
         if let Some(o) = opts {
@@ -800,10 +886,15 @@ impl Index {
         eff.warm = false;
         reader.stop_warm();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let file = reader.view.read().st.file().try_clone().map_err(|e| Error::io(e, "opening", path))?;
+        let file =
+            reader.view.read().st.file().try_clone().map_err(|e| Error::io(e, "opening", path))?;
         loop {
             if std::time::Instant::now() > deadline {
-                return Err(Error::new(ErrorKind::Io, "the writer flushed during every load attempt for 10 s", "retry when it flushes less often"));
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    "the writer flushed during every load attempt for 10 s",
+                    "retry when it flushes less often",
+                ));
             }
             let snap = reader.snap();
             let h = reader.writer.lock().committed.clone();
@@ -819,7 +910,15 @@ impl Index {
                 continue; // a flush ran meanwhile: the log may be gone; copy again
             }
             apply_records(&mem, &h, &records, |bytes, at| mem.write_at(bytes, at))?;
-            return Ok(Self::assemble(Path::new(""), eff, Arc::new(mem), h, 0, false, reader.warnings.clone()));
+            return Ok(Self::assemble(
+                Path::new(""),
+                eff,
+                Arc::new(mem),
+                h,
+                0,
+                false,
+                reader.warnings.clone(),
+            ));
         }
     }
 
@@ -842,17 +941,29 @@ impl Index {
         // Deletes are marked with the next sequence; the file's commit makes them count.
         let h = Self::next_header(&w, &snap);
         let tmp = tmp_sibling(dest, "saving");
-        Self::put_in_place(copy_commit(&snap.st, &h, &tmp).and_then(|()| sync_file(&tmp)), &tmp, dest)
+        Self::put_in_place(
+            copy_commit(&snap.st, &h, &tmp).and_then(|()| sync_file(&tmp)),
+            &tmp,
+            dest,
+        )
     }
 
     fn check_dest(dest: &Path, itself: Option<&Path>) -> Result<()> {
-        let dest_dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dest_dir =
+            dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if dest.as_os_str().is_empty() || dest.is_dir() || !dest_dir.is_dir() {
-            return Err(Error::new(ErrorKind::InvalidPath, format!("cannot write an index to {:?}", dest.display().to_string()), "pass a file path in an existing directory"));
+            return Err(Error::new(
+                ErrorKind::InvalidPath,
+                format!("cannot write an index to {:?}", dest.display().to_string()),
+                "pass a file path in an existing directory",
+            ));
         }
         if let Some(me) = itself {
             if dest.exists() && same_file(dest, me) {
-                return Err(Error::invalid(format!("{} is the index itself", dest.display()), "pass another path"));
+                return Err(Error::invalid(
+                    format!("{} is the index itself", dest.display()),
+                    "pass another path",
+                ));
             }
         }
         Ok(())
@@ -901,8 +1012,14 @@ impl Index {
 
     /// Temporary files a killed writer may have left next to the index.
     fn remove_leftovers(&self) {
-        let Some(dir) = self.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }) else { return };
-        let Some(name) = self.path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+        let Some(dir) =
+            self.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        else {
+            return;
+        };
+        let Some(name) = self.path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            return;
+        };
         let prefixes = [format!(".{name}.creating-"), format!(".{name}.compacting-")];
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
@@ -973,7 +1090,11 @@ impl Index {
     fn writable(&self) -> Result<()> {
         self.check_open()?;
         if self.read_only {
-            return Err(Error::new(ErrorKind::ReadOnly, "this index is open read-only", "open it with VectorIndex(path) to write"));
+            return Err(Error::new(
+                ErrorKind::ReadOnly,
+                "this index is open read-only",
+                "open it with VectorIndex(path) to write",
+            ));
         }
         Ok(())
     }
@@ -1014,7 +1135,8 @@ impl Index {
         // The common case, without a lock: nothing newer, and the path not due for a check.
         let cur = self.view.read().clone();
         let newest = Self::newest_seq_on_disk(&cur.st);
-        let path_due = self.checked_path_ms.load(Relaxed) + 50 <= self.opened.elapsed().as_millis() as u64;
+        let path_due =
+            self.checked_path_ms.load(Relaxed) + 50 <= self.opened.elapsed().as_millis() as u64;
         if !path_due && (newest == cur.seq || newest == self.unusable_seq.load(Relaxed)) {
             return Ok(());
         }
@@ -1061,10 +1183,17 @@ impl Index {
         let file = Self::open_file(&self.path, Mode::Read)?;
         let mut warnings = Vec::new();
         let (h, copy) = Self::read_header(&file, &self.path, &mut warnings)?;
-        if h.dims as usize != self.geo.dims || h.metric != self.opts.metric || h.precision != self.opts.precision || h.max_connections as usize != self.geo.m {
+        if h.dims as usize != self.geo.dims
+            || h.metric != self.opts.metric
+            || h.precision != self.opts.precision
+            || h.max_connections as usize != self.geo.m
+        {
             return Err(Error::new(
                 ErrorKind::OptionsMismatch,
-                format!("{} was replaced by an index with other dimensions or options", self.path.display()),
+                format!(
+                    "{} was replaced by an index with other dimensions or options",
+                    self.path.display()
+                ),
                 "open it again",
             ));
         }
@@ -1106,7 +1235,10 @@ impl Index {
         if self.precision() == Precision::Half {
             if let Some(i) = v.iter().position(|x| x.abs() > F16_MAX) {
                 return Err(Error::invalid(
-                    format!("{what} holds {} at position {i}, beyond half precision's range (+-65504)", v[i]),
+                    format!(
+                        "{what} holds {} at position {i}, beyond half precision's range (+-65504)",
+                        v[i]
+                    ),
                     "scale the vectors down, or use precision=\"full\"",
                 ));
             }
@@ -1179,7 +1311,8 @@ impl Index {
     }
 
     fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
-        self.with_ids(snap, |m| m.get(&id).copied()).filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
+        self.with_ids(snap, |m| m.get(&id).copied())
+            .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
     }
 
     pub fn contains(&self, id: u64) -> Result<bool> {
@@ -1255,13 +1388,28 @@ impl Index {
     /// Add `n` vectors (`data` is n x dims, row-major). All or nothing: on any error or a
     /// cancel, nothing of the batch remains and the error is returned. Searches meanwhile see
     /// the state before the batch; it is published whole when it is linked.
-    pub fn add_batch(&self, data: &[f32], n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
+    pub fn add_batch(
+        &self,
+        data: &[f32],
+        n: usize,
+        ids: Option<&[u64]>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Vec<u64>> {
         self.writable()?;
         let mut w = self.writer.lock();
         self.add_rows(&mut w, Rows::Values(data), n, ids, threads, ctl)
     }
 
-    fn add_rows(&self, w: &mut Writer, rows: Rows<'_>, n: usize, ids: Option<&[u64]>, threads: Option<usize>, ctl: &Control) -> Result<Vec<u64>> {
+    fn add_rows(
+        &self,
+        w: &mut Writer,
+        rows: Rows<'_>,
+        n: usize,
+        ids: Option<&[u64]>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Vec<u64>> {
         if w.poisoned {
             return Err(self.poisoned_error());
         }
@@ -1295,7 +1443,9 @@ impl Index {
         let vb = self.geo.vec_bytes;
         // Only a batch whose ids rise along its rows, above every id so far, so that its
         // insertion order can be read back from its ids (`live_in_order`).
-        let by_locality = n >= locality::LOCALITY_MIN && new_ids[0] >= w.next_id && new_ids.windows(2).all(|p| p[0] < p[1]);
+        let by_locality = n >= locality::LOCALITY_MIN
+            && new_ids[0] >= w.next_id
+            && new_ids.windows(2).all(|p| p[0] < p[1]);
         let order: Vec<u32> = if by_locality {
             let precision = self.precision();
             let row = |i: usize, out: &mut [f32]| match rows {
@@ -1303,7 +1453,8 @@ impl Index {
                 Rows::Stored(b) => format::decode_vector(&b[i * vb..(i + 1) * vb], precision, out),
             };
             let cancelled = || ctl.cancelled();
-            with_threads(threads, || locality::slot_order(n, d, &row, &cancelled))?.ok_or_else(Error::interrupted)?
+            with_threads(threads, || locality::slot_order(n, d, &row, &cancelled))?
+                .ok_or_else(Error::interrupted)?
         } else {
             (0..n as u32).collect()
         };
@@ -1313,7 +1464,11 @@ impl Index {
         }
         let start = w.slots;
         if start + n as u64 > u32::MAX as u64 - 1 {
-            return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 vectors", "start another index file"));
+            return Err(Error::new(
+                ErrorKind::IndexFull,
+                "an index holds at most 2**32 - 2 vectors",
+                "start another index file",
+            ));
         }
         // 2. Room: segments, preallocated blocks, heap lists. Regions added stay (searches may
         // already route into them); heap space is given back on failure.
@@ -1328,7 +1483,8 @@ impl Index {
         let m = st.geo.m;
         // By slot offset; each row keeps the level its place in the batch draws (as if it had
         // gone into slot `start + i`), so the layout does not change the graph.
-        let levels: Vec<usize> = order.iter().map(|&i| graph::level_for(start + i as u64, m)).collect();
+        let levels: Vec<usize> =
+            order.iter().map(|&i| graph::level_for(start + i as u64, m)).collect();
         let mut uppers = vec![NO_UPPER; n];
         let room = (|| -> Result<()> {
             st.reserve_slots(start, start + n as u64)?;
@@ -1359,7 +1515,10 @@ impl Index {
             h[0].store(new_ids[i], Relaxed);
             h[1].store(uppers[j], Relaxed);
             h[2].store(0, Relaxed);
-            h[3].store(vcrc as u64 | (format::header_crc(new_ids[i], uppers[j], vcrc) as u64) << 32, Relaxed);
+            h[3].store(
+                vcrc as u64 | (format::header_crc(new_ids[i], uppers[j], vcrc) as u64) << 32,
+                Relaxed,
+            );
             // The head's locality bit first: write_list keeps it (a reused slot may hold an old one).
             st.l0(slot)[0].store(if by_locality { format::L0_LOCALITY } else { 0 }, Relaxed);
             graph::write_list(st.l0(slot), slot, 0, &[], levels[j]);
@@ -1370,7 +1529,10 @@ impl Index {
         let write_rows = || {
             let pool = rayon::current_num_threads();
             if !st.is_memory() {
-                (0..n).into_par_iter().with_min_len(256).for_each_init(Vec::new, |buf, i| write_row(buf, i));
+                (0..n)
+                    .into_par_iter()
+                    .with_min_len(256)
+                    .for_each_init(Vec::new, |buf, i| write_row(buf, i));
             } else if self.opts.placement == Placement::Balanced && n >= BALANCED_MIN && pool > 1 {
                 rayon::broadcast(|ctx| {
                     let (t, k) = (ctx.num_threads(), ctx.index());
@@ -1386,11 +1548,19 @@ impl Index {
         // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
         let (cslots, cseq) = (w.committed.slots, w.committed.seq);
-        let result = with_threads(threads, || self.link(st, cslots, cseq, start, &pos, &levels, ctl)).and_then(|r| r);
+        let result =
+            with_threads(threads, || self.link(st, cslots, cseq, start, &pos, &levels, ctl))
+                .and_then(|r| r);
         // A large batch: give nodes the pruning left without a way in one (checked in O(slots),
         // so not after small adds).
         let total = start + n as u64;
-        let result = result.and_then(|()| if n >= 1000 || n as u64 * 8 >= total { self.repair(st, cslots, cseq, total as u32) } else { Ok(()) });
+        let result = result.and_then(|()| {
+            if n >= 1000 || n as u64 * 8 >= total {
+                self.repair(st, cslots, cseq, total as u32)
+            } else {
+                Ok(())
+            }
+        });
         let sp = self.savepoint.lock().take().unwrap();
         if let Err(e) = result {
             for (slot, words) in &sp.saved {
@@ -1405,11 +1575,24 @@ impl Index {
         let max_new = *new_ids.iter().max().unwrap();
         w.next_id = w.next_id.max(max_new.saturating_add(1));
         let (entry, max_level) = *self.entry.lock();
-        self.publish(Snap { slots: w.slots, live: w.live, entry, max_level, user_version: w.user_version, ..Snap::clone_of(&snap) });
+        self.publish(Snap {
+            slots: w.slots,
+            live: w.live,
+            entry,
+            max_level,
+            user_version: w.user_version,
+            ..Snap::clone_of(&snap)
+        });
         Ok(new_ids)
     }
 
-    fn assign_ids(&self, w: &Writer, snap: &Snap, n: usize, ids: Option<&[u64]>) -> Result<Vec<u64>> {
+    fn assign_ids(
+        &self,
+        w: &Writer,
+        snap: &Snap,
+        n: usize,
+        ids: Option<&[u64]>,
+    ) -> Result<Vec<u64>> {
         match ids {
             None => {
                 let first = w.next_id;
@@ -1424,7 +1607,10 @@ impl Index {
             }
             Some(ids) => {
                 if ids.len() != n {
-                    return Err(Error::invalid(format!("got {} ids for {n} vectors", ids.len()), "pass one id per vector"));
+                    return Err(Error::invalid(
+                        format!("got {} ids for {n} vectors", ids.len()),
+                        "pass one id per vector",
+                    ));
                 }
                 if let Some(i) = ids.iter().position(|&x| x == RESERVED_ID) {
                     return Err(Error::invalid(
@@ -1442,9 +1628,21 @@ impl Index {
                         ));
                     }
                 }
-                let taken = self.with_ids(snap, |m| ids.iter().find(|id| m.get(id).is_some_and(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(**id))).copied());
+                let taken = self.with_ids(snap, |m| {
+                    ids.iter()
+                        .find(|id| {
+                            m.get(id).is_some_and(|&s| {
+                                (s as u64) < snap.slots && snap.live_id(s) == Some(**id)
+                            })
+                        })
+                        .copied()
+                });
                 if let Some(id) = taken {
-                    return Err(Error::new(ErrorKind::IdInUse, format!("id {id} is already in the index"), "pass an id not in use, or id=None for the next free one"));
+                    return Err(Error::new(
+                        ErrorKind::IdInUse,
+                        format!("id {id} is already in the index"),
+                        "pass an id not in use, or id=None for the next free one",
+                    ));
                 }
                 Ok(ids.to_vec())
             }
@@ -1453,7 +1651,13 @@ impl Index {
 
     /// Called (under n's stripe lock) before an existing node's lists change: save them for
     /// the undo log (committed nodes) and for the batch's savepoint.
-    fn before_modify(&self, st: &Storage, committed_slots: u64, committed_seq: u64, n: u32) -> Result<()> {
+    fn before_modify(
+        &self,
+        st: &Storage,
+        committed_slots: u64,
+        committed_seq: u64,
+        n: u32,
+    ) -> Result<()> {
         if (n as u64) < committed_slots {
             let mut u = self.undo.lock();
             if u.saved.insert(n) {
@@ -1529,16 +1733,24 @@ impl Index {
                     .map(|v| (g.dist(&uv, v), v))
                     .min_by(|a, b| a.0.total_cmp(&b.0))
                     // An island: its out-neighbors are unreachable too; find a way in by search.
-                    .or_else(|| g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None).first().copied());
+                    .or_else(|| {
+                        g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None)
+                            .first()
+                            .copied()
+                    });
                 let Some((_, v)) = best else { continue };
                 let _lock = self.locks[v as usize % LOCK_STRIPES].lock();
                 self.before_modify(st, cslots, cseq, v)?;
                 let list = st.l0(v);
-                let mut cur: Vec<u32> = list[2..2 + graph::list_len(list)].iter().map(|e| e.load(Relaxed)).collect();
+                let mut cur: Vec<u32> =
+                    list[2..2 + graph::list_len(list)].iter().map(|e| e.load(Relaxed)).collect();
                 if cur.len() >= cap {
                     // Drop the farthest entry that has another way in.
                     let vv = g.vector_f32(v, &mut buf).to_vec();
-                    let Some(far) = (0..cur.len()).filter(|&i| indeg[cur[i] as usize] > 1).max_by(|&a, &b| g.dist(&vv, cur[a]).total_cmp(&g.dist(&vv, cur[b]))) else {
+                    let Some(far) = (0..cur.len())
+                        .filter(|&i| indeg[cur[i] as usize] > 1)
+                        .max_by(|&a, &b| g.dist(&vv, cur[a]).total_cmp(&g.dist(&vv, cur[b])))
+                    else {
                         continue;
                     };
                     indeg[cur[far] as usize] -= 1;
@@ -1558,10 +1770,23 @@ impl Index {
     /// Link the batch's nodes in the order of its rows: row `i` is slot `start + pos[i]`;
     /// `levels` are by slot offset.
     #[allow(clippy::too_many_arguments)]
-    fn link(&self, st: &Storage, cslots: u64, cseq: u64, start: u64, pos: &[u32], levels: &[usize], ctl: &Control) -> Result<()> {
+    fn link(
+        &self,
+        st: &Storage,
+        cslots: u64,
+        cseq: u64,
+        start: u64,
+        pos: &[u32],
+        levels: &[usize],
+        ctl: &Control,
+    ) -> Result<()> {
         let n = pos.len();
         let total = start + n as u64;
-        let copy = if halfcopy_pays(&st.geo, n as u64, total) { HalfCopy::new(st, total as u32) } else { None };
+        let copy = if halfcopy_pays(&st.geo, n as u64, total) {
+            HalfCopy::new(st, total as u32)
+        } else {
+            None
+        };
         let g = match &copy {
             Some(c) => Graph::on_copy(st, self.metric(), total as u32, c),
             None => Graph::new(st, self.metric(), total as u32),
@@ -1733,14 +1958,26 @@ impl Index {
         // running, never as done with the residency from before.
         let (warm_running, warm_done_bytes, warm_total_bytes) = {
             let w = self.warm.lock();
-            (w.as_ref().is_some_and(|w| w.running()), w.as_ref().map(|w| w.done.load(Relaxed)).unwrap_or(0), w.as_ref().map(|w| w.total).unwrap_or(0))
+            (
+                w.as_ref().is_some_and(|w| w.running()),
+                w.as_ref().map(|w| w.done.load(Relaxed)).unwrap_or(0),
+                w.as_ref().map(|w| w.total).unwrap_or(0),
+            )
         };
         let mapped = st.mapped_ranges();
         let written = st.written_ranges(snap.slots);
-        let vectors: Vec<(usize, usize)> = written.iter().filter(|r| r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
-        let others: Vec<(usize, usize)> = written.iter().filter(|r| !r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
+        let vectors: Vec<(usize, usize)> =
+            written.iter().filter(|r| r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
+        let others: Vec<(usize, usize)> =
+            written.iter().filter(|r| !r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
         let all: Vec<(usize, usize)> = written.iter().map(|r| (r.addr, r.addr + r.len)).collect();
-        let huge = |r: &[(usize, usize)]| if st.is_memory() { os::anon_huge_pages(r) } else { os::file_pmd_mapped(r) };
+        let huge = |r: &[(usize, usize)]| {
+            if st.is_memory() {
+                os::anon_huge_pages(r)
+            } else {
+                os::file_pmd_mapped(r)
+            }
+        };
         Ok(MemoryStats {
             mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
             written_bytes: written.iter().map(|r| r.len as u64).sum(),
@@ -1797,7 +2034,11 @@ impl Index {
                     patch_copy(&snap.st, &h, &tmp, &records)?;
                     return sync_file(&tmp);
                 }
-                Err(Error::new(ErrorKind::Io, "the writer flushed during every backup attempt for 10 s", "retry when it flushes less often, or back up from the writer"))
+                Err(Error::new(
+                    ErrorKind::Io,
+                    "the writer flushed during every backup attempt for 10 s",
+                    "retry when it flushes less often, or back up from the writer",
+                ))
             })()
         } else {
             let mut w = self.writer.lock();
@@ -1828,12 +2069,19 @@ impl Index {
             self.adopt(&mut w, new, &snap);
             return Ok(());
         }
-        let need = live.len() as u64 * (g.stride + format::SLOT_HEADER + 4 * g.l0_words + 2 * 4 * g.upper_words) as u64 + (8 << 20);
+        let need = live.len() as u64
+            * (g.stride + format::SLOT_HEADER + 4 * g.l0_words + 2 * 4 * g.upper_words) as u64
+            + (8 << 20);
         if let Some(free) = os::free_space(&self.path) {
             if free < need {
                 return Err(Error {
                     kind: ErrorKind::Io,
-                    message: format!("compacting {} needs about {} MiB of free disk space; {} MiB are free", self.path.display(), need >> 20, free >> 20),
+                    message: format!(
+                        "compacting {} needs about {} MiB of free disk space; {} MiB are free",
+                        self.path.display(),
+                        need >> 20,
+                        free >> 20
+                    ),
                     help: "free disk space, then retry; the index is unchanged".into(),
                     errno: Some(libc::ENOSPC),
                 });
@@ -1870,7 +2118,14 @@ impl Index {
 
     /// Add the live vectors `live` of `snap` to the new, empty index `new` (compaction), with
     /// their ids, the next id and user_version of `w`.
-    fn refill(new: &Index, snap: &Snap, live: &[u32], w: &Writer, threads: Option<usize>, ctl: &Control) -> Result<()> {
+    fn refill(
+        new: &Index,
+        snap: &Snap,
+        live: &[u32],
+        w: &Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
         let vb = new.geo.vec_bytes;
         let mut bytes = vec![0u8; live.len() * vb];
         let mut ids = Vec::with_capacity(live.len());
@@ -1936,7 +2191,12 @@ impl Index {
                     return (None, None);
                 }
                 let h = st.header(s);
-                let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Relaxed), h[3].load(Relaxed));
+                let (id, upper, del, crcs) = (
+                    h[0].load(Relaxed),
+                    h[1].load(Relaxed),
+                    h[2].load(Relaxed),
+                    h[3].load(Relaxed),
+                );
                 let vec_ok = format::vector_crc(st.vector_bytes(s)) == crcs as u32;
                 let hdr_ok = format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32;
                 let marker_ok = format::read_marker(del, s) != format::Marker::Damaged;
@@ -1971,7 +2231,8 @@ impl Index {
                 }
             }
         }
-        let unreachable = (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
+        let unreachable =
+            (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
         Ok(CheckReport { unreachable, not_finite, corrupt })
     }
 
@@ -1992,7 +2253,8 @@ impl Index {
                     return false;
                 }
                 let entries: Vec<u32> = list[2..2 + cnt].iter().map(|e| e.load(Relaxed)).collect();
-                entries.iter().all(|&e| e < n) && format::list_crc(s, layer, head, &entries) == list[1].load(Relaxed)
+                entries.iter().all(|&e| e < n)
+                    && format::list_crc(s, layer, head, &entries) == list[1].load(Relaxed)
             };
             if !ok(l0, 0) {
                 return false;
@@ -2023,12 +2285,25 @@ impl Index {
     /// `search`, returning only ids the filter allows. With an `allowed` list of at most
     /// [`SCAN_FACTOR`] x ef ids, the allowed vectors are scanned exactly; otherwise the graph is
     /// walked (rejected nodes still route) and, if that finds fewer than k, scanned after all.
-    pub fn search_filtered(&self, q: &[f32], k: usize, ef: Option<usize>, filter: Option<&Filter>) -> Result<Vec<Hit>> {
+    pub fn search_filtered(
+        &self,
+        q: &[f32],
+        k: usize,
+        ef: Option<usize>,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<Hit>> {
         self.search_in(&self.snap(), q, k, ef, filter)
     }
 
     /// `search_filtered` on a given snapshot.
-    pub fn search_in(&self, snap: &Snap, q: &[f32], k: usize, ef: Option<usize>, filter: Option<&Filter>) -> Result<Vec<Hit>> {
+    pub fn search_in(
+        &self,
+        snap: &Snap,
+        q: &[f32],
+        k: usize,
+        ef: Option<usize>,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<Hit>> {
         self.check_open()?;
         check_k(k)?;
         let ef = self.effective_ef(ef)?;
@@ -2039,7 +2314,9 @@ impl Index {
 
     fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
         self.with_ids(snap, |m| {
-            let set = |ids: &[u64]| SlotSet::new(ids.iter().filter_map(|id| m.get(id).copied()), ids.len(), snap.slots);
+            let set = |ids: &[u64]| {
+                SlotSet::new(ids.iter().filter_map(|id| m.get(id).copied()), ids.len(), snap.slots)
+            };
             SlotFilter { allowed: f.allowed.as_deref().map(set), excluded: set(&f.excluded) }
         })
     }
@@ -2047,13 +2324,24 @@ impl Index {
     fn effective_ef(&self, ef: Option<usize>) -> Result<usize> {
         let ef = ef.unwrap_or(self.opts.ef_search);
         if !(1..=MAX_K).contains(&ef) {
-            return Err(Error::invalid(format!("ef={ef} is out of range"), format!("pass ef from 1 to {MAX_K}")));
+            return Err(Error::invalid(
+                format!("ef={ef} is out of range"),
+                format!("pass ef from 1 to {MAX_K}"),
+            ));
         }
         Ok(ef)
     }
 
     /// `start`: where layer 0 starts, if the caller already descended (`batch_starts`).
-    fn search_prepared(&self, snap: &Snap, q: &[f32], k: usize, ef: usize, filter: Option<&SlotFilter>, start: Option<&Start>) -> Vec<Hit> {
+    fn search_prepared(
+        &self,
+        snap: &Snap,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        filter: Option<&SlotFilter>,
+        start: Option<&Start>,
+    ) -> Vec<Hit> {
         if snap.live == 0 {
             return Vec::new();
         }
@@ -2103,7 +2391,10 @@ impl Index {
         // Deleted nodes route but are never returned (the check is skipped when none are).
         let any_deleted = snap.live < snap.slots;
         let accept = |s: u32| {
-            s < visible && filter.is_none_or(|f| f.allows(s)) && (!any_deleted || snap.live_id(s).is_some()) && (bad.is_empty() || !bad.contains(&s))
+            s < visible
+                && filter.is_none_or(|f| f.allows(s))
+                && (!any_deleted || snap.live_id(s).is_some())
+                && (bad.is_empty() || !bad.contains(&s))
         };
         match small_allowed(k, ef, filter) {
             Some(allowed) => exact.scan(q, k, allowed.iter().filter(|&s| accept(s))),
@@ -2114,7 +2405,16 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                let hits = Graph::new(st, self.metric(), limit).knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start);
+                let hits = Graph::new(st, self.metric(), limit).knn(
+                    q,
+                    k,
+                    ef,
+                    snap.entry,
+                    snap.max_level,
+                    visible,
+                    &accept,
+                    start,
+                );
                 if hits.len() < k && (filter.is_some() || !bad.is_empty()) {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
                 } else {
@@ -2155,7 +2455,10 @@ impl Index {
         self.check_open()?;
         if let BatchFilter::PerQuery(f) = filter {
             if f.len() != nq {
-                return Err(Error::invalid(format!("{} filters for {nq} queries", f.len()), "pass one filter per query"));
+                return Err(Error::invalid(
+                    format!("{} filters for {nq} queries", f.len()),
+                    "pass one filter per query",
+                ));
             }
         }
         check_k(k)?;
@@ -2169,7 +2472,10 @@ impl Index {
             ));
         }
         if nq.checked_mul(k).is_none_or(|c| c > 1 << 31) {
-            return Err(Error::invalid(format!("{nq} queries x k={k} results is too many"), "search in smaller batches or with a smaller k"));
+            return Err(Error::invalid(
+                format!("{nq} queries x k={k} results is too many"),
+                "search in smaller batches or with a smaller k",
+            ));
         }
         for (r, row) in qs.chunks_exact(d).enumerate() {
             self.check_vector(row, &format!("query {r}"))?;
@@ -2228,7 +2534,9 @@ impl Index {
             }
         } else {
             // Consecutive queries of the order go to one thread, 16 at a time.
-            let found: Vec<Vec<Hit>> = with_threads(threads, || order.par_iter().with_max_len(16).map(|&i| search_one(i as usize)).collect())?;
+            let found: Vec<Vec<Hit>> = with_threads(threads, || {
+                order.par_iter().with_max_len(16).map(|&i| search_one(i as usize)).collect()
+            })?;
             for (&i, hits) in order.iter().zip(found) {
                 put(i as usize, hits);
             }
@@ -2242,7 +2550,14 @@ impl Index {
     /// For a batch of prepared queries: the order to search them in (by the path of their
     /// descent through the upper layers, top layer first, which sorts them like the leaves of a
     /// tree) and where each enters layer 0. None where there is nothing to order by (one layer).
-    fn batch_starts(&self, snap: &Snap, qs: &[f32], nq: usize, threads: Option<usize>, ctl: &Control) -> Result<Option<BatchStarts>> {
+    fn batch_starts(
+        &self,
+        snap: &Snap,
+        qs: &[f32],
+        nq: usize,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Option<BatchStarts>> {
         let layers = snap.max_level;
         if layers == 0 {
             return Ok(None);
@@ -2262,13 +2577,21 @@ impl Index {
         let starts: Vec<Option<Start>> = if threads == Some(1) {
             qs.chunks_exact(d).zip(paths.chunks_mut(layers)).map(|(q, p)| descend(q, p)).collect()
         } else {
-            with_threads(threads, || qs.par_chunks_exact(d).zip(paths.par_chunks_mut(layers)).with_max_len(64).map(|(q, p)| descend(q, p)).collect())?
+            with_threads(threads, || {
+                qs.par_chunks_exact(d)
+                    .zip(paths.par_chunks_mut(layers))
+                    .with_max_len(64)
+                    .map(|(q, p)| descend(q, p))
+                    .collect()
+            })?
         };
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }
         let mut order: Vec<u32> = (0..nq as u32).collect();
-        order.sort_by(|&a, &b| paths[a as usize * layers..][..layers].cmp(&paths[b as usize * layers..][..layers]));
+        order.sort_by(|&a, &b| {
+            paths[a as usize * layers..][..layers].cmp(&paths[b as usize * layers..][..layers])
+        });
         Ok(Some((order, starts)))
     }
 
@@ -2277,7 +2600,10 @@ impl Index {
     fn poisoned_error(&self) -> Error {
         Error::new(
             ErrorKind::Io,
-            format!("an earlier flush of {} failed; what the disk holds is unknown", self.path.display()),
+            format!(
+                "an earlier flush of {} failed; what the disk holds is unknown",
+                self.path.display()
+            ),
             "close and reopen the index; it reopens as of the last successful flush",
         )
     }
@@ -2300,7 +2626,11 @@ impl Index {
         if w.poisoned {
             return Err(self.poisoned_error());
         }
-        if w.slots == w.committed.slots && w.user_version == w.committed.user_version && w.deletes == 0 && w.next_id == w.committed.next_id {
+        if w.slots == w.committed.slots
+            && w.user_version == w.committed.user_version
+            && w.deletes == 0
+            && w.next_id == w.committed.next_id
+        {
             return Ok(());
         }
         let snap = self.view.read().clone();
@@ -2342,7 +2672,9 @@ impl Index {
     }
 
     fn rollback_locked(&self, w: &mut Writer) -> Result<()> {
-        let dirty = w.slots != w.committed.slots || w.user_version != w.committed.user_version || w.deletes != 0;
+        let dirty = w.slots != w.committed.slots
+            || w.user_version != w.committed.user_version
+            || w.deletes != 0;
         if !dirty && self.undo.lock().log.is_empty() {
             return Ok(());
         }
@@ -2394,7 +2726,8 @@ impl Index {
 /// deleted or damaged slots.
 fn live_id(st: &Storage, slot: u32, del_visible: u64) -> Option<u64> {
     let h = st.header(slot);
-    let (id, upper, del, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Acquire), h[3].load(Relaxed));
+    let (id, upper, del, crcs) =
+        (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Acquire), h[3].load(Relaxed));
     if format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32 {
         return None;
     }
@@ -2432,7 +2765,9 @@ fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
         ranges.push((r.offset + l.headers, n * format::SLOT_HEADER as u64));
         ranges.push((r.offset + l.l0, n * g.l0_words as u64 * 4));
     }
-    ranges.extend(h.regions.iter().filter(|r| r.kind == RegionKind::Heap).map(|r| (r.offset, r.used as u64)));
+    ranges.extend(
+        h.regions.iter().filter(|r| r.kind == RegionKind::Heap).map(|r| (r.offset, r.used as u64)),
+    );
     ranges.retain(|r| r.1 > 0);
     ranges
 }
@@ -2441,7 +2776,11 @@ fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
 /// it has written (the rest stays a hole) and `h` as both header copies. Not synced.
 fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    let out = OpenOptions::new().write(true).create_new(true).open(tmp).map_err(|e| Error::io(e, "creating", tmp))?;
+    let out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(|e| Error::io(e, "creating", tmp))?;
     out.set_len(h.end_of_regions()).map_err(|e| Error::io(e, "writing", tmp))?;
     let mut buf = vec![0u8; 1 << 20];
     for (start, len) in commit_ranges(st, h) {
@@ -2462,7 +2801,14 @@ fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
 /// order, are cut into one contiguous stretch per thread of the pool and each thread reads its
 /// own (first touch places each stretch on its thread's node). Otherwise this thread reads all.
 /// Cancellable between 8 MiB pieces.
-fn copy_ranges(mem: &Storage, file: &File, path: &Path, ranges: &[(u64, u64)], balanced: bool, ctl: &Control) -> Result<()> {
+fn copy_ranges(
+    mem: &Storage,
+    file: &File,
+    path: &Path,
+    ranges: &[(u64, u64)],
+    balanced: bool,
+    ctl: &Control,
+) -> Result<()> {
     const PIECE: u64 = 8 << 20;
     let total: u64 = ranges.iter().map(|r| r.1).sum();
     // Copy the bytes `[from, to)` of the concatenated ranges.
@@ -2502,14 +2848,21 @@ fn copy_ranges(mem: &Storage, file: &File, path: &Path, ranges: &[(u64, u64)], b
 
 /// Apply undo records (committed contents of lists and markers changed since commit `h`) to a
 /// copy of the index made while the writer kept writing; `put(bytes, file offset)` writes.
-fn apply_records(st: &Storage, h: &Header, records: &[Record], mut put: impl FnMut(&[u8], u64) -> Result<()>) -> Result<()> {
+fn apply_records(
+    st: &Storage,
+    h: &Header,
+    records: &[Record],
+    mut put: impl FnMut(&[u8], u64) -> Result<()>,
+) -> Result<()> {
     let mut put_words = |at: u64, words: &[u32]| -> Result<()> {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         put(&bytes, at)
     };
     for r in records {
         match r {
-            Record::Lists(slot, words) if (*slot as u64) < h.slots && words.len() >= st.geo.l0_words => {
+            Record::Lists(slot, words)
+                if (*slot as u64) < h.slots && words.len() >= st.geo.l0_words =>
+            {
                 let Some((_, l0)) = st.slot_offsets(&h.regions, *slot) else { continue };
                 put_words(l0, &words[..st.geo.l0_words])?;
                 let upper = st.header(*slot)[1].load(Relaxed);
@@ -2534,7 +2887,9 @@ fn apply_records(st: &Storage, h: &Header, records: &[Record], mut put: impl FnM
 fn patch_copy(st: &Storage, h: &Header, tmp: &Path, records: &[Record]) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let out = OpenOptions::new().write(true).open(tmp).map_err(|e| Error::io(e, "opening", tmp))?;
-    apply_records(st, h, records, |bytes, at| out.write_all_at(bytes, at).map_err(|e| Error::io(e, "writing", tmp)))
+    apply_records(st, h, records, |bytes, at| {
+        out.write_all_at(bytes, at).map_err(|e| Error::io(e, "writing", tmp))
+    })
 }
 
 /// Put back what an undo log saved; returns how many records applied.
@@ -2542,7 +2897,9 @@ fn restore(st: &Storage, committed_slots: u64, records: &[Record]) -> usize {
     let mut n = 0;
     for r in records {
         match r {
-            Record::Lists(slot, words) if (*slot as u64) < committed_slots && words.len() >= st.geo.l0_words => {
+            Record::Lists(slot, words)
+                if (*slot as u64) < committed_slots && words.len() >= st.geo.l0_words =>
+            {
                 graph::restore_lists(st, *slot, words);
                 n += 1;
             }
@@ -2611,7 +2968,10 @@ mod tests {
         assert_eq!(idx.len(), n as u64);
         assert_eq!(idx.get(17).unwrap().unwrap(), data[17 * d..18 * d].to_vec());
         let exact = idx.search(&queries[..d], 10, Some(n)).unwrap();
-        assert_eq!(exact.iter().map(|h| h.id).collect::<Vec<_>>(), brute(&data, d, &queries[..d], 10));
+        assert_eq!(
+            exact.iter().map(|h| h.id).collect::<Vec<_>>(),
+            brute(&data, d, &queries[..d], 10)
+        );
     }
 
     #[test]
@@ -2642,8 +3002,12 @@ mod tests {
                 assert!(idx.check(&Control::default()).unwrap().corrupt.is_empty());
             }
             for q in queries.chunks_exact(d) {
-                let want: Vec<u64> = brute(&data, d, q, 11).into_iter().filter(|&i| i != 5).take(10).collect();
-                let got: Vec<Vec<u64>> = [&mem, &file, &loaded].iter().map(|i| i.search(q, 10, Some(n)).unwrap().iter().map(|h| h.id).collect()).collect();
+                let want: Vec<u64> =
+                    brute(&data, d, q, 11).into_iter().filter(|&i| i != 5).take(10).collect();
+                let got: Vec<Vec<u64>> = [&mem, &file, &loaded]
+                    .iter()
+                    .map(|i| i.search(q, 10, Some(n)).unwrap().iter().map(|h| h.id).collect())
+                    .collect();
                 assert!(got.iter().all(|g| *g == want), "{got:?} vs {want:?}");
                 results.push(want);
             }
@@ -2668,14 +3032,16 @@ mod tests {
         let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         idx.add_batch(&data[..300 * d], 300, None, None, &Control::default()).unwrap();
         idx.flush().unwrap();
-        let before: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
+        let before: Vec<Vec<u32>> =
+            (0..300).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         idx.add_batch(&data[300 * d..], 300, None, None, &Control::default()).unwrap();
         assert!(undo_path(&p).exists(), "committed lists changed, so the undo log holds them");
         idx.close().unwrap();
         drop(idx);
         let idx = Index::open(&p, None, None, Mode::Write).unwrap();
         assert_eq!(idx.len(), 300);
-        let after: Vec<Vec<u32>> = (0..300).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
+        let after: Vec<Vec<u32>> =
+            (0..300).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         assert_eq!(before, after);
         assert!(!undo_path(&p).exists());
     }
@@ -2688,13 +3054,15 @@ mod tests {
         let data = rand_vecs(400, d, 4);
         let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         idx.add_batch(&data[..200 * d], 200, None, None, &Control::default()).unwrap();
-        let before: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
+        let before: Vec<Vec<u32>> =
+            (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         let ctl = Control::default();
         ctl.cancel.store(true, Relaxed);
         let e = idx.add_batch(&data[200 * d..], 200, None, None, &ctl).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Interrupted);
         assert_eq!(idx.len(), 200);
-        let after: Vec<Vec<u32>> = (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
+        let after: Vec<Vec<u32>> =
+            (0..200).map(|s| graph::snapshot_lists(&idx.snap().st, s)).collect();
         assert_eq!(before, after);
         assert_eq!(idx.add(&data[..d], None).unwrap(), 200);
     }
@@ -2708,11 +3076,25 @@ mod tests {
         let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         idx.add_batch(&data[..5 * d], 5, None, None, &Control::default()).unwrap();
         idx.flush().unwrap();
-        idx.add_batch(&data[5 * d..10 * d], 5, Some(&[100, 101, 102, 103, 104]), None, &Control::default()).unwrap();
+        idx.add_batch(
+            &data[5 * d..10 * d],
+            5,
+            Some(&[100, 101, 102, 103, 104]),
+            None,
+            &Control::default(),
+        )
+        .unwrap();
         assert!(idx.contains(102).unwrap());
         idx.rollback().unwrap();
         assert!(!idx.contains(102).unwrap());
-        idx.add_batch(&data[10 * d..15 * d], 5, Some(&[200, 201, 202, 203, 204]), None, &Control::default()).unwrap();
+        idx.add_batch(
+            &data[10 * d..15 * d],
+            5,
+            Some(&[200, 201, 202, 203, 204]),
+            None,
+            &Control::default(),
+        )
+        .unwrap();
         assert!(!idx.contains(102).unwrap());
         assert_eq!(idx.get(202).unwrap().unwrap(), data[12 * d..13 * d].to_vec());
         assert_eq!(idx.ids().unwrap(), vec![0, 1, 2, 3, 4, 200, 201, 202, 203, 204]);
@@ -2773,7 +3155,10 @@ mod tests {
         assert_eq!(w.ids().unwrap(), live);
         assert_eq!(w.user_version(), 77);
         for &id in &live[..50] {
-            assert_eq!(w.get(id).unwrap().unwrap(), data[id as usize * d..(id as usize + 1) * d].to_vec());
+            assert_eq!(
+                w.get(id).unwrap().unwrap(),
+                data[id as usize * d..(id as usize + 1) * d].to_vec()
+            );
         }
         assert_eq!(w.add(&data[..d], None).unwrap(), 2000, "default ids go on after the largest");
         w.flush().unwrap();
@@ -2785,7 +3170,8 @@ mod tests {
         assert_eq!(bk.ids().unwrap(), live);
         assert_eq!(bk.user_version(), 77);
         let q = &data[5 * d..6 * d];
-        let want: Vec<u64> = brute(&data, d, q, 2000).into_iter().filter(|i| i % 3 != 0).take(10).collect();
+        let want: Vec<u64> =
+            brute(&data, d, q, 2000).into_iter().filter(|i| i % 3 != 0).take(10).collect();
         assert_eq!(exact_ids(&bk, q, 10), want);
     }
 
@@ -2798,7 +3184,8 @@ mod tests {
         let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
         w.add_batch(&data[..1000 * d], 1000, None, None, &Control::default()).unwrap();
         w.flush().unwrap();
-        let before: Vec<Vec<u32>> = (0..1000).map(|s| graph::snapshot_lists(&w.snap().st, s)).collect();
+        let before: Vec<Vec<u32>> =
+            (0..1000).map(|s| graph::snapshot_lists(&w.snap().st, s)).collect();
         w.add_batch(&data[1000 * d..], 2000, None, None, &Control::default()).unwrap(); // changes committed lists
         w.delete(5).unwrap();
         let r = Index::open(&p, None, None, Mode::Read).unwrap();
@@ -2807,7 +3194,8 @@ mod tests {
         let bk = Index::open(&b, None, None, Mode::Write).unwrap();
         assert_eq!(bk.len(), 1000);
         assert!(bk.contains(5).unwrap());
-        let after: Vec<Vec<u32>> = (0..1000).map(|s| graph::snapshot_lists(&bk.snap().st, s)).collect();
+        let after: Vec<Vec<u32>> =
+            (0..1000).map(|s| graph::snapshot_lists(&bk.snap().st, s)).collect();
         assert_eq!(before, after, "the copy has the committed lists, not the writer's newer ones");
         assert!(bk.check(&Control::default()).unwrap().corrupt.is_empty());
     }
@@ -2862,8 +3250,15 @@ mod tests {
         w.flush().unwrap();
         assert_eq!(r.len(), 5000);
         assert_eq!(pinned.slots, 10, "a pinned snapshot keeps its state");
-        assert_eq!(r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().len(), 3);
-        assert!(r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().iter().all(|h| h.id < 10));
+        assert_eq!(
+            r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().len(),
+            3
+        );
+        assert!(r
+            .search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None)
+            .unwrap()
+            .iter()
+            .all(|h| h.id < 10));
         assert_eq!(r.get(4999).unwrap().unwrap(), data[4999 * d..].to_vec());
     }
 }

@@ -48,22 +48,19 @@ pub fn slot_order(
     // Each row's coordinates on the components, k per row.
     let mut coords = vec![0f32; n * k];
     let offsets: Vec<f32> = comps.chunks_exact(dims).map(|c| dot(&mean, c)).collect();
-    let stopped = coords
-        .par_chunks_mut(k * 256)
-        .enumerate()
-        .any(|(chunk, out)| {
-            if cancelled() {
-                return true;
+    let stopped = coords.par_chunks_mut(k * 256).enumerate().any(|(chunk, out)| {
+        if cancelled() {
+            return true;
+        }
+        let mut buf = vec![0f32; dims];
+        for (r, o) in out.chunks_exact_mut(k).enumerate() {
+            row(chunk * 256 + r, &mut buf);
+            for ((x, c), off) in o.iter_mut().zip(comps.chunks_exact(dims)).zip(&offsets) {
+                *x = dot(&buf, c) - off;
             }
-            let mut buf = vec![0f32; dims];
-            for (r, o) in out.chunks_exact_mut(k).enumerate() {
-                row(chunk * 256 + r, &mut buf);
-                for ((x, c), off) in o.iter_mut().zip(comps.chunks_exact(dims)).zip(&offsets) {
-                    *x = dot(&buf, c) - off;
-                }
-            }
-            false
-        });
+        }
+        false
+    });
     if stopped {
         return None;
     }
@@ -158,9 +155,7 @@ fn split(rows: &mut [u32], coords: &[f32], k: usize) {
         .unwrap_or(0);
     let mid = rows.len() / 2;
     rows.select_nth_unstable_by(mid, |&a, &b| {
-        coords[a as usize * k + axis]
-            .total_cmp(&coords[b as usize * k + axis])
-            .then(a.cmp(&b))
+        coords[a as usize * k + axis].total_cmp(&coords[b as usize * k + axis]).then(a.cmp(&b))
     });
     let (lo, hi) = rows.split_at_mut(mid);
     if lo.len() > 4096 {
@@ -179,9 +174,7 @@ mod tests {
     fn blobs(n: usize, dims: usize, blobs: usize, seed: u64) -> (Vec<f32>, Vec<usize>) {
         let mut state = seed;
         let mut next = move || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
         };
         let centres: Vec<f32> = (0..blobs * dims).map(|_| next() * 40.0).collect();
@@ -222,10 +215,8 @@ mod tests {
         let (n, dims, k) = (8000, 64, 20);
         let (data, label) = blobs(n, dims, k, 3);
         let order = order_of(&data, n, dims);
-        let runs = 1 + order
-            .windows(2)
-            .filter(|w| label[w[0] as usize] != label[w[1] as usize])
-            .count();
+        let runs =
+            1 + order.windows(2).filter(|w| label[w[0] as usize] != label[w[1] as usize]).count();
         let arrival = 1 + (1..n).filter(|&i| label[i] != label[i - 1]).count();
         assert_eq!(arrival, n);
         assert!(runs <= 4 * k, "{runs} runs of one blob for {k} blobs");

@@ -1,10 +1,10 @@
 //! The few operating-system calls the core makes beyond std, each with its fallback where the
 //! system lacks it. Probed results are cached.
 
+use parking_lot::Mutex;
 use std::fs::File;
 use std::io;
 use std::os::unix::io::AsRawFd;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -59,7 +59,9 @@ pub fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: posix_fallocate on a valid descriptor; it reports errors by return value.
-        let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t) };
+        let r = unsafe {
+            libc::posix_fallocate(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t)
+        };
         match r {
             0 => Ok(()),
             // Filesystems without fallocate (some network ones): keep going sparse.
@@ -82,7 +84,8 @@ pub fn sync_data(file: &File) -> io::Result<()> {
 
 /// Make a directory entry durable (after a create or rename).
 pub fn sync_dir(path: &std::path::Path) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let dir =
+        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     File::open(dir)?.sync_all()
 }
 
@@ -95,7 +98,8 @@ pub fn unlock(file: &File) {
 /// Free bytes for an unprivileged user on the filesystem holding `path`, if the system says.
 pub fn free_space(path: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let dir =
+        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs is plain old data, for which all zero bytes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -195,7 +199,12 @@ pub fn fadvise_willneed(file: &File, offset: u64, len: usize) {
     #[cfg(target_os = "linux")]
     // SAFETY: posix_fadvise on a valid descriptor; advice only.
     unsafe {
-        libc::posix_fadvise(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED);
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_WILLNEED,
+        );
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (file, offset, len);
@@ -254,7 +263,8 @@ fn smaps_sum(ranges: &[(usize, usize)], field: &str) -> Option<u64> {
             if let Some((s, e)) = cur {
                 if ranges.iter().any(|&(a, b)| s < b && a < e) {
                     let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
-                    let overlap: usize = ranges.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum();
+                    let overlap: usize =
+                        ranges.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum();
                     total += (kb * 1024).min(overlap as u64);
                 }
             }
@@ -332,7 +342,8 @@ fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
     if let Some(e) = advise_error {
         return Some(format!("madvise(MADV_HUGEPAGE) failed ({e}); the kernel likely lacks transparent huge page support (CONFIG_TRANSPARENT_HUGEPAGE)"));
     }
-    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let mode =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if mode.contains("[never]") {
         return Some("transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled is [never])".into());
     }
@@ -342,7 +353,10 @@ fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
         let r = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         // Bit 1 (PR_THP_DISABLE_EXCEPT_ADVISED) still allows ranges that asked, as ours do.
         if r > 0 && r & 2 == 0 {
-            return Some("this process opted out of transparent huge pages (prctl PR_SET_THP_DISABLE)".into());
+            return Some(
+                "this process opted out of transparent huge pages (prctl PR_SET_THP_DISABLE)"
+                    .into(),
+            );
         }
     }
     if thp_eligible(addr) == Some(false) {
@@ -387,10 +401,25 @@ unsafe impl Send for AlignedMap {}
 unsafe impl Sync for AlignedMap {}
 
 impl AlignedMap {
-    pub fn new(file: &File, offset: u64, len: usize, writable: bool, align: usize) -> io::Result<AlignedMap> {
+    pub fn new(
+        file: &File,
+        offset: u64,
+        len: usize,
+        writable: bool,
+        align: usize,
+    ) -> io::Result<AlignedMap> {
         let reserved = len + align;
         // SAFETY: an anonymous reservation with no access; nothing aliases it.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), reserved, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANON, -1, 0) };
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANON,
+                -1,
+                0,
+            )
+        };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -398,7 +427,16 @@ impl AlignedMap {
         let ptr = ((base as usize).div_ceil(align) * align) as *mut u8;
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: MAP_FIXED over part of our own reservation, which nothing else uses.
-        let m = unsafe { libc::mmap(ptr as *mut libc::c_void, len, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t) };
+        let m = unsafe {
+            libc::mmap(
+                ptr as *mut libc::c_void,
+                len,
+                prot,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                file.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
         if m == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
             // SAFETY: unmapping our own reservation.
@@ -414,17 +452,33 @@ impl AlignedMap {
     pub fn anonymous(len: usize, huge: bool) -> io::Result<AlignedMap> {
         let len = len.max(1);
         if len < HUGE_PAGE {
-            let layout = std::alloc::Layout::from_size_align(len, page_size()).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+            let layout = std::alloc::Layout::from_size_align(len, page_size())
+                .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
             // SAFETY: a non-zero size and a power-of-two alignment.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };
             if p.is_null() {
                 return Err(io::Error::from(io::ErrorKind::OutOfMemory));
             }
-            return Ok(AlignedMap { base: p, reserved: len, ptr: p, len, backing: Backing::Heap(layout) });
+            return Ok(AlignedMap {
+                base: p,
+                reserved: len,
+                ptr: p,
+                len,
+                backing: Backing::Heap(layout),
+            });
         }
         let reserved = len + HUGE_PAGE;
         // SAFETY: a fresh private anonymous mapping; nothing aliases it.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), reserved, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANON, -1, 0) };
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserved,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANON,
+                -1,
+                0,
+            )
+        };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -440,7 +494,10 @@ impl AlignedMap {
     /// Ask for huge pages under an anonymous store (or, with `on` false, for none). The first
     /// request of the process checks what the kernel does with it and notes a refusal once.
     pub fn advise_anon_huge(&self, on: bool) {
-        if self.len < HUGE_PAGE || !matches!(self.backing, Backing::Mapped) || !cfg!(target_os = "linux") {
+        if self.len < HUGE_PAGE
+            || !matches!(self.backing, Backing::Mapped)
+            || !cfg!(target_os = "linux")
+        {
             return;
         }
         let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };

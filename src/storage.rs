@@ -4,15 +4,15 @@
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
-    self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK, HEADER_COPY_SIZE, HUGE_PAGE,
-    MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
+    self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK,
+    HEADER_COPY_SIZE, HUGE_PAGE, MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
 };
 use crate::os;
 use memmap2::{MmapOptions, MmapRaw};
+use parking_lot::Mutex;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
 
@@ -86,20 +86,45 @@ impl Storage {
     /// Map the regions of `header` from an open file whose length has been checked.
     pub fn open(path: &Path, file: File, writable: bool, header: &Header) -> Result<Storage> {
         // Only over bytes the file has: a load past its end would raise SIGBUS.
-        let long_enough = file.metadata().map(|m| m.len() >= 2 * HEADER_COPY_SIZE as u64).unwrap_or(false);
-        let header_view = if writable || !long_enough { None } else { MmapOptions::new().len(2 * HEADER_COPY_SIZE).map_raw_read_only(&file).ok() };
-        let s = Self::unmapped(path.to_path_buf(), Some(file), writable, header, false, header_view, header.slots);
+        let long_enough =
+            file.metadata().map(|m| m.len() >= 2 * HEADER_COPY_SIZE as u64).unwrap_or(false);
+        let header_view = if writable || !long_enough {
+            None
+        } else {
+            MmapOptions::new().len(2 * HEADER_COPY_SIZE).map_raw_read_only(&file).ok()
+        };
+        let s = Self::unmapped(
+            path.to_path_buf(),
+            Some(file),
+            writable,
+            header,
+            false,
+            header_view,
+            header.slots,
+        );
         s.map_new_regions(header)?;
         Ok(s)
     }
 
     /// A Storage with nothing mapped yet.
-    fn unmapped(path: PathBuf, file: Option<File>, writable: bool, header: &Header, huge: bool, header_view: Option<MmapRaw>, prealloc_slots: u64) -> Storage {
+    fn unmapped(
+        path: PathBuf,
+        file: Option<File>,
+        writable: bool,
+        header: &Header,
+        huge: bool,
+        header_view: Option<MmapRaw>,
+        prealloc_slots: u64,
+    ) -> Storage {
         Storage {
             path,
             file,
             writable,
-            geo: Geometry::new(header.dims as usize, header.precision, header.max_connections as usize),
+            geo: Geometry::new(
+                header.dims as usize,
+                header.precision,
+                header.max_connections as usize,
+            ),
             segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             seg_count: AtomicUsize::new(0),
@@ -134,7 +159,11 @@ impl Storage {
     }
 
     fn no_memory() -> Error {
-        Error::new(ErrorKind::Io, "cannot allocate memory for the index", "free memory, or use a file-backed index")
+        Error::new(
+            ErrorKind::Io,
+            "cannot allocate memory for the index",
+            "free memory, or use a file-backed index",
+        )
     }
 
     /// Map regions that `header` lists and this process has not mapped yet (a reader following
@@ -143,14 +172,26 @@ impl Storage {
     pub fn map_new_regions(&self, header: &Header) -> Result<()> {
         let mut a = self.alloc.lock();
         let known = a.regions.len().min(header.regions.len());
-        if a.regions.iter().zip(&header.regions).any(|(x, y)| x.offset != y.offset || x.len != y.len || x.kind != y.kind) {
-            return Err(Error::new(ErrorKind::CorruptIndex, "the index file was laid out anew", "open it again"));
+        if a.regions
+            .iter()
+            .zip(&header.regions)
+            .any(|(x, y)| x.offset != y.offset || x.len != y.len || x.kind != y.kind)
+        {
+            return Err(Error::new(
+                ErrorKind::CorruptIndex,
+                "the index file was laid out anew",
+                "open it again",
+            ));
         }
         for (mine, theirs) in a.regions.iter_mut().zip(&header.regions) {
             mine.used = theirs.used;
         }
         if header.regions.len() > known {
-            let file_len = self.file().metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
+            let file_len = self
+                .file()
+                .metadata()
+                .map_err(|e| Error::io(e, "reading the size of", &self.path))?
+                .len();
             for r in &header.regions[known..] {
                 if r.offset + r.len > file_len {
                     return Err(Error::corrupt(format!(
@@ -171,14 +212,23 @@ impl Storage {
                 let k = self.seg_count.load(Acquire);
                 let layout = self.geo.segment_layout(self.geo.segment_slots(k));
                 if layout.len != r.len {
-                    return Err(Error::corrupt(format!("{}: a segment has the wrong size", self.path.display())));
+                    return Err(Error::corrupt(format!(
+                        "{}: a segment has the wrong size",
+                        self.path.display()
+                    )));
                 }
                 let map = match &self.file {
                     Some(file) => {
-                        let align = if r.offset.is_multiple_of(HUGE_PAGE) { HUGE_PAGE as usize } else { os::page_size() };
-                        os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, align).map_err(|e| Error::io(e, "mapping", &self.path))?
+                        let align = if r.offset.is_multiple_of(HUGE_PAGE) {
+                            HUGE_PAGE as usize
+                        } else {
+                            os::page_size()
+                        };
+                        os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, align)
+                            .map_err(|e| Error::io(e, "mapping", &self.path))?
                     }
-                    None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire)).map_err(|_| Self::no_memory())?,
+                    None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire))
+                        .map_err(|_| Self::no_memory())?,
                 };
                 // Slot headers and lists never on huge pages; vectors only when asked (and then
                 // only whole pieces, see `vector_pieces`).
@@ -200,12 +250,19 @@ impl Storage {
             RegionKind::Heap => {
                 let map = match &self.file {
                     Some(file) => {
-                        let map = os::AlignedMap::new(file, r.offset, r.len as usize, self.writable, os::page_size())
-                            .map_err(|e| Error::io(e, "mapping", &self.path))?;
+                        let map = os::AlignedMap::new(
+                            file,
+                            r.offset,
+                            r.len as usize,
+                            self.writable,
+                            os::page_size(),
+                        )
+                        .map_err(|e| Error::io(e, "mapping", &self.path))?;
                         os::advise_huge(map.as_ptr(), map.len(), false);
                         map
                     }
-                    None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire)).map_err(|_| Self::no_memory())?,
+                    None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire))
+                        .map_err(|_| Self::no_memory())?,
                 };
                 let k = self.heap_count.load(Acquire);
                 let cell = self.heaps.get(k).ok_or_else(Self::full)?;
@@ -218,7 +275,11 @@ impl Storage {
     }
 
     fn full() -> Error {
-        Error::new(ErrorKind::IndexFull, format!("the index has the most regions a header can list ({MAX_REGIONS})"), "start another index file")
+        Error::new(
+            ErrorKind::IndexFull,
+            format!("the index has the most regions a header can list ({MAX_REGIONS})"),
+            "start another index file",
+        )
     }
 
     fn end_of_regions(a: &Alloc) -> u64 {
@@ -230,7 +291,8 @@ impl Storage {
             return Err(Self::full());
         }
         if let Some(file) = &self.file {
-            let file_len = file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
+            let file_len =
+                file.metadata().map_err(|e| Error::io(e, "reading the size of", &self.path))?.len();
             if file_len < offset + len {
                 // Grows the file sparsely; the blocks are given when slots are reserved.
                 file.set_len(offset + len).map_err(|e| Error::io(e, "growing", &self.path))?;
@@ -253,7 +315,11 @@ impl Storage {
     /// Make slots `[from, to)` writable: add segments and give the bytes real blocks.
     pub fn reserve_slots(&self, from: u64, to: u64) -> Result<()> {
         if to > u32::MAX as u64 - 1 {
-            return Err(Error::new(ErrorKind::IndexFull, "an index holds at most 2**32 - 2 slots", "start another index file"));
+            return Err(Error::new(
+                ErrorKind::IndexFull,
+                "an index holds at most 2**32 - 2 slots",
+                "start another index file",
+            ));
         }
         let mut a = self.alloc.lock();
         while self.capacity() < to {
@@ -278,14 +344,16 @@ impl Storage {
             let (k, local) = self.geo.locate(s);
             let seg = self.segments[k].get().expect("reserved segment");
             let n = (seg.layout.slots - local).min(to - s);
-            let base = a.regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k).unwrap().offset;
+            let base =
+                a.regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k).unwrap().offset;
             let l0b = self.geo.l0_words as u64 * 4;
             for (start, size) in [
                 (seg.layout.vectors + local * self.geo.stride as u64, n * self.geo.stride as u64),
                 (seg.layout.headers + local * SLOT_HEADER as u64, n * SLOT_HEADER as u64),
                 (seg.layout.l0 + local * l0b, n * l0b),
             ] {
-                os::preallocate(self.file(), base + start, size).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+                os::preallocate(self.file(), base + start, size)
+                    .map_err(|e| Error::io(e, "allocating space in", &self.path))?;
             }
             s += n;
         }
@@ -298,13 +366,20 @@ impl Storage {
     }
 
     fn heap_state_of(a: &Alloc) -> Option<(usize, u32)> {
-        a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate().last().map(|(i, r)| (i, r.used))
+        a.regions
+            .iter()
+            .filter(|r| r.kind == RegionKind::Heap)
+            .enumerate()
+            .last()
+            .map(|(i, r)| (i, r.used))
     }
 
     /// Set the used bytes of heap chunk `chunk` (giving back the space of a failed batch or a
     /// rollback; nothing is unmapped, since searches may still route through it).
     pub fn set_heap_used(&self, chunk: usize, used: u32) {
-        if let Some(r) = self.alloc.lock().regions.iter_mut().filter(|r| r.kind == RegionKind::Heap).nth(chunk) {
+        if let Some(r) =
+            self.alloc.lock().regions.iter_mut().filter(|r| r.kind == RegionKind::Heap).nth(chunk)
+        {
             r.used = used;
         }
     }
@@ -319,12 +394,20 @@ impl Storage {
             .unwrap_or(false);
         if !fits {
             let n = self.heap_count.load(Acquire);
-            let prev = if n == 0 { FIRST_HEAP_CHUNK / 2 } else { self.heaps[n - 1].get().map(|h| h.len).unwrap_or(0) };
-            let len = align_up((prev * 2).clamp(FIRST_HEAP_CHUNK, MAX_HEAP_CHUNK).max(bytes), REGION_ALIGN);
+            let prev = if n == 0 {
+                FIRST_HEAP_CHUNK / 2
+            } else {
+                self.heaps[n - 1].get().map(|h| h.len).unwrap_or(0)
+            };
+            let len = align_up(
+                (prev * 2).clamp(FIRST_HEAP_CHUNK, MAX_HEAP_CHUNK).max(bytes),
+                REGION_ALIGN,
+            );
             let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
             self.add_region(&mut a, RegionKind::Heap, offset, len)?;
             if let Some(file) = &self.file {
-                os::preallocate(file, offset, len).map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+                os::preallocate(file, offset, len)
+                    .map_err(|e| Error::io(e, "allocating space in", &self.path))?;
             }
         }
         let (chunk, used) = Self::heap_state_of(&a).unwrap();
@@ -361,7 +444,9 @@ impl Storage {
     pub fn vector_ptr(&self, slot: u32) -> *const u8 {
         let (seg, local) = self.seg_of(slot);
         // SAFETY: inside the segment's vector area (local < layout.slots).
-        unsafe { seg.map.as_ptr().add((seg.layout.vectors + local * self.geo.stride as u64) as usize) }
+        unsafe {
+            seg.map.as_ptr().add((seg.layout.vectors + local * self.geo.stride as u64) as usize)
+        }
     }
 
     /// A slot's stored vector bytes. Within this process a vector is written only before its
@@ -379,7 +464,13 @@ impl Storage {
         assert!(self.writable && bytes.len() == self.geo.vec_bytes);
         // SAFETY: writable mapping, in bounds; the slot is not yet published so nobody in this
         // process reads it concurrently.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.vector_ptr(slot) as *mut u8, bytes.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.vector_ptr(slot) as *mut u8,
+                bytes.len(),
+            )
+        }
     }
 
     /// The four u64 words of a slot header.
@@ -387,7 +478,10 @@ impl Storage {
     pub fn header(&self, slot: u32) -> &[AtomicU64; 4] {
         let (seg, local) = self.seg_of(slot);
         // SAFETY: in bounds, 8-byte aligned (see the invariant above); AtomicU64 has u64's layout.
-        unsafe { &*(seg.map.as_ptr().add((seg.layout.headers + local * SLOT_HEADER as u64) as usize) as *const [AtomicU64; 4]) }
+        unsafe {
+            &*(seg.map.as_ptr().add((seg.layout.headers + local * SLOT_HEADER as u64) as usize)
+                as *const [AtomicU64; 4])
+        }
     }
 
     /// A slot's level-0 record: head word, crc, then 2M neighbor slots.
@@ -398,7 +492,8 @@ impl Storage {
         // SAFETY: in bounds, 4-byte aligned; AtomicU32 has u32's layout.
         unsafe {
             std::slice::from_raw_parts(
-                seg.map.as_ptr().add((seg.layout.l0 + local * words as u64 * 4) as usize) as *const AtomicU32,
+                seg.map.as_ptr().add((seg.layout.l0 + local * words as u64 * 4) as usize)
+                    as *const AtomicU32,
                 words,
             )
         }
@@ -416,7 +511,12 @@ impl Storage {
             return None;
         }
         // SAFETY: bounds and alignment checked just above.
-        Some(unsafe { std::slice::from_raw_parts(h.map.as_ptr().add(start as usize) as *const AtomicU32, words) })
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                h.map.as_ptr().add(start as usize) as *const AtomicU32,
+                words,
+            )
+        })
     }
 
     fn upper_at(&self, r: u64, layer: usize) -> &[AtomicU32] {
@@ -463,13 +563,21 @@ impl Storage {
     pub fn graph_areas(&self) -> Vec<(usize, usize)> {
         (0..self.seg_count.load(Acquire))
             .filter_map(|k| self.segments[k].get())
-            .map(|s| (s.map.as_ptr() as usize + s.layout.headers as usize, s.map.len() - s.layout.headers as usize))
+            .map(|s| {
+                (
+                    s.map.as_ptr() as usize + s.layout.headers as usize,
+                    s.map.len() - s.layout.headers as usize,
+                )
+            })
             .collect()
     }
 
     /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
     pub fn vector_areas(&self) -> Vec<(usize, usize)> {
-        (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.layout.headers as usize)).collect()
+        (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize, s.layout.headers as usize))
+            .collect()
     }
 
     /// The ranges the index has written for `slots` slots, in file order: each segment's
@@ -480,15 +588,38 @@ impl Storage {
         // A range at `rel` bytes into a mapping at `base` of file offset `file_base`.
         let page = |base: usize, file_base: u64, rel: usize, len: usize, vectors: bool| {
             let s = (base + rel) / ps * ps;
-            Written { addr: s, len: (base + rel + len).div_ceil(ps) * ps - s, file_offset: file_base + (s - base) as u64, vectors }
+            Written {
+                addr: s,
+                len: (base + rel + len).div_ceil(ps) * ps - s,
+                file_offset: file_base + (s - base) as u64,
+                vectors,
+            }
         };
         let mut out: Vec<Written> = Vec::new();
         for (seg, n) in self.segments_upto(slots) {
             let base = seg.map.as_ptr() as usize;
             let l = &seg.layout;
-            out.push(page(base, seg.offset, l.vectors as usize, (n * self.geo.stride as u64) as usize, true));
-            out.push(page(base, seg.offset, l.headers as usize, (n * SLOT_HEADER as u64) as usize, false));
-            out.push(page(base, seg.offset, l.l0 as usize, (n * self.geo.l0_words as u64 * 4) as usize, false));
+            out.push(page(
+                base,
+                seg.offset,
+                l.vectors as usize,
+                (n * self.geo.stride as u64) as usize,
+                true,
+            ));
+            out.push(page(
+                base,
+                seg.offset,
+                l.headers as usize,
+                (n * SLOT_HEADER as u64) as usize,
+                false,
+            ));
+            out.push(page(
+                base,
+                seg.offset,
+                l.l0 as usize,
+                (n * self.geo.l0_words as u64 * 4) as usize,
+                false,
+            ));
         }
         let a = self.alloc.lock();
         for (i, r) in a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
@@ -505,15 +636,31 @@ impl Storage {
     pub fn mapped_regions_with_offsets(&self) -> Vec<(usize, usize, u64)> {
         let a = self.alloc.lock();
         let mut heaps = a.regions.iter().filter(|r| r.kind == RegionKind::Heap);
-        let segs = (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.map.len(), s.offset));
-        let hs: Vec<_> = (0..self.heap_count.load(Acquire)).filter_map(|k| self.heaps[k].get().map(|h| (h.map.as_ptr() as usize, h.len as usize, heaps.next().map(|r| r.offset).unwrap_or(0)))).collect();
+        let segs = (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize, s.map.len(), s.offset));
+        let hs: Vec<_> = (0..self.heap_count.load(Acquire))
+            .filter_map(|k| {
+                self.heaps[k].get().map(|h| {
+                    (
+                        h.map.as_ptr() as usize,
+                        h.len as usize,
+                        heaps.next().map(|r| r.offset).unwrap_or(0),
+                    )
+                })
+            })
+            .collect();
         segs.chain(hs).collect()
     }
 
     /// Address ranges of every mapping of the index (for memory statistics).
     pub fn mapped_ranges(&self) -> Vec<(usize, usize)> {
-        let segs = (0..self.seg_count.load(Acquire)).filter_map(|k| self.segments[k].get()).map(|s| (s.map.as_ptr() as usize, s.map.len()));
-        let heaps = (0..self.heap_count.load(Acquire)).filter_map(|k| self.heaps[k].get()).map(|h| (h.map.as_ptr() as usize, h.len as usize));
+        let segs = (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize, s.map.len()));
+        let heaps = (0..self.heap_count.load(Acquire))
+            .filter_map(|k| self.heaps[k].get())
+            .map(|h| (h.map.as_ptr() as usize, h.len as usize));
         segs.chain(heaps).collect()
     }
 
@@ -524,7 +671,10 @@ impl Storage {
         let (k, local) = self.geo.locate(slot as u64);
         let base = regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k)?.offset;
         let layout = self.geo.segment_layout(self.geo.segment_slots(k));
-        Some((base + layout.headers + local * SLOT_HEADER as u64, base + layout.l0 + local * self.geo.l0_words as u64 * 4))
+        Some((
+            base + layout.headers + local * SLOT_HEADER as u64,
+            base + layout.l0 + local * self.geo.l0_words as u64 * 4,
+        ))
     }
 
     /// File offset of the list of `layer >= 1` at heap reference `r`.
@@ -552,7 +702,11 @@ impl Storage {
                 heap += 1;
             }
             if offset >= r.offset && offset + len as u64 <= r.offset + r.len {
-                let base = if is_seg { self.segments[k].get()?.map.as_ptr() } else { self.heaps[k].get()?.map.as_ptr() };
+                let base = if is_seg {
+                    self.segments[k].get()?.map.as_ptr()
+                } else {
+                    self.heaps[k].get()?.map.as_ptr()
+                };
                 // SAFETY (pointer arithmetic): the range lies inside this region's mapping.
                 return Some(unsafe { base.add((offset - r.offset) as usize) });
             }
@@ -564,9 +718,13 @@ impl Storage {
     /// are the page cache either way), or from an in-memory store.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         match &self.file {
-            Some(f) => f.read_exact_at(buf, offset).map_err(|e| Error::io(e, "reading", &self.path)),
+            Some(f) => {
+                f.read_exact_at(buf, offset).map_err(|e| Error::io(e, "reading", &self.path))
+            }
             None => {
-                let p = self.region_bytes(offset, buf.len()).ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
+                let p = self.region_bytes(offset, buf.len()).ok_or_else(|| {
+                    Error::corrupt(format!("offset {offset} is outside the index"))
+                })?;
                 // SAFETY: `p..p+len` lies inside a live store; the caller holds the writer lock,
                 // so nothing writes these bytes meanwhile.
                 unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
@@ -580,7 +738,9 @@ impl Storage {
     /// first touch places the pages (the NUMA note's balanced placement).
     pub fn fill_from(&self, file: &File, path: &Path, offset: u64, len: usize) -> Result<()> {
         assert!(self.is_memory());
-        let p = self.region_bytes(offset, len).ok_or_else(|| Error::corrupt(format!("{}: offset {offset} is outside the index", path.display())))?;
+        let p = self.region_bytes(offset, len).ok_or_else(|| {
+            Error::corrupt(format!("{}: offset {offset} is outside the index", path.display()))
+        })?;
         // SAFETY: `p..p+len` lies inside a store of an index nobody else can see yet (it is
         // being loaded), and stores of distinct calls do not overlap.
         let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
@@ -590,7 +750,9 @@ impl Storage {
     /// Write bytes at a file offset of an in-memory store (patching a loaded copy).
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
         assert!(self.is_memory());
-        let p = self.region_bytes(offset, bytes.len()).ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
+        let p = self
+            .region_bytes(offset, bytes.len())
+            .ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
         // SAFETY: as in `fill_from`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
         Ok(())
@@ -637,11 +799,18 @@ impl Storage {
                 // of a copy being written is caught by the checksum when the copy is decoded.
                 Some(m) => unsafe {
                     let p = m.as_ptr().add(off);
-                    ((*(p as *const AtomicU64)).load(Acquire).to_le_bytes(), (*(p.add(16) as *const AtomicU64)).load(Acquire))
+                    (
+                        (*(p as *const AtomicU64)).load(Acquire).to_le_bytes(),
+                        (*(p.add(16) as *const AtomicU64)).load(Acquire),
+                    )
                 },
                 None => {
                     let mut b = [0u8; 24];
-                    if self.file.as_ref().is_none_or(|f| f.read_exact_at(&mut b, off as u64).is_err()) {
+                    if self
+                        .file
+                        .as_ref()
+                        .is_none_or(|f| f.read_exact_at(&mut b, off as u64).is_err())
+                    {
                         continue;
                     }
                     (b[0..8].try_into().unwrap(), u64::from_le_bytes(b[16..24].try_into().unwrap()))
@@ -656,7 +825,9 @@ impl Storage {
 
     pub fn write_header(&self, copy: usize, h: &Header) -> Result<()> {
         let bytes = h.encode();
-        self.file().write_all_at(&bytes, (copy * HEADER_COPY_SIZE) as u64).map_err(|e| Error::io(e, "writing the header of", &self.path))
+        self.file()
+            .write_all_at(&bytes, (copy * HEADER_COPY_SIZE) as u64)
+            .map_err(|e| Error::io(e, "writing the header of", &self.path))
     }
 
     /// Make everything written through the mappings durable.
@@ -673,5 +844,4 @@ impl Storage {
         }
         os::sync_data(file).map_err(|e| Error::io(e, "syncing", &self.path))
     }
-
 }

@@ -173,7 +173,10 @@ fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<Record>> {
         if xxh3_64(&bytes[at..end]).to_le_bytes() != bytes[end..end + 8] {
             break;
         }
-        let words: Vec<u32> = bytes[at + 8..end].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        let words: Vec<u32> = bytes[at + 8..end]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         if raw_n & MARKER != 0 {
             if words.len() == 2 {
                 out.push(Record::Marker(slot, words[0] as u64 | (words[1] as u64) << 32));
@@ -201,7 +204,12 @@ mod tests {
         u.record(5, 12, &[7]).unwrap();
         assert_eq!(
             UndoLog::read(&idx, 5).unwrap(),
-            vec![Record::Lists(3, vec![1, 2, 3]), Record::Lists(9, vec![4]), Record::Marker(11, 0xdead_beef_0000_0001), Record::Lists(12, vec![7])]
+            vec![
+                Record::Lists(3, vec![1, 2, 3]),
+                Record::Lists(9, vec![4]),
+                Record::Marker(11, 0xdead_beef_0000_0001),
+                Record::Lists(12, vec![7])
+            ]
         );
         assert!(UndoLog::read(&idx, 6).unwrap().is_empty(), "a log for another commit is stale");
         let len = std::fs::metadata(undo_path(&idx)).unwrap().len();

@@ -51,7 +51,8 @@ impl Warm {
                         }
                         let n = STEP.min(len - at);
                         #[cfg(not(target_os = "linux"))]
-                        let addr = view.as_ref().and_then(|v| v.translate(p + at)).unwrap_or(p + at);
+                        let addr =
+                            view.as_ref().and_then(|v| v.translate(p + at)).unwrap_or(p + at);
                         #[cfg(target_os = "linux")]
                         let addr = p + at;
                         // Ask the file for exactly this step first, and fault it in marked as
@@ -116,6 +117,9 @@ impl ReadView {
         Some(ReadView { maps })
     }
     fn translate(&self, addr: usize) -> Option<usize> {
-        self.maps.iter().find(|(a, l, _)| addr >= *a && addr < a + l).map(|(a, _, m)| m.as_ptr() as usize + (addr - a))
+        self.maps
+            .iter()
+            .find(|(a, l, _)| addr >= *a && addr < a + l)
+            .map(|(a, _, m)| m.as_ptr() as usize + (addr - a))
     }
 }

@@ -8,7 +8,10 @@
 
 use super::errors::{named, type_error};
 use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods, PyArrayDescrMethods};
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
@@ -24,21 +27,37 @@ fn invalid(py: Python<'_>, message: String, help: &str) -> PyErr {
 
 /// `obj` as an aligned, C-contiguous float32 array of rank `ndim`, without a copy when it
 /// already is one.
-pub fn f32_array<'py>(obj: &Bound<'py, PyAny>, ndim: usize, what: &str) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
+pub fn f32_array<'py>(
+    obj: &Bound<'py, PyAny>,
+    ndim: usize,
+    what: &str,
+) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let py = obj.py();
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        if a.ndim() == ndim && a.is_c_contiguous() && (a.data() as usize).is_multiple_of(std::mem::align_of::<f32>()) {
+        if a.ndim() == ndim
+            && a.is_c_contiguous()
+            && (a.data() as usize).is_multiple_of(std::mem::align_of::<f32>())
+        {
             return Ok(a.clone());
         }
     }
-    if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>() {
-        return Err(type_error(py, format!("{what} is a string, not an array of numbers"), "pass a NumPy array or a list of floats"));
+    if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>()
+    {
+        return Err(type_error(
+            py,
+            format!("{what} is a string, not an array of numbers"),
+            "pass a NumPy array or a list of floats",
+        ));
     }
     let np = numpy(py)?;
     // Lists and other array-likes: see what NumPy makes of them before converting, so that
     // strings (which NumPy would parse) and objects are refused.
     let a = np.call_method1("asarray", (obj,)).map_err(|e| {
-        invalid(py, format!("{what} cannot be read as an array of numbers ({})", e.value(py)), "pass a NumPy array or a list of floats")
+        invalid(
+            py,
+            format!("{what} cannot be read as an array of numbers ({})", e.value(py)),
+            "pass a NumPy array or a list of floats",
+        )
     })?;
     let u = a.cast::<PyUntypedArray>()?;
     let kind = u.dtype().kind();
@@ -51,7 +70,11 @@ pub fn f32_array<'py>(obj: &Bound<'py, PyAny>, ndim: usize, what: &str) -> PyRes
     }
     if u.ndim() != ndim {
         let shape = if ndim == 1 { "(dimensions,)" } else { "(n, dimensions)" };
-        return Err(invalid(py, format!("{what} has {} axes (shape {:?}); expected {ndim}", u.ndim(), u.shape()), &format!("pass an array of shape {shape}")));
+        return Err(invalid(
+            py,
+            format!("{what} has {} axes (shape {:?}); expected {ndim}", u.ndim(), u.shape()),
+            &format!("pass an array of shape {shape}"),
+        ));
     }
     // The one conversion: to float32, C order, aligned.
     let kw = PyDict::new(py);
@@ -64,17 +87,37 @@ pub fn f32_array<'py>(obj: &Bound<'py, PyAny>, ndim: usize, what: &str) -> PyRes
 /// An integer argument (k, ef, threads, an id). bool and float are refused as chassisdb did.
 pub fn int_arg(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<i128> {
     let py = obj.py();
-    if obj.is_instance_of::<PyBool>() || obj.is_instance_of::<PyFloat>() || !(obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")?) {
-        return Err(type_error(py, format!("{name}={} is not an int", obj.repr()?), &format!("pass an int for {name}")));
+    if obj.is_instance_of::<PyBool>()
+        || obj.is_instance_of::<PyFloat>()
+        || !(obj.is_instance_of::<PyInt>() || obj.hasattr("__index__")?)
+    {
+        return Err(type_error(
+            py,
+            format!("{name}={} is not an int", obj.repr()?),
+            &format!("pass an int for {name}"),
+        ));
     }
-    obj.call_method0("__index__")?.extract::<i128>().map_err(|_| invalid(py, format!("{name}={} is out of range", obj.repr().map(|r| r.to_string()).unwrap_or_default()), "pass a smaller number"))
+    obj.call_method0("__index__")?.extract::<i128>().map_err(|_| {
+        invalid(
+            py,
+            format!(
+                "{name}={} is out of range",
+                obj.repr().map(|r| r.to_string()).unwrap_or_default()
+            ),
+            "pass a smaller number",
+        )
+    })
 }
 
 /// A positive count (k, ef, threads) within `max`.
 pub fn count_arg(obj: &Bound<'_, PyAny>, name: &str, max: usize) -> PyResult<usize> {
     let v = int_arg(obj, name)?;
     if v < 1 || v > max as i128 {
-        return Err(invalid(obj.py(), format!("{name}={v} is out of range"), &format!("pass {name} from 1 to {max}")));
+        return Err(invalid(
+            obj.py(),
+            format!("{name}={v} is out of range"),
+            &format!("pass {name} from 1 to {max}"),
+        ));
     }
     Ok(v as usize)
 }
@@ -83,7 +126,11 @@ pub fn count_arg(obj: &Bound<'_, PyAny>, name: &str, max: usize) -> PyResult<usi
 pub fn id_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     let v = int_arg(obj, "id")?;
     if v < 0 || v >= u64::MAX as i128 {
-        return Err(invalid(obj.py(), format!("id {v} is out of range"), "use ids from 0 to 2**64-2"));
+        return Err(invalid(
+            obj.py(),
+            format!("id {v} is out of range"),
+            "use ids from 0 to 2**64-2",
+        ));
     }
     Ok(v as u64)
 }
@@ -92,23 +139,53 @@ pub fn id_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
 pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     let py = obj.py();
     let np = numpy(py)?;
-    let seq = if obj.hasattr("__len__")? || obj.cast::<PyUntypedArray>().is_ok() { obj.clone() } else { py.import("builtins")?.getattr("list")?.call1((obj,))? };
-    let a = np.call_method1("asarray", (seq,)).map_err(|e| invalid(py, format!("ids cannot be read as integers ({})", e.value(py)), "pass integers from 0 to 2**64-2"))?;
+    let seq = if obj.hasattr("__len__")? || obj.cast::<PyUntypedArray>().is_ok() {
+        obj.clone()
+    } else {
+        py.import("builtins")?.getattr("list")?.call1((obj,))?
+    };
+    let a = np.call_method1("asarray", (seq,)).map_err(|e| {
+        invalid(
+            py,
+            format!("ids cannot be read as integers ({})", e.value(py)),
+            "pass integers from 0 to 2**64-2",
+        )
+    })?;
     let u = a.cast::<PyUntypedArray>()?;
     if u.ndim() != 1 {
-        return Err(invalid(py, format!("ids have shape {:?}; expected one axis", u.shape()), "pass one id per vector"));
+        return Err(invalid(
+            py,
+            format!("ids have shape {:?}; expected one axis", u.shape()),
+            "pass one id per vector",
+        ));
     }
     match u.dtype().kind() {
         b'u' => {}
         // Only in filters (see `filter_ids_arg`); as ids of vectors, booleans make no sense.
-        b'b' => return Err(type_error(py, "ids are booleans".into(), "pass integer ids (a boolean mask is accepted by allowed= and excluded=)")),
+        b'b' => {
+            return Err(type_error(
+                py,
+                "ids are booleans".into(),
+                "pass integer ids (a boolean mask is accepted by allowed= and excluded=)",
+            ))
+        }
         b'i' => {
             if u.len() > 0 && a.call_method0("min")?.extract::<i64>()? < 0 {
-                return Err(invalid(py, "ids include a negative number".into(), "use ids from 0 to 2**64-2"));
+                return Err(invalid(
+                    py,
+                    "ids include a negative number".into(),
+                    "use ids from 0 to 2**64-2",
+                ));
             }
         }
         _ if u.len() == 0 => {}
-        _ => return Err(type_error(py, format!("ids have dtype {}, not an integer type", u.dtype().str()?), "pass integers from 0 to 2**64-2")),
+        _ => {
+            return Err(type_error(
+                py,
+                format!("ids have dtype {}, not an integer type", u.dtype().str()?),
+                "pass integers from 0 to 2**64-2",
+            ))
+        }
     }
     let kw = PyDict::new(py);
     kw.set_item("dtype", np.getattr("uint64")?)?;
@@ -122,7 +199,11 @@ pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     if let Ok(u) = obj.cast::<PyUntypedArray>() {
         if u.dtype().kind() == b'b' {
             if u.ndim() != 1 {
-                return Err(invalid(obj.py(), format!("the mask has shape {:?}; expected one axis", u.shape()), "pass a 1-D boolean array indexed by id"));
+                return Err(invalid(
+                    obj.py(),
+                    format!("the mask has shape {:?}; expected one axis", u.shape()),
+                    "pass a 1-D boolean array indexed by id",
+                ));
             }
             let nz = numpy(obj.py())?.call_method1("flatnonzero", (obj,))?;
             return ids_arg(&nz);
@@ -134,7 +215,10 @@ pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 /// Whether `obj` is a sequence of per-query id collections (a list or tuple whose first item
 /// is itself a sequence or array) rather than one collection of ids.
 pub fn is_per_query(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    if !(obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<pyo3::types::PyTuple>()) || obj.len()? == 0 {
+    if !(obj.is_instance_of::<pyo3::types::PyList>()
+        || obj.is_instance_of::<pyo3::types::PyTuple>())
+        || obj.len()? == 0
+    {
         return Ok(false);
     }
     let first = obj.get_item(0)?;
@@ -142,7 +226,12 @@ pub fn is_per_query(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 /// A (rows, cols) matrix from a row-major Vec, handed over without a copy.
-pub fn matrix<'py, T: numpy::Element>(py: Python<'py>, rows: usize, cols: usize, v: Vec<T>) -> Bound<'py, PyArray2<T>> {
+pub fn matrix<'py, T: numpy::Element>(
+    py: Python<'py>,
+    rows: usize,
+    cols: usize,
+    v: Vec<T>,
+) -> Bound<'py, PyArray2<T>> {
     Array2::from_shape_vec((rows, cols), v).expect("rows * cols elements").into_pyarray(py)
 }
 

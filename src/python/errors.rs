@@ -15,28 +15,110 @@ pyo3::create_exception!(chassis, ChassisError, PyException, "Base class of every
 type Class = (&'static str, Option<ErrorKind>, &'static [&'static str], u32, &'static str);
 
 const CLASSES: &[Class] = &[
-    ("InvalidArgumentError", Some(ErrorKind::InvalidArgument), &["ValueError"], 1, "An argument has a bad value."),
-    ("DimensionMismatchError", Some(ErrorKind::DimensionMismatch), &["ValueError"], 2, "A vector's length is not the index's dimensions."),
-    ("OptionsMismatchError", Some(ErrorKind::OptionsMismatch), &["ValueError"], 3, "The file was created with other fixed options."),
-    ("IndexNotFoundError", Some(ErrorKind::IndexNotFound), &["FileNotFoundError"], 4, "There is no index at the path."),
-    ("NotAnIndexError", Some(ErrorKind::NotAnIndex), &["ValueError"], 5, "The file is not a Chassis index (or a newer format)."),
-    ("IdInUseError", Some(ErrorKind::IdInUse), &["ValueError"], 6, "The id is already in the index."),
-    ("IndexLockedError", Some(ErrorKind::IndexLocked), &["OSError"], 7, "Another writer has the file open."),
-    ("ReadOnlyError", Some(ErrorKind::ReadOnly), &["io.UnsupportedOperation"], 8, "A write on an index opened read-only."),
+    (
+        "InvalidArgumentError",
+        Some(ErrorKind::InvalidArgument),
+        &["ValueError"],
+        1,
+        "An argument has a bad value.",
+    ),
+    (
+        "DimensionMismatchError",
+        Some(ErrorKind::DimensionMismatch),
+        &["ValueError"],
+        2,
+        "A vector's length is not the index's dimensions.",
+    ),
+    (
+        "OptionsMismatchError",
+        Some(ErrorKind::OptionsMismatch),
+        &["ValueError"],
+        3,
+        "The file was created with other fixed options.",
+    ),
+    (
+        "IndexNotFoundError",
+        Some(ErrorKind::IndexNotFound),
+        &["FileNotFoundError"],
+        4,
+        "There is no index at the path.",
+    ),
+    (
+        "NotAnIndexError",
+        Some(ErrorKind::NotAnIndex),
+        &["ValueError"],
+        5,
+        "The file is not a Chassis index (or a newer format).",
+    ),
+    (
+        "IdInUseError",
+        Some(ErrorKind::IdInUse),
+        &["ValueError"],
+        6,
+        "The id is already in the index.",
+    ),
+    (
+        "IndexLockedError",
+        Some(ErrorKind::IndexLocked),
+        &["OSError"],
+        7,
+        "Another writer has the file open.",
+    ),
+    (
+        "ReadOnlyError",
+        Some(ErrorKind::ReadOnly),
+        &["io.UnsupportedOperation"],
+        8,
+        "A write on an index opened read-only.",
+    ),
     ("CorruptIndexError", Some(ErrorKind::CorruptIndex), &["OSError"], 9, "The file is damaged."),
-    ("IndexFullError", Some(ErrorKind::IndexFull), &["OSError"], 10, "The index or its ids are exhausted."),
-    ("InvalidPathError", Some(ErrorKind::InvalidPath), &["OSError"], 11, "The path cannot hold an index."),
-    ("IdNotFoundError", Some(ErrorKind::IdNotFound), &["KeyError"], 13, "The id is not in the index."),
+    (
+        "IndexFullError",
+        Some(ErrorKind::IndexFull),
+        &["OSError"],
+        10,
+        "The index or its ids are exhausted.",
+    ),
+    (
+        "InvalidPathError",
+        Some(ErrorKind::InvalidPath),
+        &["OSError"],
+        11,
+        "The path cannot hold an index.",
+    ),
+    (
+        "IdNotFoundError",
+        Some(ErrorKind::IdNotFound),
+        &["KeyError"],
+        13,
+        "The id is not in the index.",
+    ),
     ("IndexClosedError", Some(ErrorKind::Closed), &["ValueError"], 14, "The index was closed."),
-    ("StorageError", Some(ErrorKind::Io), &["OSError"], 15, "The operating system refused a file operation (disk full, permissions)."),
+    (
+        "StorageError",
+        Some(ErrorKind::Io),
+        &["OSError"],
+        15,
+        "The operating system refused a file operation (disk full, permissions).",
+    ),
     // Subclass of InvalidArgumentError: wrong types and unknown option names, which chassisdb
     // reported as TypeError.
-    ("ArgumentTypeError", None, &["InvalidArgumentError", "TypeError"], 1, "An argument has the wrong type, or an option name is unknown."),
+    (
+        "ArgumentTypeError",
+        None,
+        &["InvalidArgumentError", "TypeError"],
+        1,
+        "An argument has the wrong type, or an option name is unknown.",
+    ),
 ];
 
 static TYPES: PyOnceLock<Vec<(Option<ErrorKind>, Py<PyType>)>> = PyOnceLock::new();
 
-fn builtin<'py>(py: Python<'py>, name: &str, made: &[(&str, Bound<'py, PyType>)]) -> PyResult<Bound<'py, PyAny>> {
+fn builtin<'py>(
+    py: Python<'py>,
+    name: &str,
+    made: &[(&str, Bound<'py, PyType>)],
+) -> PyResult<Bound<'py, PyAny>> {
     if let Some((_, t)) = made.iter().find(|(n, _)| *n == name) {
         return Ok(t.clone().into_any());
     }
@@ -67,7 +149,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ns.set_item("__module__", "chassis")?;
         ns.set_item("__doc__", *doc)?;
         ns.set_item("code", *code)?;
-        let t = py.get_type::<PyType>().call1((*name, PyTuple::new(py, b)?, ns))?.cast_into::<PyType>()?;
+        let t = py
+            .get_type::<PyType>()
+            .call1((*name, PyTuple::new(py, b)?, ns))?
+            .cast_into::<PyType>()?;
         m.add(*name, &t)?;
         table.push((*kind, t.clone().unbind()));
         made.push((name, t));
@@ -100,7 +185,11 @@ pub fn to_py(e: Error) -> PyErr {
 /// An error of a class that exists only on the Python side (ArgumentTypeError).
 pub fn named(py: Python<'_>, name: &str, message: String, help: &str) -> PyErr {
     let msg = format!("{message}\nhelp: {help}");
-    match py.import("chassis._chassis").and_then(|m| m.getattr(name)).and_then(|t| Ok(t.cast_into::<PyType>()?)) {
+    match py
+        .import("chassis._chassis")
+        .and_then(|m| m.getattr(name))
+        .and_then(|t| Ok(t.cast_into::<PyType>()?))
+    {
         Ok(t) => PyErr::from_type(t, msg),
         Err(_) => ChassisError::new_err(msg),
     }

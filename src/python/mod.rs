@@ -11,14 +11,16 @@ mod run;
 use crate::error::{Error, Result};
 use crate::format::{Metric, Precision};
 use crate::index::{BatchFilter, Filter, Hit, Index, Mode, Options, Placement, Snap, MAX_K};
-use std::sync::Arc;
-use convert::{count_arg, f32_array, filter_ids_arg, id_arg, ids_arg, int_arg, is_per_query, matrix, vector};
+use convert::{
+    count_arg, f32_array, filter_ids_arg, id_arg, ids_arg, int_arg, is_per_query, matrix, vector,
+};
 use errors::{to_py, type_error, IntoPyResult};
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
 use parking_lot::RwLock;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// What `search_batch` returns: ids and distances, (queries, k) each.
 type BatchArrays<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
@@ -42,7 +44,12 @@ impl SearchResult {
         format!("SearchResult(id={}, distance={:.6})", self.id, self.distance)
     }
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(PyTuple::new(py, [self.id.into_pyobject(py)?.into_any(), self.distance.into_pyobject(py)?.into_any()])?.try_iter()?.into_any())
+        Ok(PyTuple::new(
+            py,
+            [self.id.into_pyobject(py)?.into_any(), self.distance.into_pyobject(py)?.into_any()],
+        )?
+        .try_iter()?
+        .into_any())
     }
     fn __len__(&self) -> usize {
         2
@@ -51,7 +58,9 @@ impl SearchResult {
         match i {
             0 | -2 => Ok(self.id.into_pyobject(py)?.into_any()),
             1 | -1 => Ok(self.distance.into_pyobject(py)?.into_any()),
-            _ => Err(pyo3::exceptions::PyIndexError::new_err("SearchResult has two fields: id, distance")),
+            _ => Err(pyo3::exceptions::PyIndexError::new_err(
+                "SearchResult has two fields: id, distance",
+            )),
         }
     }
     /// Equal to another SearchResult or to an (id, distance) tuple with the same values.
@@ -60,7 +69,10 @@ impl SearchResult {
             let o = o.get();
             return o.id == self.id && o.distance == self.distance;
         }
-        other.extract::<(u64, f64)>().map(|(i, d)| i == self.id && d == self.distance).unwrap_or(false)
+        other
+            .extract::<(u64, f64)>()
+            .map(|(i, d)| i == self.id && d == self.distance)
+            .unwrap_or(false)
     }
     fn __hash__(&self) -> u64 {
         self.id ^ self.distance.to_bits().rotate_left(17)
@@ -68,18 +80,27 @@ impl SearchResult {
 }
 
 fn hits_to_list<'py>(py: Python<'py>, hits: Vec<Hit>) -> PyResult<Bound<'py, PyList>> {
-    let items: Vec<Bound<'py, SearchResult>> =
-        hits.into_iter().map(|h| Bound::new(py, SearchResult { id: h.id, distance: h.distance as f64 })).collect::<PyResult<_>>()?;
+    let items: Vec<Bound<'py, SearchResult>> = hits
+        .into_iter()
+        .map(|h| Bound::new(py, SearchResult { id: h.id, distance: h.distance as f64 }))
+        .collect::<PyResult<_>>()?;
     PyList::new(py, items)
 }
 
 /// Options from a Python `IndexOptions` (or a dict of its fields), validated there.
-fn options_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Options, Py<PyAny>)>> {
+fn options_from(
+    py: Python<'_>,
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(Options, Py<PyAny>)>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
     let cls = py.import("chassis._options")?.getattr("IndexOptions")?;
     let obj = if let Ok(d) = obj.cast::<PyDict>() { cls.call((), Some(d))? } else { obj.clone() };
     if !obj.is_instance(&cls)? {
-        return Err(type_error(py, format!("options={} is not an IndexOptions", obj.repr()?), "pass chassis.IndexOptions(...) or a dict of its fields"));
+        return Err(type_error(
+            py,
+            format!("options={} is not an IndexOptions", obj.repr()?),
+            "pass chassis.IndexOptions(...) or a dict of its fields",
+        ));
     }
     obj.call_method0("validate")?;
     let metric: String = obj.getattr("metric")?.extract()?;
@@ -132,7 +153,12 @@ fn make_filter(allowed: Option<Vec<u64>>, excluded: Option<Vec<u64>>) -> Option<
 }
 
 impl SearchArgs {
-    fn parse(k: Option<&Bound<'_, PyAny>>, ef: Option<&Bound<'_, PyAny>>, allowed: Option<&Bound<'_, PyAny>>, excluded: Option<&Bound<'_, PyAny>>) -> PyResult<SearchArgs> {
+    fn parse(
+        k: Option<&Bound<'_, PyAny>>,
+        ef: Option<&Bound<'_, PyAny>>,
+        allowed: Option<&Bound<'_, PyAny>>,
+        excluded: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SearchArgs> {
         let k = match k {
             Some(k) if !k.is_none() => count_arg(k, "k", MAX_K)?,
             _ => 10,
@@ -151,7 +177,9 @@ impl SearchArgs {
         excluded: Option<&Bound<'_, PyAny>>,
         nq: usize,
     ) -> PyResult<SearchArgs> {
-        let per = |o: Option<&Bound<'_, PyAny>>| -> PyResult<bool> { o.filter(|a| !a.is_none()).map(is_per_query).unwrap_or(Ok(false)) };
+        let per = |o: Option<&Bound<'_, PyAny>>| -> PyResult<bool> {
+            o.filter(|a| !a.is_none()).map(is_per_query).unwrap_or(Ok(false))
+        };
         if !per(allowed)? && !per(excluded)? {
             return Self::parse(k, ef, allowed, excluded);
         }
@@ -161,7 +189,12 @@ impl SearchArgs {
                 None => Ok(vec![None; nq]),
                 Some(x) if is_per_query(x)? => {
                     if x.len()? != nq {
-                        return Err(errors::named(x.py(), "InvalidArgumentError", format!("{name} has {} entries for {nq} queries", x.len()?), "pass one entry per query, or one set for all"));
+                        return Err(errors::named(
+                            x.py(),
+                            "InvalidArgumentError",
+                            format!("{name} has {} entries for {nq} queries", x.len()?),
+                            "pass one entry per query, or one set for all",
+                        ));
                     }
                     (0..nq).map(|i| filter_set(Some(&x.get_item(i)?))).collect()
                 }
@@ -172,12 +205,20 @@ impl SearchArgs {
             }
         };
         let (al, ex) = (split(allowed, "allowed")?, split(excluded, "excluded")?);
-        a.per_query = Some(al.into_iter().zip(ex).map(|(a, e)| make_filter(a, e).unwrap_or_default()).collect());
+        a.per_query = Some(
+            al.into_iter().zip(ex).map(|(a, e)| make_filter(a, e).unwrap_or_default()).collect(),
+        );
         Ok(a)
     }
 }
 
-fn do_search<'py>(py: Python<'py>, idx: &Index, snap: Option<&Arc<Snap>>, query: &Bound<'py, PyAny>, a: SearchArgs) -> PyResult<Bound<'py, PyList>> {
+fn do_search<'py>(
+    py: Python<'py>,
+    idx: &Index,
+    snap: Option<&Arc<Snap>>,
+    query: &Bound<'py, PyAny>,
+    a: SearchArgs,
+) -> PyResult<Bound<'py, PyList>> {
     let arr = f32_array(query, 1, "the query")?;
     // SAFETY: no Rust code holds a mutable borrow of a caller's array; the slice is read
     // while the array is kept alive by `arr`.
@@ -197,7 +238,12 @@ fn do_search_batch<'py>(
     idx: &Index,
     snap: Option<&Arc<Snap>>,
     queries: &Bound<'py, PyAny>,
-    args: (Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>, Option<&Bound<'py, PyAny>>),
+    args: (
+        Option<&Bound<'py, PyAny>>,
+        Option<&Bound<'py, PyAny>>,
+        Option<&Bound<'py, PyAny>>,
+        Option<&Bound<'py, PyAny>>,
+    ),
     threads: Option<&Bound<'py, PyAny>>,
     progress: bool,
 ) -> PyResult<BatchArrays<'py>> {
@@ -252,7 +298,11 @@ impl VectorIndex {
     }
 
     /// Run `f` on the open index without the GIL.
-    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Index) -> Result<R> + Send) -> PyResult<R> {
+    fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Index) -> Result<R> + Send,
+    ) -> PyResult<R> {
         let idx = self.index()?;
         let out = py.detach(|| f(&idx)).map_err(to_py);
         emit_notices(py)?;
@@ -265,7 +315,14 @@ impl VectorIndex {
             PyErr::warn(py, &cat, &std::ffi::CString::new(w.as_str()).unwrap_or_default(), 1)?;
         }
         emit_notices(py)?;
-        Ok(VectorIndex { dims: idx.dims(), metric: idx.metric(), precision: idx.precision(), read_only, path, inner: RwLock::new(Some(Arc::new(idx))) })
+        Ok(VectorIndex {
+            dims: idx.dims(),
+            metric: idx.metric(),
+            precision: idx.precision(),
+            read_only,
+            path,
+            inner: RwLock::new(Some(Arc::new(idx))),
+        })
     }
 }
 
@@ -273,7 +330,10 @@ impl VectorIndex {
 /// RuntimeWarning and a line on the "chassis" logger.
 fn emit_notices(py: Python<'_>) -> PyResult<()> {
     for msg in crate::os::take_notices() {
-        let _ = py.import("logging").and_then(|l| l.call_method1("getLogger", ("chassis",))).and_then(|l| l.call_method1("warning", (msg.as_str(),)));
+        let _ = py
+            .import("logging")
+            .and_then(|l| l.call_method1("getLogger", ("chassis",)))
+            .and_then(|l| l.call_method1("warning", (msg.as_str(),)));
         let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
         PyErr::warn(py, &cat, &std::ffi::CString::new(msg).unwrap_or_default(), 1)?;
     }
@@ -281,11 +341,23 @@ fn emit_notices(py: Python<'_>) -> PyResult<()> {
 }
 
 /// `os.fspath(path)` as a PathBuf, or a TypeError naming what was passed.
-fn path_arg<'py>(py: Python<'py>, path: &Bound<'py, PyAny>) -> PyResult<(PathBuf, Bound<'py, PyAny>)> {
+fn path_arg<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+) -> PyResult<(PathBuf, Bound<'py, PyAny>)> {
     let fspath = py.import("os")?.getattr("fspath")?.call1((path,)).map_err(|_| {
-        type_error(py, format!("path={} is not a path", path.repr().map(|r| r.to_string()).unwrap_or_default()), "pass a str or pathlib.Path")
+        type_error(
+            py,
+            format!(
+                "path={} is not a path",
+                path.repr().map(|r| r.to_string()).unwrap_or_default()
+            ),
+            "pass a str or pathlib.Path",
+        )
     })?;
-    let p: PathBuf = fspath.extract().map_err(|_| type_error(py, "path is not a str path".into(), "pass a str or pathlib.Path"))?;
+    let p: PathBuf = fspath.extract().map_err(|_| {
+        type_error(py, "path is not a str path".into(), "pass a str or pathlib.Path")
+    })?;
     Ok((p, fspath))
 }
 
@@ -297,23 +369,44 @@ fn opt_count(obj: Option<&Bound<'_, PyAny>>, name: &str, max: usize) -> PyResult
 impl VectorIndex {
     #[new]
     #[pyo3(signature = (path, dimensions = None, options = None, read_only = false))]
-    fn new(py: Python<'_>, path: &Bound<'_, PyAny>, dimensions: Option<&Bound<'_, PyAny>>, options: Option<&Bound<'_, PyAny>>, read_only: bool) -> PyResult<Self> {
-        let dims = dimensions.filter(|d| !d.is_none()).map(|d| count_arg(d, "dimensions", 1 << 16)).transpose()?;
+    fn new(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        dimensions: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyAny>>,
+        read_only: bool,
+    ) -> PyResult<Self> {
+        let dims = dimensions
+            .filter(|d| !d.is_none())
+            .map(|d| count_arg(d, "dimensions", 1 << 16))
+            .transpose()?;
         let opts = options_from(py, options)?;
         if path.is_none() {
             // In memory: the writer API without a file.
             if read_only {
-                return Err(errors::named(py, "InvalidArgumentError", "an in-memory index cannot be opened read-only".into(), "pass a file path, or read_only=False"));
+                return Err(errors::named(
+                    py,
+                    "InvalidArgumentError",
+                    "an in-memory index cannot be opened read-only".into(),
+                    "pass a file path, or read_only=False",
+                ));
             }
             let Some(d) = dims else {
-                return Err(errors::named(py, "InvalidArgumentError", "an in-memory index needs dimensions".into(), "pass VectorIndex(None, dimensions)"));
+                return Err(errors::named(
+                    py,
+                    "InvalidArgumentError",
+                    "an in-memory index needs dimensions".into(),
+                    "pass VectorIndex(None, dimensions)",
+                ));
             };
             let idx = py.detach(|| Index::memory(d, opts.as_ref().map(|o| &o.0))).map_err(to_py)?;
             return Self::wrap(py, idx, py.None(), false);
         }
         let (p, fspath) = path_arg(py, path)?;
         let mode = if read_only { Mode::Read } else { Mode::Write };
-        let idx = py.detach(|| Index::open(&p, dims, opts.as_ref().map(|o| &o.0), mode)).map_err(to_py)?;
+        let idx = py
+            .detach(|| Index::open(&p, dims, opts.as_ref().map(|o| &o.0), mode))
+            .map_err(to_py)?;
         let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
         Self::wrap(py, idx, pathobj, read_only)
     }
@@ -323,17 +416,28 @@ impl VectorIndex {
     /// may keep writing it). The copy is made by all threads under balanced placement.
     #[staticmethod]
     #[pyo3(signature = (path, in_memory = true, options = None, *, threads = None, progress = false))]
-    fn load(py: Python<'_>, path: &Bound<'_, PyAny>, in_memory: bool, options: Option<&Bound<'_, PyAny>>, threads: Option<&Bound<'_, PyAny>>, progress: bool) -> PyResult<VectorIndex> {
+    fn load(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        in_memory: bool,
+        options: Option<&Bound<'_, PyAny>>,
+        threads: Option<&Bound<'_, PyAny>>,
+        progress: bool,
+    ) -> PyResult<VectorIndex> {
         let (p, fspath) = path_arg(py, path)?;
         let opts = options_from(py, options)?;
         if !in_memory {
-            let idx = py.detach(|| Index::open(&p, None, opts.as_ref().map(|o| &o.0), Mode::Write)).map_err(to_py)?;
+            let idx = py
+                .detach(|| Index::open(&p, None, opts.as_ref().map(|o| &o.0), Mode::Write))
+                .map_err(to_py)?;
             let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
             return Self::wrap(py, idx, pathobj, false);
         }
         let threads = opt_count(threads, "threads", 1024)?;
         let total = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
-        let idx = run::run_long_units(py, total, progress, "loading", "B", |ctl| Index::load(&p, opts.as_ref().map(|o| &o.0), threads, ctl))?;
+        let idx = run::run_long_units(py, total, progress, "loading", "B", |ctl| {
+            Index::load(&p, opts.as_ref().map(|o| &o.0), threads, ctl)
+        })?;
         Self::wrap(py, idx, py.None(), false)
     }
 
@@ -358,7 +462,13 @@ impl VectorIndex {
     /// Leaving the block normally flushes, then closes; leaving by an exception closes without
     /// flushing (what the block added is discarded, as a crash would).
     #[pyo3(signature = (exc_type = None, _exc = None, _tb = None))]
-    fn __exit__(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>, _exc: Option<&Bound<'_, PyAny>>, _tb: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
         if exc_type.is_none_or(|t| t.is_none()) && !self.read_only && !self.closed() {
             if let Err(e) = self.flush(py) {
                 let _ = self.close(py);
@@ -371,7 +481,12 @@ impl VectorIndex {
 
     /// Add one vector; returns its id (the largest id so far + 1 unless given).
     #[pyo3(signature = (vector, id = None))]
-    fn add(&self, py: Python<'_>, vector: &Bound<'_, PyAny>, id: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+    fn add(
+        &self,
+        py: Python<'_>,
+        vector: &Bound<'_, PyAny>,
+        id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<u64> {
         let arr = f32_array(vector, 1, "the vector")?;
         let id = id.filter(|i| !i.is_none()).map(id_arg).transpose()?;
         // SAFETY: as in `do_search`.
@@ -383,7 +498,14 @@ impl VectorIndex {
     /// nothing: if anything is wrong, or the call is interrupted, nothing is added. Searches
     /// in other threads go on meanwhile and see the batch when it is done.
     #[pyo3(signature = (vectors, ids = None, *, threads = None, progress = false))]
-    fn add_batch<'py>(&self, py: Python<'py>, vectors: &Bound<'py, PyAny>, ids: Option<&Bound<'py, PyAny>>, threads: Option<&Bound<'py, PyAny>>, progress: bool) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    fn add_batch<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: &Bound<'py, PyAny>,
+        ids: Option<&Bound<'py, PyAny>>,
+        threads: Option<&Bound<'py, PyAny>>,
+        progress: bool,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let arr = f32_array(vectors, 2, "vectors")?;
         let shape = arr.shape().to_vec();
         let (n, d) = (shape[0], shape[1]);
@@ -399,7 +521,9 @@ impl VectorIndex {
         // SAFETY: as in `do_search`.
         let data = unsafe { arr.as_slice() }?;
         let idx = self.index()?;
-        let out = run::run_long(py, n as u64, progress, "adding", |ctl| idx.add_batch(data, n, ids.as_deref(), threads, ctl));
+        let out = run::run_long(py, n as u64, progress, "adding", |ctl| {
+            idx.add_batch(data, n, ids.as_deref(), threads, ctl)
+        });
         emit_notices(py)?;
         Ok(vector(py, out?))
     }
@@ -435,7 +559,15 @@ impl VectorIndex {
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<BatchArrays<'py>> {
-        do_search_batch(py, &*self.index()?, None, queries, (k, ef, allowed, excluded), threads, progress)
+        do_search_batch(
+            py,
+            &*self.index()?,
+            None,
+            queries,
+            (k, ef, allowed, excluded),
+            threads,
+            progress,
+        )
     }
 
     /// A snapshot: one committed state (a writer's: with its published adds), pinned for as
@@ -447,7 +579,11 @@ impl VectorIndex {
     }
 
     /// The stored vector of `id` (normalised for cosine, rounded for half precision), or None.
-    fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        id: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
         let id = id_arg(id)?;
         Ok(self.with(py, |idx| idx.get(id))?.map(|v| vector(py, v)))
     }
@@ -501,7 +637,11 @@ impl VectorIndex {
         let idx = self.index()?;
         let total = py.detach(|| idx.snap().slots);
         let r = run::run_long_threaded(py, total, progress, "checking", |ctl| idx.check(ctl))?;
-        py.import("chassis._check")?.getattr("Check")?.call1((r.unreachable, r.not_finite, r.corrupt))
+        py.import("chassis._check")?.getattr("Check")?.call1((
+            r.unreachable,
+            r.not_finite,
+            r.corrupt,
+        ))
     }
 
     /// Write a consistent copy of the last flush to `path` (a writer flushes first), renamed
@@ -514,11 +654,18 @@ impl VectorIndex {
     /// Rewrite the file without deleted vectors, with a rebuilt graph and the same ids.
     /// Flushes first; Ctrl-C or an error leaves the original untouched.
     #[pyo3(signature = (*, threads = None, progress = false))]
-    fn compact(&self, py: Python<'_>, threads: Option<&Bound<'_, PyAny>>, progress: bool) -> PyResult<()> {
+    fn compact(
+        &self,
+        py: Python<'_>,
+        threads: Option<&Bound<'_, PyAny>>,
+        progress: bool,
+    ) -> PyResult<()> {
         let threads = opt_count(threads, "threads", 1024)?;
         let idx = self.index()?;
         let total = py.detach(|| idx.len());
-        let out = run::run_long_threaded(py, total, progress, "compacting", |ctl| idx.compact(threads, ctl));
+        let out = run::run_long_threaded(py, total, progress, "compacting", |ctl| {
+            idx.compact(threads, ctl)
+        });
         emit_notices(py)?;
         out
     }
@@ -595,7 +742,12 @@ impl VectorIndex {
     fn set_user_version(&self, py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<()> {
         let v = int_arg(v, "user_version")?;
         if !(0..=u64::MAX as i128).contains(&v) {
-            return Err(errors::named(py, "InvalidArgumentError", format!("user_version={v} is out of range"), "use 0 to 2**64-1"));
+            return Err(errors::named(
+                py,
+                "InvalidArgumentError",
+                format!("user_version={v} is out of range"),
+                "use 0 to 2**64-1",
+            ));
         }
         self.with(py, |idx| idx.set_user_version(v as u64))
     }
@@ -643,14 +795,27 @@ impl VectorIndex {
 
     fn __repr__(&self, py: Python<'_>) -> String {
         let path = self.path.bind(py);
-        let path = if path.is_none() { "None (in memory)".to_string() } else { format!("{:?}", path.str().map(|s| s.to_string()).unwrap_or_default()) };
-        let state = self.inner.read().clone().map(|i| py.detach(|| (i.len(), if i.is_read_only() { 0 } else { i.pending() })));
+        let path = if path.is_none() {
+            "None (in memory)".to_string()
+        } else {
+            format!("{:?}", path.str().map(|s| s.to_string()).unwrap_or_default())
+        };
+        let state = self
+            .inner
+            .read()
+            .clone()
+            .map(|i| py.detach(|| (i.len(), if i.is_read_only() { 0 } else { i.pending() })));
         let tail = match state {
             Some((n, p)) => format!("len={n}, pending={p}, status=open"),
             None => "status=closed".into(),
         };
         let cls = if self.read_only { "IndexReader" } else { "VectorIndex" };
-        format!("{cls}(path={path}, dimensions={}, metric={:?}, precision={:?}, {tail})", self.dims, self.metric.name(), self.precision.name())
+        format!(
+            "{cls}(path={path}, dimensions={}, metric={:?}, precision={:?}, {tail})",
+            self.dims,
+            self.metric.name(),
+            self.precision.name()
+        )
     }
 }
 
@@ -668,7 +833,12 @@ impl Snapshot {
         slf
     }
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
-    fn __exit__(&self, _exc_type: Option<&Bound<'_, PyAny>>, _exc: Option<&Bound<'_, PyAny>>, _tb: Option<&Bound<'_, PyAny>>) -> bool {
+    fn __exit__(
+        &self,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
         false
     }
     #[pyo3(signature = (query, k = None, allowed = None, excluded = None, *, ef = None))]
@@ -697,9 +867,21 @@ impl Snapshot {
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<BatchArrays<'py>> {
-        do_search_batch(py, &self.idx, Some(&self.snap), queries, (k, ef, allowed, excluded), threads, progress)
+        do_search_batch(
+            py,
+            &self.idx,
+            Some(&self.snap),
+            queries,
+            (k, ef, allowed, excluded),
+            threads,
+            progress,
+        )
     }
-    fn get<'py>(&self, py: Python<'py>, id: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        id: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
         let id = id_arg(id)?;
         Ok(py.detach(|| self.idx.get_in(&self.snap, id)).map_err(to_py)?.map(|v| vector(py, v)))
     }
@@ -741,9 +923,14 @@ fn _search_counters() -> (u64, u64) {
 #[pyfunction]
 fn _check_options(max_connections: i64, ef_construction: i64, ef_search: i64) -> PyResult<()> {
     let conv = |v: i64| if v < 0 { 0 } else { v as usize };
-    Options { max_connections: conv(max_connections), ef_construction: conv(ef_construction), ef_search: conv(ef_search), ..Default::default() }
-        .validate()
-        .py()
+    Options {
+        max_connections: conv(max_connections),
+        ef_construction: conv(ef_construction),
+        ef_search: conv(ef_search),
+        ..Default::default()
+    }
+    .validate()
+    .py()
 }
 
 /// The CPU as Chassis sees it: the distance kernels chosen and the prefetch policy
@@ -757,7 +944,10 @@ fn cpu_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("family", c.family)?;
     d.set_item("model", c.model)?;
     d.set_item("kernel", crate::distance::kernels().level)?;
-    d.set_item("kernels_available", crate::distance::available().iter().map(|k| k.level).collect::<Vec<_>>())?;
+    d.set_item(
+        "kernels_available",
+        crate::distance::available().iter().map(|k| k.level).collect::<Vec<_>>(),
+    )?;
     d.set_item("prefetch_policy", c.policy)?;
     d.set_item("prefetch_lines", c.prefetch_lines)?;
     d.set_item("prefetch_cache", if c.prefetch_l1 { "L1" } else { "L2" })?;

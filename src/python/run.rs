@@ -33,7 +33,11 @@ impl<'py> Progress<'py> {
             py.import("tqdm.auto")
                 .and_then(|m| m.getattr("tqdm"))
                 .and_then(|t| t.call((), Some(&kw)))
-                .or_else(|_| py.import("chassis._progress").and_then(|m| m.getattr("TextProgress")).and_then(|t| t.call((), Some(&kw))))
+                .or_else(|_| {
+                    py.import("chassis._progress")
+                        .and_then(|m| m.getattr("TextProgress"))
+                        .and_then(|t| t.call((), Some(&kw)))
+                })
                 .ok()
         } else {
             None
@@ -56,7 +60,13 @@ impl<'py> Progress<'py> {
 }
 
 /// Run `work` (given the cancel/progress control) without the GIL; small work inline.
-pub fn run_long<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, work: F) -> PyResult<T>
+pub fn run_long<T, F>(
+    py: Python<'_>,
+    total: u64,
+    progress: bool,
+    desc: &str,
+    work: F,
+) -> PyResult<T>
 where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
@@ -65,7 +75,14 @@ where
 }
 
 /// `run_long_threaded` counting in `unit` (say "B" for bytes) instead of vectors.
-pub fn run_long_units<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, unit: &str, work: F) -> PyResult<T>
+pub fn run_long_units<T, F>(
+    py: Python<'_>,
+    total: u64,
+    progress: bool,
+    desc: &str,
+    unit: &str,
+    work: F,
+) -> PyResult<T>
 where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
@@ -74,7 +91,13 @@ where
 }
 
 /// `run_long` for work whose size does not tell its length (a scan, a compaction).
-pub fn run_long_threaded<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, work: F) -> PyResult<T>
+pub fn run_long_threaded<T, F>(
+    py: Python<'_>,
+    total: u64,
+    progress: bool,
+    desc: &str,
+    work: F,
+) -> PyResult<T>
 where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
@@ -82,7 +105,15 @@ where
     run(py, total, progress, desc, "vec", false, work)
 }
 
-fn run<T, F>(py: Python<'_>, total: u64, progress: bool, desc: &str, unit: &str, inline: bool, work: F) -> PyResult<T>
+fn run<T, F>(
+    py: Python<'_>,
+    total: u64,
+    progress: bool,
+    desc: &str,
+    unit: &str,
+    inline: bool,
+    work: F,
+) -> PyResult<T>
 where
     T: Send,
     F: FnOnce(&Control) -> Result<T> + Send,
@@ -106,7 +137,11 @@ where
                 Ok(r) => return r,
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(crate::error::Error::new(crate::error::ErrorKind::Io, "the worker thread died", "report this as a bug"))
+                    return Err(crate::error::Error::new(
+                        crate::error::ErrorKind::Io,
+                        "the worker thread died",
+                        "report this as a bug",
+                    ))
                 }
             }
             if interrupt.is_none() {
