@@ -3,25 +3,43 @@
 //! The core (this crate without features) never touches Python; `src/python/` wraps it in a
 //! native module when built with the `python` feature.
 //!
-//! - [`format`]: the on-disk layout, in one place
-//! - [`storage`]: the file's mappings and every unsafe pointer access into them
-//! - [`undo`]: the log that makes a killed writer's changes disappear
-//! - [`graph`]: HNSW search and insertion; [`locality`]: which slots a batch's vectors go to
-//! - [`distance`]: SIMD kernels chosen at run time; [`cpu`]: the prefetch policy of ADR-0015
-//! - [`index`]: the index a caller uses; [`warm`]: background read-in (ADR-0019);
-//!   [`os`]: system calls and memory advice (huge pages, ADR-0016)
+//! | module       | what it holds                                                            |
+//! |--------------|--------------------------------------------------------------------------|
+//! | [`index`]    | the index a caller uses, its `impl` split by responsibility               |
+//! | [`graph`]    | HNSW search and insertion, the half-precision copy, locality layout       |
+//! | [`commit`]   | the commit protocol: flush order, rollback, undo log, copies of a commit |
+//! | [`storage`]  | the file's mappings and every reference into them (`# Safety` there)      |
+//! | [`format`]   | the on-disk layout, in one place                                         |
+//! | [`distance`] | SIMD kernels chosen at run time                                          |
+//! | [`cpu`]      | CPU facts and the prefetch policy (ADR-0015)                             |
+//! | [`os`]       | the platform: system calls, locks, memory advice (ADR-0016)              |
+//! | [`warm`]     | background read-in (ADR-0019)                                            |
+//! | [`control`]  | cancellation, progress and thread pools of long calls                    |
+//! | [`error`]    | typed errors with a `help:` line                                         |
+//!
+//! Dependencies run one way: `index` -> `graph` -> `storage` -> `format` / `os`; `commit`
+//! uses `storage`; nothing below `index` imports it.
+//!
+//! Design records the code cites, in `docs/design/`: ADR-0015 (prefetch depth), ADR-0016
+//! (huge pages on request), ADR-0019 (background warm), the NUMA note (placement of an
+//! in-memory index's pages) and the THP note (huge pages for anonymous buffers).
+//!
+//! Unsafe code: raw pointers into the mappings are made only in `storage`; the other
+//! `unsafe` blocks are SIMD kernels (`distance`), prefetch instructions (`cpu`), system calls
+//! (`os`, `warm`), buffers of their own (`graph::halfcopy`, the aligned query copy in
+//! `graph::search`) and NumPy's buffers (`python`). Each states the invariant that makes it
+//! sound (`clippy::undocumented_unsafe_blocks` is denied).
 
+pub mod commit;
+pub mod control;
 pub mod cpu;
 pub mod distance;
 pub mod error;
 pub mod format;
 pub mod graph;
-pub mod halfcopy;
 pub mod index;
-pub mod locality;
 pub mod os;
 pub mod storage;
-pub mod undo;
 pub mod warm;
 
 #[cfg(feature = "python")]

@@ -1,6 +1,40 @@
 //! The file and its mappings: one mapping per region (see `format.rs`), never moved once made,
-//! and the accessors that turn a slot number into pointers into them. Every unsafe pointer
-//! access of the index is here, next to the layout it relies on.
+//! and the accessors that turn a slot number into references into them.
+//!
+//! | file        | what it holds                                                             |
+//! |-------------|---------------------------------------------------------------------------|
+//! | `mod.rs`    | [`Storage`]: opening, mapping regions, allocating slots and heap lists,     |
+//! |             | header I/O and sync                                                        |
+//! | `access.rs` | slot -> vector, slot header and list references (the hot accessors)        |
+//! | `lists.rs`  | reading and writing a node's neighbor lists through those references       |
+//! | `ranges.rs` | address and file ranges (memory policies, backup) and bytes by file offset |
+//!
+//! # Safety
+//!
+//! This module is the only one that makes references or raw pointers into the index's
+//! mappings (the half-precision copy of `graph::halfcopy` and the distance kernels only read
+//! through pointers handed out here). What makes that sound:
+//! - A mapping is made once per region and lives, unmoved, as long as the `Storage`: cells of
+//!   `segments` and `heaps` are set once, before `seg_count` / `heap_count` is raised past them
+//!   (release/acquire), and never cleared.
+//! - Every slot accessor checks, in release builds too, that the slot's segment is mapped,
+//!   and `Geometry::locate` keeps the offset inside that segment; a bad slot panics, never
+//!   reads outside a mapping. Heap references are bounds-checked (`upper_checked`).
+//! - Alignment: segment areas start on 4096-byte boundaries of page-aligned mappings; slot
+//!   headers are 32 bytes (u64-aligned), lists whole u32 words, vectors `stride`-aligned with
+//!   a stride that is a multiple of 4 (of 64 from 64 bytes up).
+//! - Mutation: lists, slot headers and markers are atomics, changed under the writer's stripe
+//!   locks; a vector is written only before its slot is published, never after. A writer in
+//!   another process writes only slots past its committed count, which readers use for
+//!   routing at most: a torn read there gives a wrong distance, never unsafety.
+//! - Loads past a file's end would raise SIGBUS: a region is mapped only after the file was
+//!   checked (or grown) to cover it.
+
+mod access;
+pub mod lists;
+mod ranges;
+
+pub use ranges::Written;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
@@ -13,18 +47,8 @@ use parking_lot::Mutex;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
-
-/// A range of the file the index has written, where it is mapped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Written {
-    pub addr: usize,
-    pub len: usize,
-    pub file_offset: u64,
-    /// Vectors (else slot headers, lists or heap).
-    pub vectors: bool,
-}
 
 /// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
 /// offset is 2 MiB-aligned, so that its vectors can sit on huge pages (ADR-0016).
@@ -80,6 +104,7 @@ struct Alloc {
 // through atomics (lists, slot headers) or to slots not yet published. Mappings are only
 // added (never removed) while the Storage lives.
 unsafe impl Send for Storage {}
+
 unsafe impl Sync for Storage {}
 
 impl Storage {
@@ -417,359 +442,10 @@ impl Storage {
         drop(a);
         for layer in 1..=level {
             let list = self.upper_at(r, layer);
-            crate::graph::write_list(list, slot, layer, &[], 0);
+            lists::write_list(list, slot, layer, &[], 0);
         }
         Ok(r)
     }
-
-    // ------------------------------------------------------------------ accessors
-    //
-    // Invariant for all of them: `slot < self.capacity()` (callers bounds-check slots read
-    // from lists against the slot count first), so the pointer lies inside a live mapping,
-    // which lives as long as `&self`. Alignment: segment areas start on 4096-byte boundaries
-    // of a page-aligned mapping; slot headers are 32 bytes (u64-aligned), level-0 records are
-    // whole u32 words, vectors are `stride`-aligned with stride a multiple of 4.
-
-    #[inline(always)]
-    fn seg_of(&self, slot: u32) -> (&Segment, u64) {
-        let (k, local) = self.geo.locate(slot as u64);
-        debug_assert!((slot as u64) < self.capacity(), "slot {slot} beyond the mapped segments");
-        // SAFETY: callers keep slot < capacity(), so segment k is mapped (its cell was set
-        // before seg_count was raised past k, with release/acquire ordering).
-        (unsafe { self.segments.get_unchecked(k).get().unwrap_unchecked() }, local)
-    }
-
-    /// Pointer to a slot's stored vector (`geo.vec_bytes` bytes).
-    #[inline(always)]
-    pub fn vector_ptr(&self, slot: u32) -> *const u8 {
-        let (seg, local) = self.seg_of(slot);
-        // SAFETY: inside the segment's vector area (local < layout.slots).
-        unsafe {
-            seg.map.as_ptr().add((seg.layout.vectors + local * self.geo.stride as u64) as usize)
-        }
-    }
-
-    /// A slot's stored vector bytes. Within this process a vector is written only before its
-    /// slot is published (linked or committed), never after, so no `&mut` aliases this; a
-    /// writer in another process writes only slots past its committed count, which readers
-    /// use for routing at most (a torn read there yields a wrong distance, never unsafety).
-    #[inline(always)]
-    pub fn vector_bytes(&self, slot: u32) -> &[u8] {
-        // SAFETY: see above; the range lies inside the mapping.
-        unsafe { std::slice::from_raw_parts(self.vector_ptr(slot), self.geo.vec_bytes) }
-    }
-
-    /// Write a slot's vector. Only for unpublished slots (see `vector_bytes`).
-    pub fn write_vector(&self, slot: u32, bytes: &[u8]) {
-        assert!(self.writable && bytes.len() == self.geo.vec_bytes);
-        // SAFETY: writable mapping, in bounds; the slot is not yet published so nobody in this
-        // process reads it concurrently.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.vector_ptr(slot) as *mut u8,
-                bytes.len(),
-            )
-        }
-    }
-
-    /// The four u64 words of a slot header.
-    #[inline(always)]
-    pub fn header(&self, slot: u32) -> &[AtomicU64; 4] {
-        let (seg, local) = self.seg_of(slot);
-        // SAFETY: in bounds, 8-byte aligned (see the invariant above); AtomicU64 has u64's layout.
-        unsafe {
-            &*(seg.map.as_ptr().add((seg.layout.headers + local * SLOT_HEADER as u64) as usize)
-                as *const [AtomicU64; 4])
-        }
-    }
-
-    /// A slot's level-0 record: head word, crc, then 2M neighbor slots.
-    #[inline(always)]
-    pub fn l0(&self, slot: u32) -> &[AtomicU32] {
-        let (seg, local) = self.seg_of(slot);
-        let words = self.geo.l0_words;
-        // SAFETY: in bounds, 4-byte aligned; AtomicU32 has u32's layout.
-        unsafe {
-            std::slice::from_raw_parts(
-                seg.map.as_ptr().add((seg.layout.l0 + local * words as u64 * 4) as usize)
-                    as *const AtomicU32,
-                words,
-            )
-        }
-    }
-
-    /// The list of `layer >= 1` at heap reference `r`, or `None` if `r` points outside the heap
-    /// (a damaged slot header): searches skip such a node rather than fail.
-    #[inline(always)]
-    pub fn upper_checked(&self, r: u64, layer: usize) -> Option<&[AtomicU32]> {
-        let (chunk, off) = format::heap_ref_parts(r);
-        let words = self.geo.upper_words;
-        let start = off + ((layer - 1) * words * 4) as u64;
-        let h = self.heaps.get(chunk)?.get()?;
-        if start + (words * 4) as u64 > h.len || !start.is_multiple_of(4) {
-            return None;
-        }
-        // SAFETY: bounds and alignment checked just above.
-        Some(unsafe {
-            std::slice::from_raw_parts(
-                h.map.as_ptr().add(start as usize) as *const AtomicU32,
-                words,
-            )
-        })
-    }
-
-    fn upper_at(&self, r: u64, layer: usize) -> &[AtomicU32] {
-        self.upper_checked(r, layer).expect("heap reference made by alloc_upper")
-    }
-
-    // ------------------------------------------------------------------ memory policies
-
-    fn segments_upto(&self, slots: u64) -> impl Iterator<Item = (&Segment, u64)> {
-        let mut start = 0u64;
-        (0..self.seg_count.load(Acquire)).map_while(move |k| {
-            let seg = self.segments[k].get()?;
-            let first = start;
-            start += seg.layout.slots;
-            (first < slots).then_some((seg, (slots - first).min(seg.layout.slots)))
-        })
-    }
-
-    /// Address ranges of the whole 2 MiB pieces that hold nothing but the vectors of slots
-    /// `[from, to)`: what ADR-0016 asks huge pages for. One range per segment.
-    pub fn vector_pieces(&self, from: u64, to: u64) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        let mut first = 0u64;
-        for k in 0..self.seg_count.load(Acquire) {
-            let Some(seg) = self.segments[k].get() else { break };
-            let n = seg.layout.slots;
-            let (a, b) = (from.max(first), to.min(first + n));
-            first += n;
-            if a >= b || seg.offset % HUGE_PAGE != 0 {
-                continue;
-            }
-            let stride = self.geo.stride as u64;
-            let lo = align_up((a - (first - n)) * stride, HUGE_PAGE);
-            let hi = ((b - (first - n)) * stride) / HUGE_PAGE * HUGE_PAGE;
-            if hi > lo {
-                out.push((seg.map.as_ptr() as usize + lo as usize, (hi - lo) as usize));
-            }
-        }
-        out
-    }
-
-    /// Address ranges of every segment's slot headers and lists (to keep their faults from
-    /// reading around into the vectors' huge-page pieces).
-    pub fn graph_areas(&self) -> Vec<(usize, usize)> {
-        (0..self.seg_count.load(Acquire))
-            .filter_map(|k| self.segments[k].get())
-            .map(|s| {
-                (
-                    s.map.as_ptr() as usize + s.layout.headers as usize,
-                    s.map.len() - s.layout.headers as usize,
-                )
-            })
-            .collect()
-    }
-
-    /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
-    pub fn vector_areas(&self) -> Vec<(usize, usize)> {
-        (0..self.seg_count.load(Acquire))
-            .filter_map(|k| self.segments[k].get())
-            .map(|s| (s.map.as_ptr() as usize, s.layout.headers as usize))
-            .collect()
-    }
-
-    /// The ranges the index has written for `slots` slots, in file order: each segment's
-    /// vectors, slot headers and level-0 records up to the last slot, and each heap chunk up to
-    /// its last entry (ADR-0019, 2). Page-aligned.
-    pub fn written_ranges(&self, slots: u64) -> Vec<Written> {
-        let ps = os::page_size();
-        // A range at `rel` bytes into a mapping at `base` of file offset `file_base`.
-        let page = |base: usize, file_base: u64, rel: usize, len: usize, vectors: bool| {
-            let s = (base + rel) / ps * ps;
-            Written {
-                addr: s,
-                len: (base + rel + len).div_ceil(ps) * ps - s,
-                file_offset: file_base + (s - base) as u64,
-                vectors,
-            }
-        };
-        let mut out: Vec<Written> = Vec::new();
-        for (seg, n) in self.segments_upto(slots) {
-            let base = seg.map.as_ptr() as usize;
-            let l = &seg.layout;
-            out.push(page(
-                base,
-                seg.offset,
-                l.vectors as usize,
-                (n * self.geo.stride as u64) as usize,
-                true,
-            ));
-            out.push(page(
-                base,
-                seg.offset,
-                l.headers as usize,
-                (n * SLOT_HEADER as u64) as usize,
-                false,
-            ));
-            out.push(page(
-                base,
-                seg.offset,
-                l.l0 as usize,
-                (n * self.geo.l0_words as u64 * 4) as usize,
-                false,
-            ));
-        }
-        let a = self.alloc.lock();
-        for (i, r) in a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
-            if let Some(h) = self.heaps[i].get() {
-                out.push(page(h.map.as_ptr() as usize, r.offset, 0, r.used as usize, false));
-            }
-        }
-        out.sort_by_key(|w| w.file_offset);
-        out.retain(|w| w.len > 0);
-        out
-    }
-
-    /// (address, length, file offset) of every mapping (the warm thread's read-only view).
-    pub fn mapped_regions_with_offsets(&self) -> Vec<(usize, usize, u64)> {
-        let a = self.alloc.lock();
-        let mut heaps = a.regions.iter().filter(|r| r.kind == RegionKind::Heap);
-        let segs = (0..self.seg_count.load(Acquire))
-            .filter_map(|k| self.segments[k].get())
-            .map(|s| (s.map.as_ptr() as usize, s.map.len(), s.offset));
-        let hs: Vec<_> = (0..self.heap_count.load(Acquire))
-            .filter_map(|k| {
-                self.heaps[k].get().map(|h| {
-                    (
-                        h.map.as_ptr() as usize,
-                        h.len as usize,
-                        heaps.next().map(|r| r.offset).unwrap_or(0),
-                    )
-                })
-            })
-            .collect();
-        segs.chain(hs).collect()
-    }
-
-    /// Address ranges of every mapping of the index (for memory statistics).
-    pub fn mapped_ranges(&self) -> Vec<(usize, usize)> {
-        let segs = (0..self.seg_count.load(Acquire))
-            .filter_map(|k| self.segments[k].get())
-            .map(|s| (s.map.as_ptr() as usize, s.map.len()));
-        let heaps = (0..self.heap_count.load(Acquire))
-            .filter_map(|k| self.heaps[k].get())
-            .map(|h| (h.map.as_ptr() as usize, h.len as usize));
-        segs.chain(heaps).collect()
-    }
-
-    // ------------------------------------------------------------------ file offsets (backup)
-
-    /// File offsets of a slot's header and level-0 record, from a region table.
-    pub fn slot_offsets(&self, regions: &[RegionEntry], slot: u32) -> Option<(u64, u64)> {
-        let (k, local) = self.geo.locate(slot as u64);
-        let base = regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k)?.offset;
-        let layout = self.geo.segment_layout(self.geo.segment_slots(k));
-        Some((
-            base + layout.headers + local * SLOT_HEADER as u64,
-            base + layout.l0 + local * self.geo.l0_words as u64 * 4,
-        ))
-    }
-
-    /// File offset of the list of `layer >= 1` at heap reference `r`.
-    pub fn upper_offset(&self, regions: &[RegionEntry], r: u64, layer: usize) -> Option<u64> {
-        let (chunk, off) = format::heap_ref_parts(r);
-        let base = regions.iter().filter(|r| r.kind == RegionKind::Heap).nth(chunk)?.offset;
-        Some(base + off + ((layer - 1) * self.geo.upper_words * 4) as u64)
-    }
-
-    // ------------------------------------------------------------------ bytes by file offset
-
-    /// The mapped bytes at file offset `[offset, offset + len)`, which must lie inside one
-    /// region this storage has mapped. (In memory, offsets are where `save` puts the bytes.)
-    fn region_bytes(&self, offset: u64, len: usize) -> Option<*mut u8> {
-        let a = self.alloc.lock();
-        let (mut seg, mut heap) = (0usize, 0usize);
-        for r in &a.regions {
-            let (k, is_seg) = match r.kind {
-                RegionKind::Segment => (seg, true),
-                RegionKind::Heap => (heap, false),
-            };
-            if is_seg {
-                seg += 1;
-            } else {
-                heap += 1;
-            }
-            if offset >= r.offset && offset + len as u64 <= r.offset + r.len {
-                let base = if is_seg {
-                    self.segments[k].get()?.map.as_ptr()
-                } else {
-                    self.heaps[k].get()?.map.as_ptr()
-                };
-                // SAFETY (pointer arithmetic): the range lies inside this region's mapping.
-                return Some(unsafe { base.add((offset - r.offset) as usize) });
-            }
-        }
-        None
-    }
-
-    /// Read stored bytes at a file offset: from the file (pread: a file-backed index's bytes
-    /// are the page cache either way), or from an in-memory store.
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        match &self.file {
-            Some(f) => {
-                f.read_exact_at(buf, offset).map_err(|e| Error::io(e, "reading", &self.path))
-            }
-            None => {
-                let p = self.region_bytes(offset, buf.len()).ok_or_else(|| {
-                    Error::corrupt(format!("offset {offset} is outside the index"))
-                })?;
-                // SAFETY: `p..p+len` lies inside a live store; the caller holds the writer lock,
-                // so nothing writes these bytes meanwhile.
-                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
-                Ok(())
-            }
-        }
-    }
-
-    /// Fill an in-memory store's bytes at a file offset from `file` (loading an index into
-    /// memory): pread straight into the store, so the thread that calls this is the one whose
-    /// first touch places the pages (the NUMA note's balanced placement).
-    pub fn fill_from(&self, file: &File, path: &Path, offset: u64, len: usize) -> Result<()> {
-        assert!(self.is_memory());
-        let p = self.region_bytes(offset, len).ok_or_else(|| {
-            Error::corrupt(format!("{}: offset {offset} is outside the index", path.display()))
-        })?;
-        // SAFETY: `p..p+len` lies inside a store of an index nobody else can see yet (it is
-        // being loaded), and stores of distinct calls do not overlap.
-        let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
-        file.read_exact_at(dst, offset).map_err(|e| Error::io(e, "reading", path))
-    }
-
-    /// Write bytes at a file offset of an in-memory store (patching a loaded copy).
-    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
-        assert!(self.is_memory());
-        let p = self
-            .region_bytes(offset, bytes.len())
-            .ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
-        // SAFETY: as in `fill_from`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-        Ok(())
-    }
-
-    /// Ask for huge pages under every anonymous store, or for none (in memory only).
-    pub fn advise_stores(&self, on: bool) {
-        self.huge.store(on, Release);
-        for s in self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()) {
-            s.map.advise_anon_huge(on);
-        }
-        for h in self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()) {
-            h.map.advise_anon_huge(on);
-        }
-    }
-
-    // ------------------------------------------------------------------ headers and sync
 
     /// Read both header copies (or as much of them as the file has).
     pub fn read_header_bytes(file: &File, path: &Path) -> Result<Vec<u8>> {

@@ -1,0 +1,137 @@
+use super::*;
+use crate::storage::lists;
+
+#[test]
+fn keys_order_like_floats() {
+    let v = [-3.5f32, -1.0, -0.0, 0.0, 1e-30, 0.5, 2.0, f32::INFINITY];
+    for w in v.windows(2) {
+        assert!(key(w[0]) <= key(w[1]), "{} {}", w[0], w[1]);
+    }
+    for x in v {
+        assert_eq!(unkey(pack(x, 7)).to_bits(), x.to_bits());
+        assert_eq!(slot_of(pack(x, 7)), 7);
+    }
+}
+
+/// An in-memory index of `n` vectors of `d` uniform values in [-0.5, 0.5) from an xorshift
+/// generator seeded with `seed`, linked on `threads` threads; and the generator, to draw
+/// queries from.
+fn random_index(
+    d: usize,
+    n: usize,
+    seed: u64,
+    threads: usize,
+) -> (crate::index::Index, impl FnMut() -> f32) {
+    use crate::index::{Control, Index};
+    let mut s = seed;
+    let mut r = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let data: Vec<f32> = (0..n * d).map(|_| r()).collect();
+    let idx = Index::memory(d, None).unwrap();
+    idx.add_batch(&data, n, None, Some(threads), &Control::default()).unwrap();
+    (idx, r)
+}
+
+/// The descent measures each node once but ends where the textbook greedy walk (every
+/// neighbor measured at every hop) ends, with the same path, on short vectors (one at a
+/// time) and long ones (four at a time).
+#[test]
+fn descent_ends_where_the_plain_greedy_walk_ends() {
+    for d in [8usize, 300] {
+        let (idx, mut r) = random_index(d, 4000, 0x9e37_79b9_7f4a_7c15u64 ^ d as u64, 2);
+        let snap = idx.snap();
+        let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
+        assert!(snap.max_level >= 2, "the test needs upper layers");
+        let mut measured_less = false;
+        for _ in 0..200 {
+            let q: Vec<f32> = (0..d).map(|_| r()).collect();
+            // The textbook walk.
+            let (mut cur, mut cd, mut plain) = (snap.entry, g.dist(&q, snap.entry), 1u64);
+            let mut want = Vec::new();
+            for layer in (1..=snap.max_level).rev() {
+                loop {
+                    let mut changed = false;
+                    let list = lists::list_of(g.st, cur, layer).unwrap();
+                    for e in &list[2..2 + lists::list_len(list)] {
+                        let nb = e.load(Relaxed);
+                        plain += 1;
+                        let dd = g.dist(&q, nb);
+                        if dd < cd {
+                            (cur, cd, changed) = (nb, dd, true);
+                        }
+                    }
+                    if !changed {
+                        break;
+                    }
+                }
+                want.push(cur);
+            }
+            let mut path = vec![0u32; snap.max_level];
+            let got = g
+                .start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path)
+                .unwrap()
+                .entries()
+                .next()
+                .unwrap();
+            // This thread's count of the descent's distances (the global counters would
+            // also count other tests' searches).
+            let used = with_scratch(|sc| sc.dists);
+            assert_eq!((got.1, got.0.to_bits()), (cur, cd.to_bits()), "dims {d}");
+            assert_eq!(path, want, "dims {d}");
+            assert!(used <= plain);
+            measured_less |= used < plain;
+        }
+        assert!(measured_less, "no node was met twice in 200 descents (dims {d})");
+    }
+}
+
+/// Layer 0 starts from the descent's nearest nodes: the first is where the walk ended, the
+/// rest are the nearest others it measured, and layer 0 measures none of them again. With
+/// ef and k covering the whole graph every node is measured exactly once after the descent.
+#[test]
+fn layer_zero_starts_from_the_descents_nearest_nodes_without_measuring_them_again() {
+    let (d, n) = (8usize, 1500usize);
+    let (idx, mut r) = random_index(d, n, 0x2545_f491_4f6c_dd1du64, 1);
+    let snap = idx.snap();
+    let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
+    assert!(snap.max_level >= 1, "the test needs upper layers");
+    let all = |_: u32| true;
+    for _ in 0..20 {
+        let q: Vec<f32> = (0..d).map(|_| r()).collect();
+        let mut path = vec![0u32; snap.max_level];
+        let start =
+            g.start_of(&q, snap.entry, snap.max_level, snap.slots as u32, &mut path).unwrap();
+        let descent = with_scratch(|sc| sc.dists);
+        let seeds: Vec<(f32, u32)> = start.entries().collect();
+        assert_eq!(seeds.len(), SEEDS.min(descent as usize));
+        assert!(seeds.len() > 1, "the test needs a descent that measures more than its end");
+        assert!(seeds.windows(2).all(|w| w[0].0 <= w[1].0), "seeds nearest first");
+        for &(dd, slot) in &seeds {
+            assert_eq!(dd.to_bits(), g.dist(&q, slot).to_bits());
+        }
+        let given =
+            g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, Some(&start));
+        let layer0 = with_scratch(|sc| sc.dists);
+        assert_eq!(given.len(), n, "every node reached");
+        assert_eq!(layer0 as usize, n - seeds.len(), "a seed was measured again on layer 0");
+        let own = g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, None);
+        assert_eq!(
+            with_scratch(|sc| sc.dists),
+            descent + layer0,
+            "the search's own descent is the same"
+        );
+        assert_eq!(own, given);
+    }
+}
+
+#[test]
+fn levels_follow_the_geometric_law() {
+    let n = 200_000u64;
+    let above0 = (0..n).filter(|s| level_for(*s, 16) >= 1).count() as f64 / n as f64;
+    assert!((above0 - 1.0 / 16.0).abs() < 0.005, "{above0}");
+    assert!((0..n).all(|s| level_for(s, 16) <= MAX_LEVEL));
+}

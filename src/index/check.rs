@@ -1,0 +1,126 @@
+//! check(): a full scan of checksums, lists and reachability.
+
+use super::*;
+use crate::format::{EMPTY, NO_UPPER};
+use crate::graph::{Graph, MAX_LEVEL};
+use crate::storage::lists;
+use rayon::prelude::*;
+
+/// What `check()` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Ids of live vectors that no search can reach.
+    pub unreachable: Vec<u64>,
+    /// Ids of live vectors holding NaN or infinity.
+    pub not_finite: Vec<u64>,
+    /// Slots whose vector, header, delete marker or lists fail their checksums or refer
+    /// outside the index.
+    pub corrupt: Vec<u32>,
+}
+
+impl Index {
+    /// A full scan of the vectors and the graph: slots whose stored bytes fail a checksum or
+    /// whose lists refer outside the index (`corrupt`, by slot), live vectors holding NaN or
+    /// infinity (`not_finite`, by id), and live vectors no search can reach from the entry
+    /// point (`unreachable`, by id). A writer's adds wait while it runs; searches do not.
+    pub fn check(&self, ctl: &Control) -> Result<CheckReport> {
+        self.check_open()?;
+        // A writer: hold the writer lock so that no list changes under the scan.
+        let _w = if self.read_only { None } else { Some(self.writer.lock()) };
+        let snap = self.snap();
+        let st = &snap.st;
+        let n = snap.slots as u32;
+        let g = Graph::new(st, self.metric(), n);
+        let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
+            .into_par_iter()
+            .with_min_len(1024)
+            .map_init(Vec::new, |buf, s| {
+                ctl.done.fetch_add(1, Relaxed);
+                if ctl.cancelled() {
+                    return (None, None);
+                }
+                let h = st.header(s);
+                let (id, upper, del, crcs) = (
+                    h[0].load(Relaxed),
+                    h[1].load(Relaxed),
+                    h[2].load(Relaxed),
+                    h[3].load(Relaxed),
+                );
+                let vec_ok = format::vector_crc(st.vector_bytes(s)) == crcs as u32;
+                let hdr_ok = format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32;
+                let marker_ok = format::read_marker(del, s) != format::Marker::Damaged;
+                let lists_ok = self.lists_ok(st, s, n);
+                if !(vec_ok && hdr_ok && marker_ok && lists_ok) {
+                    return (Some(s), None);
+                }
+                let live = snap.live_id(s).is_some();
+                let finite = g.vector_f32(s, buf).iter().all(|x| x.is_finite());
+                (None, if live && !finite { Some(id) } else { None })
+            })
+            .collect();
+        if ctl.cancelled() {
+            return Err(Error::interrupted());
+        }
+        let corrupt: Vec<u32> = per_slot.iter().filter_map(|p| p.0).collect();
+        let not_finite: Vec<u64> = per_slot.iter().filter_map(|p| p.1).collect();
+        // Reachability on layer 0 from the entry point, through deleted nodes too.
+        let mut seen = vec![false; n as usize];
+        let mut stack = Vec::new();
+        if snap.entry != EMPTY && snap.entry < n {
+            seen[snap.entry as usize] = true;
+            stack.push(snap.entry);
+        }
+        while let Some(s) = stack.pop() {
+            let l0 = st.l0(s);
+            for e in &l0[2..2 + lists::list_len(l0)] {
+                let nb = e.load(Relaxed);
+                if nb < n && !seen[nb as usize] {
+                    seen[nb as usize] = true;
+                    stack.push(nb);
+                }
+            }
+        }
+        let unreachable =
+            (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
+        Ok(CheckReport { unreachable, not_finite, corrupt })
+    }
+
+    /// Whether a node's lists check out: counts in range, checksums, entries below `n`. A list
+    /// that fails is read again a moment later: a writer in another process may be changing it.
+    pub(super) fn lists_ok(&self, st: &Storage, s: u32, n: u32) -> bool {
+        let once = || {
+            let l0 = st.l0(s);
+            let head = l0[0].load(Acquire);
+            let level = lists::level_of(st, s);
+            if (head & 0xffff) as usize > l0.len() - 2 || level > MAX_LEVEL {
+                return false;
+            }
+            let ok = |list: &[std::sync::atomic::AtomicU32], layer: usize| {
+                let head = list[0].load(Acquire);
+                let cnt = (head & 0xffff) as usize;
+                if cnt > list.len() - 2 {
+                    return false;
+                }
+                let entries: Vec<u32> = list[2..2 + cnt].iter().map(|e| e.load(Relaxed)).collect();
+                entries.iter().all(|&e| e < n)
+                    && format::list_crc(s, layer, head, &entries) == list[1].load(Relaxed)
+            };
+            if !ok(l0, 0) {
+                return false;
+            }
+            let upper = st.header(s)[1].load(Relaxed);
+            if level > 0 && upper == NO_UPPER {
+                return false;
+            }
+            (1..=level).all(|layer| lists::list_of(st, s, layer).is_some_and(|l| ok(l, layer)))
+        };
+        if once() {
+            return true;
+        }
+        if self.read_only {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            return once();
+        }
+        false
+    }
+}

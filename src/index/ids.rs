@@ -1,0 +1,90 @@
+//! Ids: the id -> slot map (built on first use, so opening stays O(1)), membership, stored
+//! vectors by id, and ids in insertion order.
+
+use super::*;
+use crate::graph::Graph;
+
+impl Index {
+    /// Run `f` on the id map, extended to cover `snap`'s slots.
+    pub(super) fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&FastMap<u64, u32>) -> R) -> R {
+        let mut m = self.ids.lock();
+        let key = Arc::as_ptr(&snap.st) as usize;
+        if m.storage != key {
+            *m = IdMap { storage: key, ..Default::default() };
+        }
+        while m.upto < snap.slots {
+            let s = m.upto as u32;
+            if let Some(id) = snap.live_id(s) {
+                m.map.insert(id, s);
+            }
+            m.upto += 1;
+        }
+        f(&m.map)
+    }
+
+    pub(super) fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
+        self.with_ids(snap, |m| m.get(&id).copied())
+            .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
+    }
+
+    pub fn contains(&self, id: u64) -> Result<bool> {
+        self.contains_in(&self.snap(), id)
+    }
+
+    pub fn contains_in(&self, snap: &Snap, id: u64) -> Result<bool> {
+        self.check_open()?;
+        Ok(self.slot_of(snap, id).is_some())
+    }
+
+    /// The stored vector of `id` (normalised for cosine, rounded for half), checked against
+    /// its checksum.
+    pub fn get(&self, id: u64) -> Result<Option<Vec<f32>>> {
+        self.get_in(&self.snap(), id)
+    }
+
+    pub fn get_in(&self, snap: &Snap, id: u64) -> Result<Option<Vec<f32>>> {
+        self.check_open()?;
+        let Some(slot) = self.slot_of(snap, id) else { return Ok(None) };
+        let bytes = snap.st.vector_bytes(slot);
+        let crc = snap.st.header(slot)[3].load(Relaxed) as u32;
+        if format::vector_crc(bytes) != crc {
+            return Err(Error::corrupt(format!(
+                "{}: the stored vector of id {id} (slot {slot}) fails its checksum",
+                self.path.display()
+            )));
+        }
+        let g = Graph::new(&snap.st, self.metric(), snap.slots as u32);
+        let mut buf = Vec::new();
+        Ok(Some(g.vector_f32(slot, &mut buf).to_vec()))
+    }
+
+    /// Live ids in insertion (slot) order.
+    pub fn ids(&self) -> Result<Vec<u64>> {
+        self.ids_in(&self.snap())
+    }
+
+    pub fn ids_in(&self, snap: &Snap) -> Result<Vec<u64>> {
+        self.check_open()?;
+        Ok(Self::live_in_order(snap).into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// The live (slot, id) pairs in insertion order: slot order, except that a run of slots
+    /// laid out by locality (`format::L0_LOCALITY`) came in the order of its ids.
+    pub(super) fn live_in_order(snap: &Snap) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = Vec::new();
+        let mut run: Option<usize> = None;
+        for s in 0..snap.slots as u32 {
+            let Some(id) = snap.live_id(s) else { continue };
+            if snap.st.l0(s)[0].load(Relaxed) & format::L0_LOCALITY != 0 {
+                run.get_or_insert(out.len());
+            } else if let Some(r) = run.take() {
+                out[r..].sort_unstable_by_key(|p| p.1);
+            }
+            out.push((s, id));
+        }
+        if let Some(r) = run {
+            out[r..].sort_unstable_by_key(|p| p.1);
+        }
+        out
+    }
+}

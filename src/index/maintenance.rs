@@ -1,0 +1,219 @@
+//! Whole-file operations: save (an in-memory index to a file), backup (a consistent copy of
+//! the last flush, also from a reader while the writer goes on) and compact (a rewrite without
+//! deleted vectors, renamed over the original).
+
+use super::*;
+use crate::commit::copy;
+use crate::commit::undo::undo_path;
+use crate::os;
+use write::Rows;
+
+impl Index {
+    /// Write the index as an ordinary index file at `dest` (any reader or writer opens it),
+    /// renamed into place only when whole and synced. A file-backed writer flushes first, as
+    /// `backup` does; an in-memory index writes what it holds now.
+    pub fn save(&self, dest: &Path) -> Result<()> {
+        if !self.memory {
+            return self.backup(dest);
+        }
+        self.check_open()?;
+        Self::check_dest(dest, None)?;
+        let w = self.writer.lock();
+        let snap = self.view.read().clone();
+        // Deletes are marked with the next sequence; the file's commit makes them count.
+        let h = Self::next_header(&w, &snap);
+        let tmp = copy::tmp_sibling(dest, "saving");
+        copy::put_in_place(
+            copy::copy_commit(&snap.st, &h, &tmp).and_then(|()| copy::sync_file(&tmp)),
+            &tmp,
+            dest,
+        )
+    }
+
+    pub(super) fn check_dest(dest: &Path, itself: Option<&Path>) -> Result<()> {
+        let dest_dir =
+            dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if dest.as_os_str().is_empty() || dest.is_dir() || !dest_dir.is_dir() {
+            return Err(Error::new(
+                ErrorKind::InvalidPath,
+                format!("cannot write an index to {:?}", dest.display().to_string()),
+                "pass a file path in an existing directory",
+            ));
+        }
+        if let Some(me) = itself {
+            if dest.exists() && copy::same_file(dest, me) {
+                return Err(Error::invalid(
+                    format!("{} is the index itself", dest.display()),
+                    "pass another path",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write a consistent copy of the last flush to `dest` (a writer flushes first), renamed
+    /// into place only when whole. A reader copies while the writer keeps writing: lists the
+    /// writer changed meanwhile are put back from its undo log.
+    pub fn backup(&self, dest: &Path) -> Result<()> {
+        if self.memory {
+            return self.save(dest);
+        }
+        self.check_open()?;
+        Self::check_dest(dest, Some(&self.path))?;
+        let tmp = copy::tmp_sibling(dest, "backup");
+        let res = if self.read_only {
+            (|| {
+                // The copy must fall between two flushes (a flush retires the undo log that
+                // patches it), so nothing slow happens inside the window: the sync comes after.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while std::time::Instant::now() < deadline {
+                    let snap = self.snap();
+                    let h = self.writer.lock().committed.clone();
+                    if h.seq != snap.seq {
+                        continue;
+                    }
+                    let _ = std::fs::remove_file(&tmp); // an earlier attempt's
+                    copy::copy_commit(&snap.st, &h, &tmp)?;
+                    // Lists changed since the commit: their committed contents are in the
+                    // writer's undo log, saved before each change, so also before our copy.
+                    let records = UndoLog::read(&self.path, h.seq)?;
+                    if Self::newest_seq_on_disk(&snap.st) != h.seq {
+                        continue; // a flush ran meanwhile: the log may be gone; copy again
+                    }
+                    copy::patch_copy(&snap.st, &h, &tmp, &records)?;
+                    return copy::sync_file(&tmp);
+                }
+                Err(Error::new(
+                    ErrorKind::Io,
+                    "the writer flushed during every backup attempt for 10 s",
+                    "retry when it flushes less often, or back up from the writer",
+                ))
+            })()
+        } else {
+            let mut w = self.writer.lock();
+            (|| {
+                self.flush_locked(&mut w)?;
+                let snap = self.view.read().clone();
+                copy::copy_commit(&snap.st, &w.committed, &tmp)?;
+                copy::sync_file(&tmp)
+            })()
+        };
+        copy::put_in_place(res, &tmp, dest)
+    }
+
+    /// Rewrite the index without its deleted vectors, with a rebuilt graph and the same ids,
+    /// into a new file renamed over the old one (readers elsewhere follow by themselves).
+    /// Flushes first. Cancelled or failed, it leaves the original untouched.
+    pub fn compact(&self, threads: Option<usize>, ctl: &Control) -> Result<()> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        self.flush_locked(&mut w)?;
+        let snap = self.view.read().clone();
+        // In insertion order, which the compacted index keeps.
+        let live: Vec<u32> = Self::live_in_order(&snap).into_iter().map(|(s, _)| s).collect();
+        let g = &self.geo;
+        if self.memory {
+            let new = Index::memory(g.dims, Some(&self.opts))?;
+            Self::refill(&new, &snap, &live, &w, threads, ctl)?;
+            self.adopt(&mut w, new, &snap);
+            return Ok(());
+        }
+        let need = live.len() as u64
+            * (g.stride + format::SLOT_HEADER + 4 * g.l0_words + 2 * 4 * g.upper_words) as u64
+            + (8 << 20);
+        if let Some(free) = os::free_space(&self.path) {
+            if free < need {
+                return Err(Error {
+                    kind: ErrorKind::Io,
+                    message: format!(
+                        "compacting {} needs about {} MiB of free disk space; {} MiB are free",
+                        self.path.display(),
+                        need >> 20,
+                        free >> 20
+                    ),
+                    help: "free disk space, then retry; the index is unchanged".into(),
+                    errno: Some(libc::ENOSPC),
+                });
+            }
+        }
+        let tmp = copy::tmp_sibling(&self.path, "compacting");
+        let cleanup = || {
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(undo_path(&tmp));
+        };
+        let built = (|| -> Result<Index> {
+            let new = Index::open(&tmp, Some(g.dims), Some(&self.opts), Mode::Write)?;
+            Self::refill(&new, &snap, &live, &w, threads, ctl)?;
+            new.flush_locked(&mut new.writer.lock())?;
+            Ok(new)
+        })();
+        let new = match built {
+            Ok(n) => n,
+            Err(e) => {
+                cleanup();
+                return Err(e);
+            }
+        };
+        if let Err(e) = std::fs::rename(&tmp, &self.path) {
+            drop(new);
+            cleanup();
+            return Err(Error::io(e, "renaming the compacted file over", &self.path));
+        }
+        let _ = os::sync_dir(&self.path);
+        self.adopt(&mut w, new, &snap);
+        let _ = std::fs::remove_file(undo_path(&tmp));
+        Ok(())
+    }
+
+    /// Add the live vectors `live` of `snap` to the new, empty index `new` (compaction), with
+    /// their ids, the next id and user_version of `w`.
+    pub(super) fn refill(
+        new: &Index,
+        snap: &Snap,
+        live: &[u32],
+        w: &Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        let vb = new.geo.vec_bytes;
+        let mut bytes = vec![0u8; live.len() * vb];
+        let mut ids = Vec::with_capacity(live.len());
+        for (i, &s) in live.iter().enumerate() {
+            bytes[i * vb..(i + 1) * vb].copy_from_slice(snap.st.vector_bytes(s));
+            ids.push(snap.live_id(s).expect("live"));
+        }
+        let mut nw = new.writer.lock();
+        new.add_rows(&mut nw, Rows::Stored(&bytes), live.len(), Some(&ids), threads, ctl)?;
+        nw.next_id = nw.next_id.max(w.next_id);
+        nw.user_version = w.user_version;
+        Ok(())
+    }
+
+    /// Take over a compacted index: its storage (and a file's writer lock) becomes ours.
+    pub(super) fn adopt(&self, w: &mut Writer, new: Index, old: &Snap) {
+        new.closed.store(true, Release);
+        let nsnap = new.view.read().clone();
+        std::mem::swap(w, &mut *new.writer.lock());
+        *self.entry.lock() = *new.entry.lock();
+        *self.ids.lock() = IdMap::default();
+        {
+            let mut u = self.undo.lock();
+            if !self.memory {
+                u.log.remove();
+            }
+            u.saved.clear();
+        }
+        self.publish(Snap::clone_of(&nsnap));
+        drop(new);
+        if self.memory {
+            nsnap.st.advise_stores(old.st.huge.load(Acquire));
+            return;
+        }
+        nsnap.st.huge.store(old.st.huge.load(Acquire), Release);
+        self.advise_committed(&nsnap.st, nsnap.slots);
+        if self.warm_on.load(Acquire) {
+            drop(self.warm.lock().take());
+            *self.warm.lock() = Some(Warm::start(nsnap.st.clone(), nsnap.slots));
+        }
+    }
+}

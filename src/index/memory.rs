@@ -1,0 +1,166 @@
+//! Memory policies: huge pages on request (ADR-0016, `docs/design/adr-0016-huge-pages-on-request.md`),
+//! background warm (ADR-0019, `docs/design/adr-0019-background-warm.md`) and what the system
+//! holds of the mappings.
+
+use super::*;
+use crate::os;
+
+/// What the system holds of an index's mappings (`memory_stats`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Address space of the index's mappings (mostly never touched: the file is sparse).
+    pub mapped_bytes: u64,
+    /// What the index has written: the ranges warm reads.
+    pub written_bytes: u64,
+    /// Of the written ranges, bytes in memory now (mincore).
+    pub resident_bytes: u64,
+    pub vector_bytes: u64,
+    /// Of the vectors, bytes mapped by huge pages (FilePmdMapped of a file; AnonHugePages in
+    /// memory), where the system says.
+    pub vector_huge_bytes: Option<u64>,
+    /// Of the slot headers, lists and heap, bytes mapped by huge pages: 0 for a file by
+    /// ADR-0016; in memory the graph's stores ask for them too.
+    pub graph_huge_bytes: Option<u64>,
+    /// Of everything written, bytes on huge pages.
+    pub huge_bytes: Option<u64>,
+    pub huge_pages_asked: bool,
+    /// "file" or "memory".
+    pub backing: &'static str,
+    /// In memory: the kernel refused huge pages to this process (warned once).
+    pub huge_pages_refused: bool,
+    pub warm_running: bool,
+    pub warm_done_bytes: u64,
+    pub warm_total_bytes: u64,
+    /// How warm reads pages in on this system.
+    pub populate: &'static str,
+}
+
+impl Index {
+    /// Slots whose vectors will not be written again: the committed ones.
+    pub(super) fn committed_slots(&self) -> u64 {
+        if self.read_only {
+            self.view.read().slots
+        } else {
+            self.writer.lock().committed.slots
+        }
+    }
+
+    /// ADR-0016: ask for huge pages under the whole 2 MiB pieces of committed vectors.
+    pub(super) fn advise_committed(&self, st: &Storage, slots: u64) {
+        Self::advise_slots(st, 0, slots);
+    }
+
+    /// Ask for huge pages under the whole vector pieces of slots `[from, to)`, if asked for.
+    pub(super) fn advise_slots(st: &Storage, from: u64, to: u64) {
+        // (In memory every store asked for huge pages whole when it was made.)
+        if st.huge.load(Acquire) && !st.is_memory() {
+            for (p, len) in st.vector_pieces(from, to) {
+                os::advise_huge(p as *const u8, len, true);
+            }
+            // A fault in the slot headers or lists would read around it (read_ahead_kb) into
+            // the vector pieces beside them, with small pages, which then stay small.
+            for (p, len) in st.graph_areas() {
+                os::advise_random(p as *const u8, len);
+            }
+        }
+    }
+
+    /// Ask for huge pages under the index's vectors from now on (ADR-0016): the committed
+    /// ones now, those committed later at each commit (a reader: at each new snapshot), and a
+    /// batch's before it writes them. A request: the system may grant it or not
+    /// (see `memory_stats`).
+    pub fn use_huge_pages(&self) {
+        let st = self.view.read().st.clone();
+        if st.is_memory() {
+            return st.advise_stores(true);
+        }
+        st.huge.store(true, Release);
+        self.advise_committed(&st, self.committed_slots());
+    }
+
+    /// Stop asking for huge pages; ranges asked for before are told not to use them
+    /// (MADV_NOHUGEPAGE), which keeps the huge pages the kernel already gave.
+    pub fn keep_small_pages(&self) {
+        let st = self.view.read().st.clone();
+        if st.is_memory() {
+            return st.advise_stores(false);
+        }
+        st.huge.store(false, Release);
+        for (p, len) in st.vector_areas() {
+            os::advise_huge(p as *const u8, len, false);
+        }
+    }
+
+    /// ADR-0019: read the written part of the file into memory on a background thread. Asking
+    /// while it runs does nothing; asking once it is done reads what the index holds then.
+    /// In memory: nothing to read (the index is in memory already).
+    pub fn warm(&self) {
+        if self.memory {
+            return;
+        }
+        self.warm_on.store(true, Release);
+        let mut w = self.warm.lock();
+        if w.as_ref().is_some_and(|w| w.running()) {
+            return;
+        }
+        let snap = self.view.read().clone();
+        let slots = snap.slots.max(if self.read_only { 0 } else { self.writer.lock().slots });
+        *w = Some(Warm::start(snap.st.clone(), slots));
+    }
+
+    /// Stop a running warm (waits for at most one 8 MiB step).
+    pub fn stop_warm(&self) {
+        drop(self.warm.lock().take());
+    }
+
+    /// What the system holds of this index's mappings now.
+    pub fn memory_stats(&self) -> Result<MemoryStats> {
+        self.check_open()?;
+        let snap = self.snap();
+        let st = &snap.st;
+        // The warm state first: a warm that finishes while the rest is measured then shows as
+        // running, never as done with the residency from before.
+        let (warm_running, warm_done_bytes, warm_total_bytes) = {
+            let w = self.warm.lock();
+            (
+                w.as_ref().is_some_and(|w| w.running()),
+                w.as_ref().map(|w| w.done.load(Relaxed)).unwrap_or(0),
+                w.as_ref().map(|w| w.total).unwrap_or(0),
+            )
+        };
+        let mapped = st.mapped_ranges();
+        let written = st.written_ranges(snap.slots);
+        let vectors: Vec<(usize, usize)> =
+            written.iter().filter(|r| r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
+        let others: Vec<(usize, usize)> =
+            written.iter().filter(|r| !r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
+        let all: Vec<(usize, usize)> = written.iter().map(|r| (r.addr, r.addr + r.len)).collect();
+        let huge = |r: &[(usize, usize)]| {
+            if st.is_memory() {
+                os::anon_huge_pages(r)
+            } else {
+                os::file_pmd_mapped(r)
+            }
+        };
+        Ok(MemoryStats {
+            mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
+            written_bytes: written.iter().map(|r| r.len as u64).sum(),
+            resident_bytes: written.iter().map(|r| os::resident(r.addr as *const u8, r.len)).sum(),
+            vector_bytes: vectors.iter().map(|r| (r.1 - r.0) as u64).sum(),
+            vector_huge_bytes: huge(&vectors),
+            graph_huge_bytes: huge(&others),
+            huge_bytes: huge(&all),
+            huge_pages_asked: st.huge.load(Acquire),
+            backing: if st.is_memory() { "memory" } else { "file" },
+            huge_pages_refused: st.is_memory() && os::thp_refused(),
+            warm_running,
+            warm_done_bytes,
+            warm_total_bytes,
+            populate: match os::populate_mode() {
+                os::Populate::PopulateRead => "MADV_POPULATE_READ",
+                os::Populate::WillNeed => "MADV_WILLNEED",
+                os::Populate::Nothing => "none",
+            },
+        })
+    }
+}

@@ -1,0 +1,291 @@
+//! The index a caller uses: one type, [`Index`], whose `impl` is split over the files of this
+//! folder by responsibility. Python-free; `src/python/` wraps it.
+//!
+//! | file             | what it holds                                                        |
+//! |------------------|----------------------------------------------------------------------|
+//! | `mod.rs`         | the struct, its snapshots ([`Snap`]) and writer state, accessors      |
+//! | `options.rs`     | [`Options`], [`Placement`], [`Mode`]: what a caller chooses           |
+//! | `open.rs`        | open, create, in-memory, load; a reader's refresh and reopen          |
+//! | `input.rs`       | checks of dimensions, values, k and ef; query and row encoding        |
+//! | `ids.rs`         | the id -> slot map, contains, get, ids in insertion order             |
+//! | `write.rs`       | add, add_batch (all or nothing), delete                               |
+//! | `search.rs`      | search, filtered search, search_batch and its query order             |
+//! | `filter.rs`      | [`Filter`] in ids, turned into sets of slots                          |
+//! | `flush.rs`       | flush, rollback, close: the index's side of `crate::commit`           |
+//! | `maintenance.rs` | save, backup, compact                                                 |
+//! | `check.rs`       | check: checksums, lists and reachability                              |
+//! | `memory.rs`      | memory policies: huge pages, warm, memory_stats                       |
+//!
+//! Graph linking and repair live beside the graph (`crate::graph::insert`), the commit order
+//! in `crate::commit`, and every raw pointer into the mappings in `crate::storage`.
+
+mod check;
+mod filter;
+mod flush;
+mod ids;
+mod input;
+mod maintenance;
+mod memory;
+mod open;
+mod options;
+mod search;
+mod write;
+
+pub use crate::control::{with_threads, Control};
+pub use check::CheckReport;
+pub use filter::{BatchFilter, Filter, SCAN_FACTOR};
+pub use memory::MemoryStats;
+pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
+
+use crate::commit::undo::UndoLog;
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{self, Geometry, Header, Metric, Precision};
+use crate::storage::Storage;
+use crate::warm::Warm;
+use filter::FastMap;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::Arc;
+
+/// A hit: caller id and distance (true L2 for euclidean, 1 - cos, -dot).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub id: u64,
+    pub distance: f32,
+}
+
+/// A list saved before its first change since a savepoint.
+struct Savepoint {
+    /// Nodes below this existed before the savepoint.
+    start: u32,
+    saved: HashMap<u32, Vec<u32>>,
+}
+
+struct UndoState {
+    log: UndoLog,
+    /// Committed nodes whose lists the log already holds.
+    saved: HashSet<u32>,
+}
+
+/// id -> slot for live slots below `upto` of one storage, built on first use (opening stays
+/// O(1)). Lookups also check the slot against the snapshot asking.
+#[derive(Default)]
+struct IdMap {
+    storage: usize,
+    map: FastMap<u64, u32>,
+    upto: u64,
+}
+
+/// One consistent state that searches run on: a storage and a commit (in the writer, the
+/// commit plus the adds published since). Searches clone the current `Arc<Snap>` when they
+/// start, so each sees one state from start to end, whatever is published meanwhile.
+pub struct Snap {
+    pub st: Arc<Storage>,
+    pub seq: u64,
+    /// Slots a search may return (the rest may still be routed through).
+    pub slots: u64,
+    pub live: u64,
+    pub entry: u32,
+    pub max_level: usize,
+    pub user_version: u64,
+    /// Deletes committed by this sequence or earlier hide a slot: a reader's own commit; in a
+    /// writer, the next one (its pending deletes count).
+    pub del_visible: u64,
+}
+
+impl Snap {
+    /// The state committed by header `h`; `writer`: pending deletes of this process count.
+    fn of(st: Arc<Storage>, h: &Header, writer: bool) -> Snap {
+        Snap {
+            st,
+            seq: h.seq,
+            slots: h.slots,
+            live: h.live,
+            entry: h.entry,
+            max_level: h.max_level as usize,
+            user_version: h.user_version,
+            del_visible: if writer { h.seq + 1 } else { h.seq },
+        }
+    }
+
+    fn clone_of(s: &Snap) -> Snap {
+        Snap { st: s.st.clone(), ..*s }
+    }
+
+    /// The id of a slot visible in this state; None for deleted or damaged slots.
+    #[inline]
+    pub fn live_id(&self, slot: u32) -> Option<u64> {
+        live_id(&self.st, slot, self.del_visible)
+    }
+}
+
+/// The writer's bookkeeping (a reader keeps its snapshot's header here).
+struct Writer {
+    committed: Header,
+    /// Which header copy holds `committed`.
+    copy: usize,
+    slots: u64,
+    live: u64,
+    next_id: u64,
+    user_version: u64,
+    /// Deletes since the last commit.
+    deletes: u64,
+    /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
+    poisoned: bool,
+}
+
+/// An open index. Every method takes `&self`: searches run while a batch links or a flush
+/// syncs (they see the last published state), and writers serialise on an internal lock.
+pub struct Index {
+    path: PathBuf,
+    opts: Options,
+    /// Fixed at creation (a replacement file must agree), so read without the snapshot.
+    geo: Geometry,
+    read_only: bool,
+    /// No file: anonymous stores (`Index::memory`, `Index::load`).
+    memory: bool,
+    view: RwLock<Arc<Snap>>,
+    writer: Mutex<Writer>,
+    /// Entry point and top layer while linking (the writer's, ahead of what is published).
+    entry: Mutex<(u32, usize)>,
+    locks: Box<[Mutex<()>]>,
+    undo: Mutex<UndoState>,
+    savepoint: Mutex<Option<Savepoint>>,
+    ids: Mutex<IdMap>,
+    closed: AtomicBool,
+    /// A reader: when it opened, and when (ms after that) it last checked whether the path
+    /// now names another file; a header sequence seen on disk whose copy does not check out.
+    opened: std::time::Instant,
+    checked_path_ms: AtomicU64,
+    unusable_seq: AtomicU64,
+    /// ADR-0019: the background read-in, and whether it was asked for (a reader that moves to
+    /// a new file reads that in too).
+    warm: Mutex<Option<Warm>>,
+    warm_on: AtomicBool,
+    /// Things the caller should be told about once (a damaged header copy, a replayed log).
+    pub warnings: Vec<String>,
+}
+
+/// The id of a slot that is live as of `del_visible` and whose header checks out; None for
+/// deleted or damaged slots.
+fn live_id(st: &Storage, slot: u32, del_visible: u64) -> Option<u64> {
+    let h = st.header(slot);
+    let (id, upper, del, crcs) =
+        (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Acquire), h[3].load(Relaxed));
+    if format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32 {
+        return None;
+    }
+    match format::read_marker(del, slot) {
+        format::Marker::Live => Some(id),
+        format::Marker::Deleted(seq) if seq > del_visible => Some(id),
+        _ => None,
+    }
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+impl Index {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn dims(&self) -> usize {
+        self.geo.dims
+    }
+
+    pub fn metric(&self) -> Metric {
+        self.opts.metric
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.opts.precision
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Live vectors searches see (a writer counts its published, unflushed adds).
+    pub fn len(&self) -> u64 {
+        self.snap().live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Slots added since the last flush.
+    /// (In memory: none, there is nothing to flush.)
+    pub fn pending(&self) -> u64 {
+        if self.memory {
+            return 0;
+        }
+        let w = self.writer.lock();
+        w.slots - w.committed.slots
+    }
+
+    pub fn committed_seq(&self) -> u64 {
+        self.writer.lock().committed.seq
+    }
+
+    pub fn user_version(&self) -> u64 {
+        if self.read_only {
+            self.snap().user_version
+        } else {
+            self.writer.lock().user_version
+        }
+    }
+
+    /// The application's own number, committed by the next flush (rollback restores it).
+    pub fn set_user_version(&self, v: u64) -> Result<()> {
+        self.writable()?;
+        self.writer.lock().user_version = v;
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<()> {
+        self.check_open()?;
+        if self.read_only {
+            return Err(Error::new(
+                ErrorKind::ReadOnly,
+                "this index is open read-only",
+                "open it with VectorIndex(path) to write",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Acquire) {
+            return Err(Error::closed());
+        }
+        Ok(())
+    }
+
+    /// The state searches use now. A reader moves to the newest commit first.
+    pub fn snap(&self) -> Arc<Snap> {
+        if self.read_only {
+            // An error here (say, the file was removed) leaves the last good snapshot in use.
+            let _ = self.refresh();
+        }
+        self.view.read().clone()
+    }
+
+    fn publish(&self, snap: Snap) {
+        *self.view.write() = Arc::new(snap);
+    }
+}

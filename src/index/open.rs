@@ -1,0 +1,522 @@
+//! Opening: an index file (created under a temporary name and linked into place), an
+//! in-memory index, a file loaded into memory; a reader's move to each new commit.
+
+use super::*;
+use crate::commit::{self, copy};
+use crate::format::{choose_header, DATA_START, EMPTY, HEADER_COPY_SIZE};
+use crate::graph::LOCK_STRIPES;
+use crate::os;
+use input::check_dims_arg;
+use std::fs::{File, OpenOptions};
+
+impl Index {
+    /// Open (or, in write mode, create) the index at `path`.
+    /// `dims`: required to create; checked against the file when given.
+    /// `opts`: fixed fields are checked against the file; tunables apply to this handle.
+    pub fn open(
+        path: &Path,
+        dims: Option<usize>,
+        opts: Option<&Options>,
+        mode: Mode,
+    ) -> Result<Index> {
+        if let Some(o) = opts {
+            o.validate()?;
+        }
+        if let Some(d) = dims {
+            check_dims_arg(d)?;
+        }
+        if path.as_os_str().is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidPath,
+                "the path is empty",
+                "pass a file path such as \"vectors.chassis\"",
+            ));
+        }
+        if path.is_dir() {
+            return Err(Error::new(
+                ErrorKind::InvalidPath,
+                format!("{} is a directory", path.display()),
+                "pass a file path inside it, such as \"vectors.chassis\"",
+            ));
+        }
+        let mut file = None;
+        if !path.exists() {
+            if mode == Mode::Read {
+                return Err(Error::new(
+                    ErrorKind::IndexNotFound,
+                    format!("no index at {}", path.display()),
+                    "check the path; a writer creates the file (VectorIndex(path, dimensions))",
+                ));
+            }
+            let Some(d) = dims else {
+                return Err(Error::new(
+                    ErrorKind::IndexNotFound,
+                    format!("no index at {}", path.display()),
+                    "pass dimensions to create one: VectorIndex(path, dimensions)",
+                ));
+            };
+            let parent =
+                path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                return Err(Error::new(
+                    ErrorKind::InvalidPath,
+                    format!("directory {} does not exist", parent.display()),
+                    "create the directory first",
+                ));
+            }
+            file = Self::create(path, d, opts.cloned().unwrap_or_default())?;
+        }
+        let file = match file {
+            Some(f) => f,
+            None => Self::open_file(path, mode)?,
+        };
+        Self::from_file(path, file, dims, opts, mode)
+    }
+
+    pub(super) fn open_file(path: &Path, mode: Mode) -> Result<File> {
+        let f =
+            OpenOptions::new().read(true).write(mode == Mode::Write).open(path).map_err(|e| {
+                let mut err = Error::io(e, "opening", path);
+                if err.kind == ErrorKind::IndexNotFound {
+                    err.help = "check the path".into();
+                }
+                err
+            })?;
+        if mode == Mode::Write
+            && !os::try_lock_exclusive(&f).map_err(|e| Error::io(e, "locking", path))?
+        {
+            return Err(Error::new(
+                ErrorKind::IndexLocked,
+                format!(
+                    "{} is open for writing elsewhere (in this or another process)",
+                    path.display()
+                ),
+                "close the other writer first, or open with read_only=True to search",
+            ));
+        }
+        Ok(f)
+    }
+
+    /// Create a new file: write it under a temporary name, then link it into place, so that
+    /// nobody ever sees a half-made index. Returns None if someone else created it first.
+    pub(super) fn create(path: &Path, dims: usize, opts: Options) -> Result<Option<File>> {
+        let tmp = copy::tmp_sibling(path, "creating");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(e, "creating", &tmp))?;
+        let cleanup = |e: Error| {
+            let _ = std::fs::remove_file(&tmp);
+            e
+        };
+        if !os::try_lock_exclusive(&f).map_err(|e| cleanup(Error::io(e, "locking", &tmp)))? {
+            return Err(cleanup(Error::new(
+                ErrorKind::IndexLocked,
+                "could not lock a new file",
+                "retry",
+            )));
+        }
+        let mut h = Self::new_header(dims, &opts, 0);
+        use std::os::unix::fs::FileExt;
+        let write =
+            |h: &Header, copy: usize| f.write_all_at(&h.encode(), (copy * HEADER_COPY_SIZE) as u64);
+        write(&h, 1).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
+        h.seq = 1;
+        write(&h, 0).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
+        f.set_len(DATA_START).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
+        f.sync_all().map_err(|e| cleanup(Error::io(e, "syncing", &tmp)))?;
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                let _ = os::sync_dir(path);
+                Ok(Some(f))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(Error::io(e, "creating", path)),
+        }
+    }
+
+    /// Read and choose the header of an open file, with a warning if a copy is damaged.
+    pub(super) fn read_header(
+        file: &File,
+        path: &Path,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Header, usize)> {
+        let bytes = Storage::read_header_bytes(file, path)?;
+        let choice = choose_header(&bytes, path)?;
+        if let Some(d) = &choice.other_damage {
+            warnings.push(format!(
+                "{}: header copy {} is damaged ({d}); using copy {} (commit {})",
+                path.display(),
+                1 - choice.copy,
+                choice.copy,
+                choice.header.seq
+            ));
+        }
+        Ok((choice.header, choice.copy))
+    }
+
+    pub(super) fn from_file(
+        path: &Path,
+        file: File,
+        dims: Option<usize>,
+        opts: Option<&Options>,
+        mode: Mode,
+    ) -> Result<Index> {
+        let mut warnings = Vec::new();
+        let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
+        let fell_back = !warnings.is_empty();
+        if let Some(d) = dims {
+            if d != h.dims as usize {
+                return Err(Error::new(
+                    ErrorKind::DimensionMismatch,
+                    format!("{} holds {}-dimensional vectors, not {d}", path.display(), h.dims),
+                    format!("pass dimensions={} (or None) to open it", h.dims),
+                ));
+            }
+        }
+        let mut eff = Options {
+            max_connections: h.max_connections as usize,
+            ef_construction: h.ef_construction.max(1) as usize,
+            ef_search: h.ef_search.max(1) as usize,
+            metric: h.metric,
+            precision: h.precision,
+            huge_pages: None,
+            warm: false,
+            placement: Placement::Balanced,
+        };
+        if let Some(o) = opts {
+            // A read-only open takes the fixed options from the file, as chassisdb does.
+            if mode == Mode::Write {
+                Self::check_fixed(path, o, &eff, "open")?;
+            }
+            eff.ef_construction = o.ef_construction;
+            eff.ef_search = o.ef_search;
+            eff.huge_pages = o.huge_pages;
+            eff.warm = o.warm;
+            eff.placement = o.placement;
+        }
+        let st = Arc::new(Storage::open(path, file, mode == Mode::Write, &h)?);
+        let mut idx = Self::assemble(path, eff, st, h, copy, mode == Mode::Read, warnings);
+        if mode == Mode::Write {
+            idx.replay_undo()?;
+            if fell_back {
+                idx.clear_stale_markers()?;
+            }
+            idx.remove_leftovers();
+        }
+        // huge_pages=None: on when warm is and vectors are 2 KB or longer (as chassisdb).
+        if idx.opts.huge_pages.unwrap_or(idx.opts.warm && idx.geo.vec_bytes >= 2048) {
+            idx.use_huge_pages();
+        }
+        if idx.opts.warm {
+            idx.warm();
+        }
+        Ok(idx)
+    }
+
+    /// Err if `want` asks for other fixed options (metric, precision, max_connections) than the
+    /// file at `path` has (`have`); `verb`: what the caller was doing, for the help text.
+    pub(super) fn check_fixed(
+        path: &Path,
+        want: &Options,
+        have: &Options,
+        verb: &str,
+    ) -> Result<()> {
+        for (name, w, h) in [
+            ("metric", want.metric.name().to_string(), have.metric.name().to_string()),
+            ("precision", want.precision.name().to_string(), have.precision.name().to_string()),
+            ("max_connections", want.max_connections.to_string(), have.max_connections.to_string()),
+        ] {
+            if w != h {
+                return Err(Error::new(
+                    ErrorKind::OptionsMismatch,
+                    format!("{} was created with {name}={h}, not {w}", path.display()),
+                    format!("{verb} it with {name}={h}, or options=None"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// An Index over storage `st` whose committed state is `h` (header copy `copy`).
+    pub(super) fn assemble(
+        path: &Path,
+        opts: Options,
+        st: Arc<Storage>,
+        h: Header,
+        copy: usize,
+        read_only: bool,
+        warnings: Vec<String>,
+    ) -> Index {
+        let memory = st.is_memory();
+        let snap = Snap::of(st, &h, !read_only);
+        let mut committed = h;
+        if memory {
+            // Nothing of an in-memory index is ever committed: no list needs saving before it
+            // changes (no undo log), and `pending` counts nothing.
+            committed.slots = 0;
+            committed.live = 0;
+        }
+        Index {
+            path: path.to_path_buf(),
+            opts,
+            geo: snap.st.geo,
+            read_only,
+            memory,
+            entry: Mutex::new((snap.entry, snap.max_level)),
+            writer: Mutex::new(Writer {
+                copy,
+                slots: snap.slots,
+                live: snap.live,
+                next_id: committed.next_id,
+                user_version: committed.user_version,
+                deletes: 0,
+                poisoned: false,
+                committed,
+            }),
+            view: RwLock::new(Arc::new(snap)),
+            locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            undo: Mutex::new(UndoState { log: UndoLog::new(path), saved: HashSet::new() }),
+            savepoint: Mutex::new(None),
+            ids: Mutex::new(IdMap::default()),
+            closed: AtomicBool::new(false),
+            opened: std::time::Instant::now(),
+            checked_path_ms: AtomicU64::new(0),
+            unusable_seq: AtomicU64::new(u64::MAX),
+            warm: Mutex::new(None),
+            warm_on: AtomicBool::new(false),
+            warnings,
+        }
+    }
+
+    /// A new in-memory index: the whole writer API with no file (see `save` and `load`).
+    pub fn memory(dims: usize, opts: Option<&Options>) -> Result<Index> {
+        let opts = opts.cloned().unwrap_or_default();
+        opts.validate()?;
+        check_dims_arg(dims)?;
+        let h = Self::new_header(dims, &opts, 1);
+        let st = Storage::memory(&h, opts.huge_pages != Some(false))?;
+        Ok(Self::assemble(Path::new(""), opts, Arc::new(st), h, 0, false, Vec::new()))
+    }
+
+    pub(super) fn new_header(dims: usize, opts: &Options, seq: u64) -> Header {
+        Header {
+            seq,
+            dims: dims as u32,
+            metric: opts.metric,
+            precision: opts.precision,
+            max_connections: opts.max_connections as u32,
+            ef_construction: opts.ef_construction as u32,
+            ef_search: opts.ef_search as u32,
+            page_size: os::page_size() as u32,
+            slots: 0,
+            live: 0,
+            next_id: 0,
+            entry: EMPTY,
+            max_level: 0,
+            user_version: 0,
+            regions: Vec::new(),
+        }
+    }
+
+    /// Copy the last flush of the index file at `path` into anonymous memory (a writer may be
+    /// writing it meanwhile: lists it changed since are put back from its undo log, as a
+    /// reader's backup does). With balanced placement every thread of the pool copies one
+    /// contiguous stretch of the bytes (the NUMA note's copy of an index read from disk).
+    pub fn load(
+        path: &Path,
+        opts: Option<&Options>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Index> {
+        let reader = Index::open(path, None, opts, Mode::Read)?;
+        let mut eff = reader.opts.clone();
+        if let Some(o) = opts {
+            Self::check_fixed(path, o, &eff, "load")?;
+            eff.placement = o.placement;
+            eff.huge_pages = o.huge_pages;
+        }
+        eff.warm = false;
+        reader.stop_warm();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let file =
+            reader.view.read().st.file().try_clone().map_err(|e| Error::io(e, "opening", path))?;
+        loop {
+            if std::time::Instant::now() > deadline {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    "the writer flushed during every load attempt for 10 s",
+                    "retry when it flushes less often",
+                ));
+            }
+            let snap = reader.snap();
+            let h = reader.writer.lock().committed.clone();
+            if h.seq != snap.seq {
+                continue;
+            }
+            let mem = Storage::memory(&h, eff.huge_pages != Some(false))?;
+            let ranges = copy::commit_ranges(&mem, &h);
+            let balanced = eff.placement == Placement::Balanced && h.slots as usize >= BALANCED_MIN;
+            with_threads(threads, || {
+                copy::copy_ranges(&mem, &file, path, &ranges, balanced, ctl)
+            })??;
+            let records = UndoLog::read(path, h.seq)?;
+            if Self::newest_seq_on_disk(&snap.st) != h.seq {
+                continue; // a flush ran meanwhile: the log may be gone; copy again
+            }
+            copy::apply_records(&mem, &h, &records, |bytes, at| mem.write_at(bytes, at))?;
+            return Ok(Self::assemble(
+                Path::new(""),
+                eff,
+                Arc::new(mem),
+                h,
+                0,
+                false,
+                reader.warnings.clone(),
+            ));
+        }
+    }
+
+    /// Whether this index lives in memory, without a file.
+    pub fn is_memory(&self) -> bool {
+        self.memory
+    }
+
+    /// A writer opening after a crash: put back the lists the dead writer changed after the
+    /// last commit (`commit::replay_after_crash`).
+    pub(super) fn replay_undo(&mut self) -> Result<()> {
+        let snap = self.snap();
+        let log = &mut self.undo.get_mut().log;
+        let n = commit::replay_after_crash(&snap.st, &self.path, log, snap.seq, snap.slots)?;
+        if n > 0 {
+            self.warnings.push(format!(
+                "{}: the last writer stopped without flushing; its unflushed changes were \
+                 discarded ({n} lists restored)",
+                self.path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A writer opening on the older header copy (the newer one is damaged): clear the lost
+    /// commit's delete markers (`commit::clear_stale_markers`).
+    pub(super) fn clear_stale_markers(&self) -> Result<()> {
+        let snap = self.view.read().clone();
+        commit::clear_stale_markers(&snap.st, snap.seq, snap.slots)
+    }
+
+    /// Temporary files a killed writer may have left next to the index.
+    pub(super) fn remove_leftovers(&self) {
+        let Some(dir) =
+            self.path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+        else {
+            return;
+        };
+        let Some(name) = self.path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            return;
+        };
+        let prefixes = [format!(".{name}.creating-"), format!(".{name}.compacting-")];
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let f = e.file_name().to_string_lossy().into_owned();
+                if prefixes.iter().any(|p| f.starts_with(p.as_str())) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
+    /// The newest header sequence on disk, from the two copies' fixed fields.
+    pub(super) fn newest_seq_on_disk(st: &Storage) -> u64 {
+        st.newest_seq()
+    }
+
+    /// Readers: move to the newest valid commit, mapping regions added since; follow the path
+    /// to a new file if it was replaced (checked at most every 50 ms).
+    pub fn refresh(&self) -> Result<()> {
+        if !self.read_only {
+            return Ok(());
+        }
+        // The common case, without a lock: nothing newer, and the path not due for a check.
+        let cur = self.view.read().clone();
+        let newest = Self::newest_seq_on_disk(&cur.st);
+        let path_due =
+            self.checked_path_ms.load(Relaxed) + 50 <= self.opened.elapsed().as_millis() as u64;
+        if !path_due && (newest == cur.seq || newest == self.unusable_seq.load(Relaxed)) {
+            return Ok(());
+        }
+        let mut w = self.writer.lock();
+        if path_due {
+            self.checked_path_ms.store(self.opened.elapsed().as_millis() as u64, Relaxed);
+            if self.path_replaced(&cur.st) {
+                return self.reopen(&mut w);
+            }
+        }
+        if newest == w.committed.seq || newest == self.unusable_seq.load(Relaxed) {
+            return Ok(());
+        }
+        let mut warnings = Vec::new();
+        let (h, copy) = Self::read_header(cur.st.file(), &self.path, &mut warnings)?;
+        if h.seq == w.committed.seq {
+            // The newest copy does not check out (being written, or damaged): do not read
+            // both copies again on every call until the sequence on disk moves.
+            self.unusable_seq.store(newest, Relaxed);
+            return Ok(());
+        }
+        if cur.st.map_new_regions(&h).is_err() {
+            return self.reopen(&mut w);
+        }
+        self.advise_committed(&cur.st, h.slots);
+        self.publish(Snap::of(cur.st.clone(), &h, false));
+        w.copy = copy;
+        w.committed = h;
+        Ok(())
+    }
+
+    /// Whether the path now names another file than the one mapped.
+    pub(super) fn path_replaced(&self, st: &Storage) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(&self.path), st.file().metadata()) {
+            (Ok(a), Ok(b)) => a.ino() != b.ino() || a.dev() != b.dev(),
+            _ => false,
+        }
+    }
+
+    /// A reader whose file was replaced (a compaction renamed a new one over it): open the
+    /// new file. Searches already running finish on the old mappings, which they hold.
+    pub(super) fn reopen(&self, w: &mut Writer) -> Result<()> {
+        let file = Self::open_file(&self.path, Mode::Read)?;
+        let mut warnings = Vec::new();
+        let (h, copy) = Self::read_header(&file, &self.path, &mut warnings)?;
+        if h.dims as usize != self.geo.dims
+            || h.metric != self.opts.metric
+            || h.precision != self.opts.precision
+            || h.max_connections as usize != self.geo.m
+        {
+            return Err(Error::new(
+                ErrorKind::OptionsMismatch,
+                format!(
+                    "{} was replaced by an index with other dimensions or options",
+                    self.path.display()
+                ),
+                "open it again",
+            ));
+        }
+        let st = Arc::new(Storage::open(&self.path, file, false, &h)?);
+        st.huge.store(self.view.read().st.huge.load(Acquire), Release);
+        self.advise_committed(&st, h.slots);
+        let rewarm = self.warm_on.load(Acquire);
+        drop(self.warm.lock().take()); // stop reading the old file before it goes
+        if rewarm {
+            *self.warm.lock() = Some(Warm::start(st.clone(), h.slots));
+        }
+        self.publish(Snap::of(st, &h, false));
+        w.copy = copy;
+        w.committed = h;
+        Ok(())
+    }
+}

@@ -1,0 +1,106 @@
+//! What a caller chooses: construction and search parameters, where an in-memory index's
+//! pages go (the NUMA note, `docs/design/numa-placement.md`), and what to do when a file is
+//! missing.
+
+use crate::error::{Error, Result};
+use crate::format::{self, Metric, Precision};
+
+/// Largest k and ef a call accepts.
+pub const MAX_K: usize = 1 << 24;
+
+/// Construction and search parameters. `max_connections`, `metric` and `precision` are fixed
+/// when a file is created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub max_connections: usize,
+    pub ef_construction: usize,
+    pub ef_search: usize,
+    pub metric: Metric,
+    pub precision: Precision,
+    /// ADR-0016: None = let `warm` decide (vectors of 2 KB and more), Some(b) = asked for or not.
+    pub huge_pages: Option<bool>,
+    /// ADR-0019: read the index in on a background thread from opening.
+    pub warm: bool,
+    /// The NUMA note: who writes an in-memory index's new pages first (file-backed indexes
+    /// live in the page cache, which first touch does not place: there it changes nothing).
+    pub placement: Placement,
+}
+
+/// Where an in-memory index's pages go (NOTE-numa-placement-and-huge-pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Bulk writes of `BALANCED_MIN` items or more (a large `add_batch`, loading a file) are
+    /// made by every thread of the pool, each a contiguous stretch, so that first touch
+    /// spreads the pages over the NUMA nodes.
+    Balanced,
+    /// Everything written by one thread: the pages lie on that thread's node.
+    Local,
+}
+
+impl Placement {
+    pub fn parse(s: &str) -> Result<Placement> {
+        match s {
+            "balanced" => Ok(Placement::Balanced),
+            "local" => Ok(Placement::Local),
+            _ => Err(Error::invalid(
+                format!("unknown placement {s:?}"),
+                "use \"balanced\" or \"local\"",
+            )),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Balanced => "balanced",
+            Placement::Local => "local",
+        }
+    }
+}
+
+/// Bulk writes below this many items are made by one thread whatever the placement: there is
+/// nothing worth spreading (the NUMA note).
+pub const BALANCED_MIN: usize = 16_384;
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_connections: 16,
+            ef_construction: 200,
+            ef_search: 50,
+            metric: Metric::Euclidean,
+            precision: Precision::Full,
+            huge_pages: None,
+            warm: false,
+            placement: Placement::Balanced,
+        }
+    }
+}
+
+impl Options {
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=format::MAX_M).contains(&self.max_connections) {
+            return Err(Error::invalid(
+                format!("max_connections={} is out of range", self.max_connections),
+                format!("use a value from 2 to {} (16 is usual)", format::MAX_M),
+            ));
+        }
+        for (name, v) in [("ef_construction", self.ef_construction), ("ef_search", self.ef_search)]
+        {
+            if !(1..=MAX_K).contains(&v) {
+                return Err(Error::invalid(
+                    format!("{name}={v} is out of range"),
+                    format!("use a value from 1 to {MAX_K}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What to do when a file is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Open for writing; create when missing (dimensions needed).
+    Write,
+    /// Open read-only, without the lock; the file must exist.
+    Read,
+}

@@ -1,0 +1,355 @@
+//! The write path: add and add_batch (checked whole before anything is touched, all or
+//! nothing, published whole when linked) and delete.
+
+use super::*;
+use crate::format::{NO_UPPER, RESERVED_ID};
+use crate::graph::{self, insert::Linker, locality};
+use crate::storage::lists;
+use rayon::prelude::*;
+
+/// Rows to add: caller values (checked, normalised, rounded) or stored bytes copied as they
+/// are (compaction).
+#[derive(Clone, Copy)]
+pub(super) enum Rows<'a> {
+    Values(&'a [f32]),
+    Stored(&'a [u8]),
+}
+
+impl Index {
+    /// Add one vector; returns its id.
+    pub fn add(&self, v: &[f32], id: Option<u64>) -> Result<u64> {
+        let ids = id.map(|i| [i]);
+        let out = self.add_batch(v, 1, ids.as_ref().map(|a| &a[..]), None, &Control::default())?;
+        Ok(out[0])
+    }
+
+    /// Add `n` vectors (`data` is n x dims, row-major). All or nothing: on any error or a
+    /// cancel, nothing of the batch remains and the error is returned. Searches meanwhile see
+    /// the state before the batch; it is published whole when it is linked.
+    pub fn add_batch(
+        &self,
+        data: &[f32],
+        n: usize,
+        ids: Option<&[u64]>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Vec<u64>> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        self.add_rows(&mut w, Rows::Values(data), n, ids, threads, ctl)
+    }
+
+    pub(super) fn add_rows(
+        &self,
+        w: &mut Writer,
+        rows: Rows<'_>,
+        n: usize,
+        ids: Option<&[u64]>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Vec<u64>> {
+        if w.poisoned {
+            return Err(self.poisoned_error());
+        }
+        let d = self.dims();
+        let data = match rows {
+            Rows::Values(v) => v,
+            Rows::Stored(_) => &[][..],
+        };
+        if let Rows::Stored(b) = rows {
+            assert_eq!(b.len(), n * self.geo.vec_bytes);
+        } else if data.len() != n * d {
+            return Err(Error::new(
+                ErrorKind::DimensionMismatch,
+                format!("got {} values for {n} vectors of {d} dimensions", data.len()),
+                format!("pass an array of shape (n, {d})"),
+            ));
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let snap = self.view.read().clone();
+        let st = &snap.st;
+        // 1. Check everything before touching anything.
+        for (r, row) in data.chunks_exact(d).enumerate() {
+            let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
+            self.check_vector(row, &what)?;
+        }
+        let new_ids = self.assign_ids(w, &snap, n, ids)?;
+        // Where each row goes: `order[j]` is the row written into slot `start + j`, `pos[i]`
+        // the slot offset of row `i` (see locality.rs). Rows are still linked in their order.
+        let vb = self.geo.vec_bytes;
+        // Only a batch whose ids rise along its rows, above every id so far, so that its
+        // insertion order can be read back from its ids (`live_in_order`).
+        let by_locality = n >= locality::LOCALITY_MIN
+            && new_ids[0] >= w.next_id
+            && new_ids.windows(2).all(|p| p[0] < p[1]);
+        let order: Vec<u32> = if by_locality {
+            let precision = self.precision();
+            let row = |i: usize, out: &mut [f32]| match rows {
+                Rows::Values(v) => out.copy_from_slice(&v[i * d..(i + 1) * d]),
+                Rows::Stored(b) => format::decode_vector(&b[i * vb..(i + 1) * vb], precision, out),
+            };
+            let cancelled = || ctl.cancelled();
+            with_threads(threads, || locality::slot_order(n, d, &row, &cancelled))?
+                .ok_or_else(Error::interrupted)?
+        } else {
+            (0..n as u32).collect()
+        };
+        let mut pos = vec![0u32; n];
+        for (j, &i) in order.iter().enumerate() {
+            pos[i as usize] = j as u32;
+        }
+        let start = w.slots;
+        if start + n as u64 > u32::MAX as u64 - 1 {
+            return Err(Error::new(
+                ErrorKind::IndexFull,
+                "an index holds at most 2**32 - 2 vectors",
+                "start another index file",
+            ));
+        }
+        // 2. Room: segments, preallocated blocks, heap lists. Regions added stay (searches may
+        // already route into them); heap space is given back on failure.
+        let heap_before = st.heap_state();
+        let entry_before = *self.entry.lock();
+        let give_back = || {
+            if let Some((chunk, used)) = heap_before {
+                st.set_heap_used(chunk, used);
+            }
+            *self.entry.lock() = entry_before;
+        };
+        let m = st.geo.m;
+        // By slot offset; each row keeps the level its place in the batch draws (as if it had
+        // gone into slot `start + i`), so the layout does not change the graph.
+        let levels: Vec<usize> =
+            order.iter().map(|&i| graph::level_for(start + i as u64, m)).collect();
+        let mut uppers = vec![NO_UPPER; n];
+        let room = (|| -> Result<()> {
+            st.reserve_slots(start, start + n as u64)?;
+            for i in 0..n {
+                if levels[i] > 0 {
+                    uppers[i] = st.alloc_upper((start + i as u64) as u32, levels[i])?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = room {
+            give_back();
+            return Err(e);
+        }
+        // The pieces this batch fills whole are written once: ask for huge pages before writing
+        // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
+        Self::advise_slots(st, start, start + n as u64);
+        // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
+        let write_row = |buf: &mut Vec<u8>, j: usize| {
+            let (slot, i) = ((start + j as u64) as u32, order[j] as usize);
+            let bytes = match rows {
+                Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], buf),
+                Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
+            };
+            st.write_vector(slot, bytes);
+            let vcrc = format::vector_crc(bytes);
+            let h = st.header(slot);
+            h[0].store(new_ids[i], Relaxed);
+            h[1].store(uppers[j], Relaxed);
+            h[2].store(0, Relaxed);
+            h[3].store(
+                vcrc as u64 | (format::header_crc(new_ids[i], uppers[j], vcrc) as u64) << 32,
+                Relaxed,
+            );
+            // The head's locality bit first: write_list keeps it (a reused slot may hold an old one).
+            st.l0(slot)[0].store(if by_locality { format::L0_LOCALITY } else { 0 }, Relaxed);
+            lists::write_list(st.l0(slot), slot, 0, &[], levels[j]);
+        };
+        // Who writes the new slots first decides where an in-memory index's pages lie (the
+        // NUMA note): balanced, every thread one contiguous stretch; local, or a small batch,
+        // or one thread, this thread alone. A file's pages are the page cache's: any thread.
+        let write_rows = || {
+            let pool = rayon::current_num_threads();
+            if !st.is_memory() {
+                (0..n)
+                    .into_par_iter()
+                    .with_min_len(256)
+                    .for_each_init(Vec::new, |buf, i| write_row(buf, i));
+            } else if self.opts.placement == Placement::Balanced && n >= BALANCED_MIN && pool > 1 {
+                rayon::broadcast(|ctx| {
+                    let (t, k) = (ctx.num_threads(), ctx.index());
+                    let mut buf = Vec::new();
+                    (n * k / t..n * (k + 1) / t).for_each(|i| write_row(&mut buf, i));
+                });
+            } else {
+                let mut buf = Vec::new();
+                (0..n).for_each(|i| write_row(&mut buf, i));
+            }
+        };
+        with_threads(threads, write_rows)?;
+        // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
+        *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
+        let (cslots, cseq) = (w.committed.slots, w.committed.seq);
+        let linker = Linker {
+            st,
+            metric: self.metric(),
+            ef_construction: self.opts.ef_construction,
+            entry: &self.entry,
+            locks: &self.locks,
+            before_modify: |node: u32| self.before_modify(st, cslots, cseq, node),
+        };
+        let result =
+            with_threads(threads, || linker.link(start, &pos, &levels, ctl)).and_then(|r| r);
+        // A large batch: give nodes the pruning left without a way in one (checked in O(slots),
+        // so not after small adds).
+        let total = start + n as u64;
+        let result = result.and_then(|()| {
+            if n >= 1000 || n as u64 * 8 >= total {
+                linker.repair(total as u32)
+            } else {
+                Ok(())
+            }
+        });
+        let sp = self.savepoint.lock().take().unwrap();
+        if let Err(e) = result {
+            for (slot, words) in &sp.saved {
+                lists::restore_lists(st, *slot, words);
+            }
+            give_back();
+            return Err(e);
+        }
+        // 5. Publish.
+        w.slots += n as u64;
+        w.live += n as u64;
+        let max_new = *new_ids.iter().max().unwrap();
+        w.next_id = w.next_id.max(max_new.saturating_add(1));
+        let (entry, max_level) = *self.entry.lock();
+        self.publish(Snap {
+            slots: w.slots,
+            live: w.live,
+            entry,
+            max_level,
+            user_version: w.user_version,
+            ..Snap::clone_of(&snap)
+        });
+        Ok(new_ids)
+    }
+
+    pub(super) fn assign_ids(
+        &self,
+        w: &Writer,
+        snap: &Snap,
+        n: usize,
+        ids: Option<&[u64]>,
+    ) -> Result<Vec<u64>> {
+        match ids {
+            None => {
+                let first = w.next_id;
+                if first.checked_add(n as u64 - 1).is_none_or(|last| last == RESERVED_ID) {
+                    return Err(Error::new(
+                        ErrorKind::IndexFull,
+                        "no default ids are left (the largest id in use is near 2**64-1)",
+                        "pass explicit ids",
+                    ));
+                }
+                Ok((first..first + n as u64).collect())
+            }
+            Some(ids) => {
+                if ids.len() != n {
+                    return Err(Error::invalid(
+                        format!("got {} ids for {n} vectors", ids.len()),
+                        "pass one id per vector",
+                    ));
+                }
+                if let Some(i) = ids.iter().position(|&x| x == RESERVED_ID) {
+                    return Err(Error::invalid(
+                        format!("id {} (position {i}) is reserved", RESERVED_ID),
+                        "use ids from 0 to 2**64-2",
+                    ));
+                }
+                let mut seen = HashSet::with_capacity(n);
+                for (i, id) in ids.iter().enumerate() {
+                    if !seen.insert(*id) {
+                        return Err(Error::new(
+                            ErrorKind::IdInUse,
+                            format!("id {id} appears twice in the batch (again at position {i})"),
+                            "pass distinct ids",
+                        ));
+                    }
+                }
+                let taken = self.with_ids(snap, |m| {
+                    ids.iter()
+                        .find(|id| {
+                            m.get(id).is_some_and(|&s| {
+                                (s as u64) < snap.slots && snap.live_id(s) == Some(**id)
+                            })
+                        })
+                        .copied()
+                });
+                if let Some(id) = taken {
+                    return Err(Error::new(
+                        ErrorKind::IdInUse,
+                        format!("id {id} is already in the index"),
+                        "pass an id not in use, or id=None for the next free one",
+                    ));
+                }
+                Ok(ids.to_vec())
+            }
+        }
+    }
+
+    /// Called (under n's stripe lock) before an existing node's lists change: save them for
+    /// the undo log (committed nodes) and for the batch's savepoint.
+    pub(super) fn before_modify(
+        &self,
+        st: &Storage,
+        committed_slots: u64,
+        committed_seq: u64,
+        n: u32,
+    ) -> Result<()> {
+        if (n as u64) < committed_slots {
+            let mut u = self.undo.lock();
+            if u.saved.insert(n) {
+                let words = lists::snapshot_lists(st, n);
+                if let Err(e) = u.log.record(committed_seq, n, &words) {
+                    u.saved.remove(&n);
+                    return Err(e);
+                }
+            }
+        }
+        let mut sp = self.savepoint.lock();
+        if let Some(sp) = sp.as_mut() {
+            if n < sp.start {
+                sp.saved.entry(n).or_insert_with(|| lists::snapshot_lists(st, n));
+            }
+        }
+        Ok(())
+    }
+
+    /// Delete `id`: hidden from searches at once (in this handle), durable at the next flush.
+    /// Returns false if no live vector has that id. The node still routes searches until a
+    /// compaction removes it.
+    pub fn delete(&self, id: u64) -> Result<bool> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        if w.poisoned {
+            return Err(self.poisoned_error());
+        }
+        let snap = self.view.read().clone();
+        let Some(slot) = self.slot_of(&snap, id) else { return Ok(false) };
+        let word = &snap.st.header(slot)[2];
+        if (slot as u64) < w.committed.slots {
+            let old = word.load(Acquire);
+            self.undo.lock().log.record_marker(w.committed.seq, slot, old)?;
+        }
+        word.store(format::delete_marker(w.committed.seq + 1, slot), Release);
+        w.live -= 1;
+        w.deletes += 1;
+        self.ids.lock().map.remove(&id);
+        self.publish(Snap { live: w.live, ..Snap::clone_of(&snap) });
+        Ok(true)
+    }
+
+    /// Slots deleted and not yet compacted away (in this handle's view).
+    pub fn deleted_count(&self) -> Result<u64> {
+        self.check_open()?;
+        let s = self.snap();
+        Ok(s.slots - s.live)
+    }
+}

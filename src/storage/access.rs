@@ -1,0 +1,101 @@
+//! Slot -> reference accessors: a slot's vector, header words and level-0 list, and a heap
+//! reference's upper-layer list. The hot path of every search; see the module's `# Safety`.
+
+use super::{Segment, Storage};
+use crate::format::{self, SLOT_HEADER};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+impl Storage {
+    #[inline(always)]
+    pub(super) fn seg_of(&self, slot: u32) -> (&Segment, u64) {
+        let (k, local) = self.geo.locate(slot as u64);
+        debug_assert!((slot as u64) < self.capacity(), "slot {slot} beyond the mapped segments");
+        // SAFETY: callers keep slot < capacity(), so segment k is mapped (its cell was set
+        // before seg_count was raised past k, with release/acquire ordering).
+        (unsafe { self.segments.get_unchecked(k).get().unwrap_unchecked() }, local)
+    }
+
+    /// Pointer to a slot's stored vector (`geo.vec_bytes` bytes).
+    #[inline(always)]
+    pub fn vector_ptr(&self, slot: u32) -> *const u8 {
+        let (seg, local) = self.seg_of(slot);
+        // SAFETY: inside the segment's vector area (local < layout.slots).
+        unsafe {
+            seg.map.as_ptr().add((seg.layout.vectors + local * self.geo.stride as u64) as usize)
+        }
+    }
+
+    /// A slot's stored vector bytes. Within this process a vector is written only before its
+    /// slot is published (linked or committed), never after, so no `&mut` aliases this; a
+    /// writer in another process writes only slots past its committed count, which readers
+    /// use for routing at most (a torn read there yields a wrong distance, never unsafety).
+    #[inline(always)]
+    pub fn vector_bytes(&self, slot: u32) -> &[u8] {
+        // SAFETY: see above; the range lies inside the mapping.
+        unsafe { std::slice::from_raw_parts(self.vector_ptr(slot), self.geo.vec_bytes) }
+    }
+
+    /// Write a slot's vector. Only for unpublished slots (see `vector_bytes`).
+    pub fn write_vector(&self, slot: u32, bytes: &[u8]) {
+        assert!(self.writable && bytes.len() == self.geo.vec_bytes);
+        // SAFETY: writable mapping, in bounds; the slot is not yet published so nobody in this
+        // process reads it concurrently.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.vector_ptr(slot) as *mut u8,
+                bytes.len(),
+            )
+        }
+    }
+
+    /// The four u64 words of a slot header.
+    #[inline(always)]
+    pub fn header(&self, slot: u32) -> &[AtomicU64; 4] {
+        let (seg, local) = self.seg_of(slot);
+        // SAFETY: in bounds, 8-byte aligned (see the invariant above); AtomicU64 has u64's layout.
+        unsafe {
+            &*(seg.map.as_ptr().add((seg.layout.headers + local * SLOT_HEADER as u64) as usize)
+                as *const [AtomicU64; 4])
+        }
+    }
+
+    /// A slot's level-0 record: head word, crc, then 2M neighbor slots.
+    #[inline(always)]
+    pub fn l0(&self, slot: u32) -> &[AtomicU32] {
+        let (seg, local) = self.seg_of(slot);
+        let words = self.geo.l0_words;
+        // SAFETY: in bounds, 4-byte aligned; AtomicU32 has u32's layout.
+        unsafe {
+            std::slice::from_raw_parts(
+                seg.map.as_ptr().add((seg.layout.l0 + local * words as u64 * 4) as usize)
+                    as *const AtomicU32,
+                words,
+            )
+        }
+    }
+
+    /// The list of `layer >= 1` at heap reference `r`, or `None` if `r` points outside the heap
+    /// (a damaged slot header): searches skip such a node rather than fail.
+    #[inline(always)]
+    pub fn upper_checked(&self, r: u64, layer: usize) -> Option<&[AtomicU32]> {
+        let (chunk, off) = format::heap_ref_parts(r);
+        let words = self.geo.upper_words;
+        let start = off + ((layer - 1) * words * 4) as u64;
+        let h = self.heaps.get(chunk)?.get()?;
+        if start + (words * 4) as u64 > h.len || !start.is_multiple_of(4) {
+            return None;
+        }
+        // SAFETY: bounds and alignment checked just above.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                h.map.as_ptr().add(start as usize) as *const AtomicU32,
+                words,
+            )
+        })
+    }
+
+    pub(super) fn upper_at(&self, r: u64, layer: usize) -> &[AtomicU32] {
+        self.upper_checked(r, layer).expect("heap reference made by alloc_upper")
+    }
+}

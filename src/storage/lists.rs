@@ -1,0 +1,88 @@
+//! A node's neighbor lists, read and written through the atomics of `access.rs`: a list is
+//! `[head, crc, entries...]`; layer 0's head also holds the node's level and the locality bit.
+//!
+//! Lists are read without locks: a list being rewritten may be seen half old, half new, but
+//! every entry is a slot that existed when it was written and is bounds-checked before use, so
+//! a search can only route differently, never go out of bounds. Writers hold the stripe lock.
+
+use super::Storage;
+use crate::format::{self, list_crc, NO_UPPER};
+use std::sync::atomic::{AtomicU32, Ordering::*};
+
+/// Write a list: entries first, then its checksum, then the head word (count, and the level
+/// and the locality bit, kept from the old head, for layer 0) with release ordering, so a
+/// reader that sees the new count sees the entries.
+pub fn write_list(list: &[AtomicU32], slot: u32, layer: usize, entries: &[u32], level: usize) {
+    debug_assert!(entries.len() <= list.len() - 2);
+    for (i, e) in entries.iter().enumerate() {
+        list[2 + i].store(*e, Relaxed);
+    }
+    let head = if layer == 0 {
+        format::l0_head(entries.len(), level) | (list[0].load(Relaxed) & format::L0_LOCALITY)
+    } else {
+        entries.len() as u32
+    };
+    list[1].store(list_crc(slot, layer, head, entries), Relaxed);
+    list[0].store(head, Release);
+}
+
+/// Number of entries of a list, clamped to its capacity (a damaged count cannot overrun).
+#[inline(always)]
+pub fn list_len(list: &[AtomicU32]) -> usize {
+    ((list[0].load(Acquire) & 0xffff) as usize).min(list.len() - 2)
+}
+
+/// The level stored in a slot's level-0 head.
+#[inline(always)]
+pub fn level_of(st: &Storage, slot: u32) -> usize {
+    ((st.l0(slot)[0].load(Relaxed) >> 16) & 0xff) as usize
+}
+
+/// The list of `slot` at `layer`, or None when the node has no such layer (or its heap
+/// reference is damaged).
+#[inline(always)]
+pub fn list_of(st: &Storage, slot: u32, layer: usize) -> Option<&[AtomicU32]> {
+    if layer == 0 {
+        return Some(st.l0(slot));
+    }
+    if level_of(st, slot) < layer {
+        return None;
+    }
+    let r = st.header(slot)[1].load(Relaxed);
+    if r == NO_UPPER {
+        return None;
+    }
+    st.upper_checked(r, layer)
+}
+
+/// Every word of a node's lists (level 0, then layers 1..=level), for undo and savepoints.
+pub fn snapshot_lists(st: &Storage, slot: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = st.l0(slot).iter().map(|w| w.load(Relaxed)).collect();
+    for layer in 1..=level_of(st, slot) {
+        if let Some(l) = list_of(st, slot, layer) {
+            out.extend(l.iter().map(|w| w.load(Relaxed)));
+        }
+    }
+    out
+}
+
+/// Put back what `snapshot_lists` took.
+pub fn restore_lists(st: &Storage, slot: u32, words: &[u32]) {
+    let l0 = st.l0(slot);
+    let n0 = l0.len().min(words.len());
+    for (w, v) in l0[1..n0].iter().zip(&words[1..n0]) {
+        w.store(*v, Relaxed);
+    }
+    l0[0].store(words[0], Release);
+    let mut rest = &words[n0..];
+    let mut layer = 1;
+    while !rest.is_empty() {
+        let Some(l) = list_of(st, slot, layer) else { break };
+        let n = l.len().min(rest.len());
+        for (w, v) in l.iter().zip(&rest[..n]) {
+            w.store(*v, Relaxed);
+        }
+        rest = &rest[n..];
+        layer += 1;
+    }
+}

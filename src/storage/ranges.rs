@@ -1,0 +1,264 @@
+//! Ranges: the address ranges memory policies advise (ADR-0016's whole vector pieces, the
+//! graph areas, what was written), file offsets of lists and markers (patching a backup), and
+//! stored bytes by file offset (copying a commit, loading into memory).
+
+use super::{Segment, Storage};
+use crate::error::{Error, Result};
+use crate::format::{self, align_up, RegionEntry, RegionKind, HUGE_PAGE, SLOT_HEADER};
+use crate::os;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::Ordering::*;
+
+/// A range of the file the index has written, where it is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub addr: usize,
+    pub len: usize,
+    pub file_offset: u64,
+    /// Vectors (else slot headers, lists or heap).
+    pub vectors: bool,
+}
+
+impl Storage {
+    pub(super) fn segments_upto(&self, slots: u64) -> impl Iterator<Item = (&Segment, u64)> {
+        let mut start = 0u64;
+        (0..self.seg_count.load(Acquire)).map_while(move |k| {
+            let seg = self.segments[k].get()?;
+            let first = start;
+            start += seg.layout.slots;
+            (first < slots).then_some((seg, (slots - first).min(seg.layout.slots)))
+        })
+    }
+
+    /// Address ranges of the whole 2 MiB pieces that hold nothing but the vectors of slots
+    /// `[from, to)`: what ADR-0016 asks huge pages for. One range per segment.
+    pub fn vector_pieces(&self, from: u64, to: u64) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut first = 0u64;
+        for k in 0..self.seg_count.load(Acquire) {
+            let Some(seg) = self.segments[k].get() else { break };
+            let n = seg.layout.slots;
+            let (a, b) = (from.max(first), to.min(first + n));
+            first += n;
+            if a >= b || seg.offset % HUGE_PAGE != 0 {
+                continue;
+            }
+            let stride = self.geo.stride as u64;
+            let lo = align_up((a - (first - n)) * stride, HUGE_PAGE);
+            let hi = ((b - (first - n)) * stride) / HUGE_PAGE * HUGE_PAGE;
+            if hi > lo {
+                out.push((seg.map.as_ptr() as usize + lo as usize, (hi - lo) as usize));
+            }
+        }
+        out
+    }
+
+    /// Address ranges of every segment's slot headers and lists (to keep their faults from
+    /// reading around into the vectors' huge-page pieces).
+    pub fn graph_areas(&self) -> Vec<(usize, usize)> {
+        (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| {
+                (
+                    s.map.as_ptr() as usize + s.layout.headers as usize,
+                    s.map.len() - s.layout.headers as usize,
+                )
+            })
+            .collect()
+    }
+
+    /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
+    pub fn vector_areas(&self) -> Vec<(usize, usize)> {
+        (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize, s.layout.headers as usize))
+            .collect()
+    }
+
+    /// The ranges the index has written for `slots` slots, in file order: each segment's
+    /// vectors, slot headers and level-0 records up to the last slot, and each heap chunk up to
+    /// its last entry (ADR-0019, 2). Page-aligned.
+    pub fn written_ranges(&self, slots: u64) -> Vec<Written> {
+        let ps = os::page_size();
+        // A range at `rel` bytes into a mapping at `base` of file offset `file_base`.
+        let page = |base: usize, file_base: u64, rel: usize, len: usize, vectors: bool| {
+            let s = (base + rel) / ps * ps;
+            Written {
+                addr: s,
+                len: (base + rel + len).div_ceil(ps) * ps - s,
+                file_offset: file_base + (s - base) as u64,
+                vectors,
+            }
+        };
+        let mut out: Vec<Written> = Vec::new();
+        for (seg, n) in self.segments_upto(slots) {
+            let base = seg.map.as_ptr() as usize;
+            let l = &seg.layout;
+            out.push(page(
+                base,
+                seg.offset,
+                l.vectors as usize,
+                (n * self.geo.stride as u64) as usize,
+                true,
+            ));
+            out.push(page(
+                base,
+                seg.offset,
+                l.headers as usize,
+                (n * SLOT_HEADER as u64) as usize,
+                false,
+            ));
+            out.push(page(
+                base,
+                seg.offset,
+                l.l0 as usize,
+                (n * self.geo.l0_words as u64 * 4) as usize,
+                false,
+            ));
+        }
+        let a = self.alloc.lock();
+        for (i, r) in a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
+            if let Some(h) = self.heaps[i].get() {
+                out.push(page(h.map.as_ptr() as usize, r.offset, 0, r.used as usize, false));
+            }
+        }
+        out.sort_by_key(|w| w.file_offset);
+        out.retain(|w| w.len > 0);
+        out
+    }
+
+    /// (address, length, file offset) of every mapping (the warm thread's read-only view).
+    pub fn mapped_regions_with_offsets(&self) -> Vec<(usize, usize, u64)> {
+        let a = self.alloc.lock();
+        let mut heaps = a.regions.iter().filter(|r| r.kind == RegionKind::Heap);
+        let segs = (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize, s.map.len(), s.offset));
+        let hs: Vec<_> = (0..self.heap_count.load(Acquire))
+            .filter_map(|k| {
+                self.heaps[k].get().map(|h| {
+                    (
+                        h.map.as_ptr() as usize,
+                        h.len as usize,
+                        heaps.next().map(|r| r.offset).unwrap_or(0),
+                    )
+                })
+            })
+            .collect();
+        segs.chain(hs).collect()
+    }
+
+    /// Address ranges of every mapping of the index (for memory statistics).
+    pub fn mapped_ranges(&self) -> Vec<(usize, usize)> {
+        let segs = (0..self.seg_count.load(Acquire))
+            .filter_map(|k| self.segments[k].get())
+            .map(|s| (s.map.as_ptr() as usize, s.map.len()));
+        let heaps = (0..self.heap_count.load(Acquire))
+            .filter_map(|k| self.heaps[k].get())
+            .map(|h| (h.map.as_ptr() as usize, h.len as usize));
+        segs.chain(heaps).collect()
+    }
+
+    /// File offsets of a slot's header and level-0 record, from a region table.
+    pub fn slot_offsets(&self, regions: &[RegionEntry], slot: u32) -> Option<(u64, u64)> {
+        let (k, local) = self.geo.locate(slot as u64);
+        let base = regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k)?.offset;
+        let layout = self.geo.segment_layout(self.geo.segment_slots(k));
+        Some((
+            base + layout.headers + local * SLOT_HEADER as u64,
+            base + layout.l0 + local * self.geo.l0_words as u64 * 4,
+        ))
+    }
+
+    /// File offset of the list of `layer >= 1` at heap reference `r`.
+    pub fn upper_offset(&self, regions: &[RegionEntry], r: u64, layer: usize) -> Option<u64> {
+        let (chunk, off) = format::heap_ref_parts(r);
+        let base = regions.iter().filter(|r| r.kind == RegionKind::Heap).nth(chunk)?.offset;
+        Some(base + off + ((layer - 1) * self.geo.upper_words * 4) as u64)
+    }
+
+    /// The mapped bytes at file offset `[offset, offset + len)`, which must lie inside one
+    /// region this storage has mapped. (In memory, offsets are where `save` puts the bytes.)
+    pub(super) fn region_bytes(&self, offset: u64, len: usize) -> Option<*mut u8> {
+        let a = self.alloc.lock();
+        let (mut seg, mut heap) = (0usize, 0usize);
+        for r in &a.regions {
+            let (k, is_seg) = match r.kind {
+                RegionKind::Segment => (seg, true),
+                RegionKind::Heap => (heap, false),
+            };
+            if is_seg {
+                seg += 1;
+            } else {
+                heap += 1;
+            }
+            if offset >= r.offset && offset + len as u64 <= r.offset + r.len {
+                let base = if is_seg {
+                    self.segments[k].get()?.map.as_ptr()
+                } else {
+                    self.heaps[k].get()?.map.as_ptr()
+                };
+                // SAFETY (pointer arithmetic): the range lies inside this region's mapping.
+                return Some(unsafe { base.add((offset - r.offset) as usize) });
+            }
+        }
+        None
+    }
+
+    /// Read stored bytes at a file offset: from the file (pread: a file-backed index's bytes
+    /// are the page cache either way), or from an in-memory store.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        match &self.file {
+            Some(f) => {
+                f.read_exact_at(buf, offset).map_err(|e| Error::io(e, "reading", &self.path))
+            }
+            None => {
+                let p = self.region_bytes(offset, buf.len()).ok_or_else(|| {
+                    Error::corrupt(format!("offset {offset} is outside the index"))
+                })?;
+                // SAFETY: `p..p+len` lies inside a live store; the caller holds the writer lock,
+                // so nothing writes these bytes meanwhile.
+                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+                Ok(())
+            }
+        }
+    }
+
+    /// Fill an in-memory store's bytes at a file offset from `file` (loading an index into
+    /// memory): pread straight into the store, so the thread that calls this is the one whose
+    /// first touch places the pages (the NUMA note's balanced placement).
+    pub fn fill_from(&self, file: &File, path: &Path, offset: u64, len: usize) -> Result<()> {
+        assert!(self.is_memory());
+        let p = self.region_bytes(offset, len).ok_or_else(|| {
+            Error::corrupt(format!("{}: offset {offset} is outside the index", path.display()))
+        })?;
+        // SAFETY: `p..p+len` lies inside a store of an index nobody else can see yet (it is
+        // being loaded), and stores of distinct calls do not overlap.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        file.read_exact_at(dst, offset).map_err(|e| Error::io(e, "reading", path))
+    }
+
+    /// Write bytes at a file offset of an in-memory store (patching a loaded copy).
+    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
+        assert!(self.is_memory());
+        let p = self
+            .region_bytes(offset, bytes.len())
+            .ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
+        // SAFETY: as in `fill_from`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+        Ok(())
+    }
+
+    /// Ask for huge pages under every anonymous store, or for none (in memory only).
+    pub fn advise_stores(&self, on: bool) {
+        self.huge.store(on, Release);
+        for s in self.segments[..self.seg_count.load(Acquire)].iter().filter_map(|s| s.get()) {
+            s.map.advise_anon_huge(on);
+        }
+        for h in self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()) {
+            h.map.advise_anon_huge(on);
+        }
+    }
+}

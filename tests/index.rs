@@ -1,0 +1,341 @@
+//! The index through its public Rust API: builds against brute-force k-NN, reopening, rollback,
+//! deletes, backup and compaction, readers beside a writer. Oracles: exact k-NN computed here,
+//! and the same file reopened by a fresh `Index`.
+
+use chassis::commit::undo::undo_path;
+use chassis::error::ErrorKind;
+use chassis::index::{Control, Index, Mode, Options, Placement};
+use chassis::storage::lists;
+use std::sync::atomic::Ordering::Relaxed;
+
+fn rand_vecs(n: usize, d: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
+    (0..n * d)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+fn brute(data: &[f32], d: usize, q: &[f32], k: usize) -> Vec<u64> {
+    let mut v: Vec<(f32, u64)> = data
+        .chunks_exact(d)
+        .enumerate()
+        .map(|(i, r)| (r.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum::<f32>(), i as u64))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v.into_iter().take(k).map(|x| x.1).collect()
+}
+
+#[test]
+fn batch_build_reaches_high_recall_and_reopens_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let (n, d) = (3000, 16);
+    let data = rand_vecs(n, d, 1);
+    let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    let ids = idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
+    assert_eq!(ids, (0..n as u64).collect::<Vec<_>>());
+    idx.flush().unwrap();
+    let queries = rand_vecs(50, d, 2);
+    let mut hit = 0;
+    for q in queries.chunks_exact(d) {
+        let got: Vec<u64> = idx.search(q, 10, Some(64)).unwrap().iter().map(|h| h.id).collect();
+        let want = brute(&data, d, q, 10);
+        hit += got.iter().filter(|g| want.contains(g)).count();
+    }
+    assert!(hit as f64 / 500.0 >= 0.95, "recall {}", hit as f64 / 500.0);
+    drop(idx);
+    let idx = Index::open(&p, None, None, Mode::Read).unwrap();
+    assert_eq!(idx.len(), n as u64);
+    assert_eq!(idx.get(17).unwrap().unwrap(), data[17 * d..18 * d].to_vec());
+    let exact = idx.search(&queries[..d], 10, Some(n)).unwrap();
+    assert_eq!(exact.iter().map(|h| h.id).collect::<Vec<_>>(), brute(&data, d, &queries[..d], 10));
+}
+
+#[test]
+fn memory_index_saves_a_file_that_loads_back_with_the_same_bytes_and_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.chassis");
+    // 20,000 rows: above BALANCED_MIN, so both the batch and the load take the balanced path.
+    let (n, d) = (20_000, 8);
+    let data = rand_vecs(n, d, 11);
+    let queries = rand_vecs(5, d, 12);
+    let mut results = Vec::new();
+    for placement in [Placement::Balanced, Placement::Local] {
+        let opts = Options { placement, ef_construction: 32, ..Default::default() };
+        let mem = Index::memory(d, Some(&opts)).unwrap();
+        assert!(mem.is_memory());
+        mem.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
+        assert!(mem.delete(5).unwrap());
+        assert_eq!(mem.pending(), 0);
+        mem.flush().unwrap(); // nothing to do, and no file appears
+        mem.save(&p).unwrap();
+        let file = Index::open(&p, None, None, Mode::Read).unwrap();
+        assert_eq!(file.len(), n as u64 - 1);
+        assert!(!file.contains(5).unwrap());
+        let loaded = Index::load(&p, Some(&opts), Some(2), &Control::default()).unwrap();
+        for idx in [&mem, &file, &loaded] {
+            assert_eq!(idx.get(17).unwrap().unwrap(), data[17 * d..18 * d].to_vec());
+            assert_eq!(idx.get(5).unwrap(), None);
+            assert!(idx.check(&Control::default()).unwrap().corrupt.is_empty());
+        }
+        for q in queries.chunks_exact(d) {
+            let want: Vec<u64> =
+                brute(&data, d, q, 11).into_iter().filter(|&i| i != 5).take(10).collect();
+            let got: Vec<Vec<u64>> = [&mem, &file, &loaded]
+                .iter()
+                .map(|i| i.search(q, 10, Some(n)).unwrap().iter().map(|h| h.id).collect())
+                .collect();
+            assert!(got.iter().all(|g| *g == want), "{got:?} vs {want:?}");
+            results.push(want);
+        }
+        // The loaded copy is a writer of its own: adds and compaction work in memory.
+        let extra = loaded.add(&data[..d], None).unwrap();
+        assert_eq!(extra, n as u64);
+        loaded.compact(Some(2), &Control::default()).unwrap();
+        assert_eq!(loaded.deleted_count().unwrap(), 0);
+        assert_eq!(loaded.len(), n as u64);
+        assert!(loaded.rollback().is_err());
+        drop(file);
+        std::fs::remove_file(&p).unwrap();
+    }
+}
+
+#[test]
+fn unflushed_adds_and_list_changes_are_gone_after_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(600, d, 3);
+    let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    idx.add_batch(&data[..300 * d], 300, None, None, &Control::default()).unwrap();
+    idx.flush().unwrap();
+    let before: Vec<Vec<u32>> =
+        (0..300).map(|s| lists::snapshot_lists(&idx.snap().st, s)).collect();
+    idx.add_batch(&data[300 * d..], 300, None, None, &Control::default()).unwrap();
+    assert!(undo_path(&p).exists(), "committed lists changed, so the undo log holds them");
+    idx.close().unwrap();
+    drop(idx);
+    let idx = Index::open(&p, None, None, Mode::Write).unwrap();
+    assert_eq!(idx.len(), 300);
+    let after: Vec<Vec<u32>> = (0..300).map(|s| lists::snapshot_lists(&idx.snap().st, s)).collect();
+    assert_eq!(before, after);
+    assert!(!undo_path(&p).exists());
+}
+
+#[test]
+fn a_cancelled_batch_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(400, d, 4);
+    let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    idx.add_batch(&data[..200 * d], 200, None, None, &Control::default()).unwrap();
+    let before: Vec<Vec<u32>> =
+        (0..200).map(|s| lists::snapshot_lists(&idx.snap().st, s)).collect();
+    let ctl = Control::default();
+    ctl.cancel.store(true, Relaxed);
+    let e = idx.add_batch(&data[200 * d..], 200, None, None, &ctl).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Interrupted);
+    assert_eq!(idx.len(), 200);
+    let after: Vec<Vec<u32>> = (0..200).map(|s| lists::snapshot_lists(&idx.snap().st, s)).collect();
+    assert_eq!(before, after);
+    assert_eq!(idx.add(&data[..d], None).unwrap(), 200);
+}
+
+#[test]
+fn ids_after_a_rollback_name_the_new_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 4;
+    let data = rand_vecs(20, d, 6);
+    let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    idx.add_batch(&data[..5 * d], 5, None, None, &Control::default()).unwrap();
+    idx.flush().unwrap();
+    idx.add_batch(
+        &data[5 * d..10 * d],
+        5,
+        Some(&[100, 101, 102, 103, 104]),
+        None,
+        &Control::default(),
+    )
+    .unwrap();
+    assert!(idx.contains(102).unwrap());
+    idx.rollback().unwrap();
+    assert!(!idx.contains(102).unwrap());
+    idx.add_batch(
+        &data[10 * d..15 * d],
+        5,
+        Some(&[200, 201, 202, 203, 204]),
+        None,
+        &Control::default(),
+    )
+    .unwrap();
+    assert!(!idx.contains(102).unwrap());
+    assert_eq!(idx.get(202).unwrap().unwrap(), data[12 * d..13 * d].to_vec());
+    assert_eq!(idx.ids().unwrap(), vec![0, 1, 2, 3, 4, 200, 201, 202, 203, 204]);
+}
+
+fn exact_ids(idx: &Index, q: &[f32], k: usize) -> Vec<u64> {
+    idx.search(q, k, Some(100_000)).unwrap().iter().map(|h| h.id).collect()
+}
+
+#[test]
+fn deletes_hide_at_once_commit_at_flush_and_roll_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(500, d, 7);
+    let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    w.add_batch(&data, 500, None, None, &Control::default()).unwrap();
+    w.flush().unwrap();
+    let r = Index::open(&p, None, None, Mode::Read).unwrap();
+    let q = &data[42 * d..43 * d];
+    assert_eq!(exact_ids(&w, q, 1), vec![42]);
+    assert!(w.delete(42).unwrap());
+    assert!(!w.delete(42).unwrap(), "deleting twice");
+    assert_ne!(exact_ids(&w, q, 1), vec![42]);
+    assert!(w.search(q, 10, Some(20)).unwrap().iter().all(|h| h.id != 42));
+    assert_eq!((w.len(), w.deleted_count().unwrap()), (499, 1));
+    assert_eq!(exact_ids(&r, q, 1), vec![42], "a reader sees the delete only after the flush");
+    w.rollback().unwrap();
+    assert_eq!(exact_ids(&w, q, 1), vec![42]);
+    assert!(w.delete(42).unwrap());
+    w.flush().unwrap();
+    assert_ne!(exact_ids(&r, q, 1), vec![42]);
+    assert_eq!(r.len(), 499);
+    assert!(r.get(42).unwrap().is_none());
+    // Replace: the id comes back with another vector.
+    w.add(&data[7 * d..8 * d], Some(42)).unwrap();
+    assert_eq!(w.get(42).unwrap().unwrap(), data[7 * d..8 * d].to_vec());
+}
+
+#[test]
+fn backup_and_compact_keep_exactly_the_live_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(2000, d, 8);
+    let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    w.add_batch(&data, 2000, None, None, &Control::default()).unwrap();
+    for id in (0..2000).step_by(3) {
+        assert!(w.delete(id).unwrap());
+    }
+    w.set_user_version(77).unwrap();
+    let b = dir.path().join("b.chassis");
+    w.backup(&b).unwrap();
+    let r = Index::open(&p, None, None, Mode::Read).unwrap();
+    w.compact(Some(2), &Control::default()).unwrap();
+    assert_eq!(w.deleted_count().unwrap(), 0);
+    let live: Vec<u64> = (0..2000).filter(|i| i % 3 != 0).collect();
+    assert_eq!(w.ids().unwrap(), live);
+    assert_eq!(w.user_version(), 77);
+    for &id in &live[..50] {
+        assert_eq!(
+            w.get(id).unwrap().unwrap(),
+            data[id as usize * d..(id as usize + 1) * d].to_vec()
+        );
+    }
+    assert_eq!(w.add(&data[..d], None).unwrap(), 2000, "default ids go on after the largest");
+    w.flush().unwrap();
+    let report = w.check(&Control::default()).unwrap();
+    assert!(report.corrupt.is_empty() && report.not_finite.is_empty(), "{report:?}");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    assert_eq!(r.len(), 1334, "the reader moved to the compacted file");
+    let bk = Index::open(&b, None, None, Mode::Read).unwrap();
+    assert_eq!(bk.ids().unwrap(), live);
+    assert_eq!(bk.user_version(), 77);
+    let q = &data[5 * d..6 * d];
+    let want: Vec<u64> =
+        brute(&data, d, q, 2000).into_iter().filter(|i| i % 3 != 0).take(10).collect();
+    assert_eq!(exact_ids(&bk, q, 10), want);
+}
+
+#[test]
+fn a_reader_backup_is_the_last_flush_although_the_writer_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(3000, d, 9);
+    let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    w.add_batch(&data[..1000 * d], 1000, None, None, &Control::default()).unwrap();
+    w.flush().unwrap();
+    let before: Vec<Vec<u32>> = (0..1000).map(|s| lists::snapshot_lists(&w.snap().st, s)).collect();
+    w.add_batch(&data[1000 * d..], 2000, None, None, &Control::default()).unwrap(); // changes committed lists
+    w.delete(5).unwrap();
+    let r = Index::open(&p, None, None, Mode::Read).unwrap();
+    let b = dir.path().join("b.chassis");
+    r.backup(&b).unwrap();
+    let bk = Index::open(&b, None, None, Mode::Write).unwrap();
+    assert_eq!(bk.len(), 1000);
+    assert!(bk.contains(5).unwrap());
+    let after: Vec<Vec<u32>> = (0..1000).map(|s| lists::snapshot_lists(&bk.snap().st, s)).collect();
+    assert_eq!(before, after, "the copy has the committed lists, not the writer's newer ones");
+    assert!(bk.check(&Control::default()).unwrap().corrupt.is_empty());
+}
+
+#[test]
+fn check_names_damaged_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(300, d, 10);
+    let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    w.add_batch(&data, 300, None, None, &Control::default()).unwrap();
+    w.flush().unwrap();
+    let clean = w.check(&Control::default()).unwrap();
+    assert!(clean.corrupt.is_empty() && clean.not_finite.is_empty());
+    let st = w.snap().st.clone();
+    // Flip a vector byte of slot 10 and a neighbor entry of slot 20, behind the index's back.
+    // SAFETY: slot 10 is in a mapped, writable segment, and no search runs meanwhile.
+    unsafe { *(st.vector_ptr(10) as *mut u8) ^= 0x40 };
+    st.l0(20)[2].fetch_xor(1 << 20, Relaxed);
+    let report = w.check(&Control::default()).unwrap();
+    assert_eq!(report.corrupt, vec![10, 20]);
+    assert!(w.get(10).is_err(), "get refuses a vector that fails its checksum");
+    assert_eq!(w.search(&data[..d], 5, Some(10)).unwrap().len(), 5, "searches go on");
+}
+
+#[test]
+fn second_writer_is_refused_and_reader_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let _w = Index::open(&p, Some(4), None, Mode::Write).unwrap();
+    let e = Index::open(&p, Some(4), None, Mode::Write).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::IndexLocked);
+    assert!(Index::open(&p, None, None, Mode::Read).is_ok());
+}
+
+#[test]
+fn reader_follows_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(5000, d, 5);
+    let w = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    w.add_batch(&data[..10 * d], 10, None, None, &Control::default()).unwrap();
+    w.flush().unwrap();
+    let r = Index::open(&p, None, None, Mode::Read).unwrap();
+    assert_eq!(r.len(), 10);
+    w.add_batch(&data[10 * d..], 4990, None, None, &Control::default()).unwrap();
+    assert_eq!(r.len(), 10, "a reader never sees unflushed adds");
+    assert_eq!(w.len(), 5000, "the writer sees its own adds at once");
+    let pinned = r.snap();
+    w.flush().unwrap();
+    assert_eq!(r.len(), 5000);
+    assert_eq!(pinned.slots, 10, "a pinned snapshot keeps its state");
+    assert_eq!(
+        r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().len(),
+        3
+    );
+    assert!(r
+        .search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None)
+        .unwrap()
+        .iter()
+        .all(|h| h.id < 10));
+    assert_eq!(r.get(4999).unwrap().unwrap(), data[4999 * d..].to_vec());
+}
