@@ -160,7 +160,7 @@ static POPULATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(
 
 /// The way `populate` works on this system (after the first call; before it, the first choice).
 pub fn populate_mode() -> Populate {
-    match POPULATE.load(std::sync::atomic::Ordering::Relaxed) {
+    match POPULATE.load(Ordering::Relaxed) {
         1 => Populate::WillNeed,
         2 => Populate::Nothing,
         _ if cfg!(target_os = "linux") => Populate::PopulateRead,
@@ -180,7 +180,7 @@ pub fn populate(p: *const u8, len: usize) {
         if r == 0 {
             return;
         }
-        let e = std::io::Error::last_os_error().raw_os_error();
+        let e = io::Error::last_os_error().raw_os_error();
         if e == Some(libc::EINVAL) || e == Some(libc::ENOSYS) || e == Some(libc::EPERM) {
             // A kernel before 5.14 (or a filter that refuses the call): fall back for good.
             POPULATE.store(1, Relaxed);
@@ -395,9 +395,10 @@ pub struct AlignedMap {
     backing: Backing,
 }
 
-// SAFETY: the mapping is plain shared memory owned by this value; see storage.rs for how it
-// is accessed.
+// SAFETY: the mapping is plain shared memory owned by this value; `crate::storage` (the only
+// user that makes references into it) says how it is accessed.
 unsafe impl Send for AlignedMap {}
+// SAFETY: as for Send.
 unsafe impl Sync for AlignedMap {}
 
 impl AlignedMap {

@@ -41,7 +41,7 @@ pub struct HalfCopy {
 impl HalfCopy {
     /// The geometry of a copy's rows: a half-precision index's.
     pub fn geometry(full: &Geometry) -> Geometry {
-        Geometry::new(full.dims, crate::format::Precision::Half, full.m)
+        Geometry::new(full.dims, Precision::Half, full.m)
     }
 
     /// A copy of the full-precision vectors of slots `0..slots` (all below the storage's
@@ -49,16 +49,12 @@ impl HalfCopy {
     pub fn new(st: &Storage, slots: u32) -> Option<HalfCopy> {
         let geo = Self::geometry(&st.geo);
         let dims = st.geo.dims;
-        if st.geo.precision != crate::format::Precision::Full || slots == 0 {
+        if st.geo.precision != Precision::Full || slots == 0 {
             return None;
         }
         let rows = |r: std::ops::Range<usize>| {
-            r.map(|s| {
-                // SAFETY: full-precision vectors are `dims` f32s at a 4-byte aligned address
-                // (stride is a multiple of 4), slot < slots <= capacity; see Storage::vector_bytes
-                // for aliasing (these slots are written before linking starts, not during it).
-                unsafe { std::slice::from_raw_parts(st.vector_ptr(s as u32) as *const f32, dims) }
-            })
+            // Written before linking starts, not during it (see Storage::vector_bytes).
+            r.map(|s| st.vector_f32(s as u32))
         };
         let chunks: Vec<std::ops::Range<usize>> = (0..slots as usize)
             .step_by(ROWS_PER_TASK)
@@ -106,8 +102,8 @@ impl HalfCopy {
     /// Pointer to a slot's row (dims f16s).
     #[inline(always)]
     pub fn ptr(&self, slot: u32) -> *const u8 {
-        debug_assert!(slot < self.slots);
-        // SAFETY: slot < slots, so the row lies inside the map.
+        assert!(slot < self.slots, "slot {slot} is beyond the half-precision copy");
+        // SAFETY: slot < slots (checked above), so the row lies inside the map.
         unsafe { self.map.as_ptr().add(slot as usize * self.geo.stride) }
     }
 
@@ -206,7 +202,7 @@ mod tests {
             let mut row = vec![0f32; d];
             let mut scale = None;
             for s in 0..n as u32 {
-                crate::format::decode_vector(copy.row(s), crate::format::Precision::Half, &mut row);
+                crate::format::decode_vector(copy.row(s), Precision::Half, &mut row);
                 let v = stored(&snap.st, s);
                 let (i, _) =
                     v.iter().enumerate().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap();

@@ -171,8 +171,7 @@ impl Scratch {
     /// Mark `s` visited; true if it was not already.
     #[inline(always)]
     fn visit(&mut self, s: u32) -> bool {
-        // SAFETY: callers check s < limit <= visited.len().
-        let v = unsafe { self.visited.get_unchecked_mut(s as usize) };
+        let v = &mut self.visited[s as usize];
         if *v == self.epoch {
             false
         } else {
@@ -296,10 +295,10 @@ impl<'a> Graph<'a> {
     /// Distance from an f32 query to a stored vector (squared for euclidean).
     #[inline(always)]
     pub fn dist(&self, q: &[f32], slot: u32) -> f32 {
-        debug_assert!(q.len() == self.dims && slot < self.limit);
-        // SAFETY: q has `dims` f32s; the vector lies in a live mapping or the copy (slot <
-        // limit, which is at most the copy's length); the kernel set was chosen for this CPU
-        // and for the precision of what `vector_ptr` points to.
+        assert!(q.len() == self.dims, "a query of {} values for {} dimensions", q.len(), self.dims);
+        // SAFETY: q has `dims` f32s (checked above); `vector_ptr` points at a whole vector of
+        // a live mapping or of the copy (both check the slot); the kernel set was chosen for
+        // this CPU and for the precision of what `vector_ptr` points to.
         self.bias
             + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.vector_ptr(slot), self.dims) }
     }
@@ -307,9 +306,7 @@ impl<'a> Graph<'a> {
     /// Distances to four stored vectors (each bitwise what `dist` gives).
     #[inline(always)]
     fn dist4(&self, q: &[f32], slots: &[u32]) -> [f32; 4] {
-        debug_assert!(
-            q.len() == self.dims && slots.len() == 4 && slots.iter().all(|&s| s < self.limit)
-        );
+        assert!(q.len() == self.dims, "a query of {} values for {} dimensions", q.len(), self.dims);
         let v = [
             self.vector_ptr(slots[0]),
             self.vector_ptr(slots[1]),
@@ -330,19 +327,17 @@ impl<'a> Graph<'a> {
     /// A slot's vector as f32 as this graph reads it (the stored vector, or the copy's scaled
     /// row), decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        // The copy's rows are always half precision.
+        if !self.half {
+            return self.st.vector_f32(slot);
+        }
         let bytes = match self.copy {
             Some(c) => c.row(slot),
             None => self.st.vector_bytes(slot),
         };
-        if self.half {
-            buf.resize(self.dims, 0.0);
-            format::decode_vector(bytes, format::Precision::Half, buf);
-            buf
-        } else {
-            // SAFETY: full-precision vectors are `dims` little-endian f32s at a 4-byte aligned
-            // address (stride is a multiple of 4); see Storage::vector_bytes for aliasing.
-            unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const f32, self.dims) }
-        }
+        buf.resize(self.dims, 0.0);
+        format::decode_vector(bytes, format::Precision::Half, buf);
+        buf
     }
 
     /// Every line of a level-0 record (136 bytes at M=16 lie across three lines wherever they

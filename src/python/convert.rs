@@ -36,7 +36,7 @@ pub fn f32_array<'py>(
     if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
         if a.ndim() == ndim
             && a.is_c_contiguous()
-            && (a.data() as usize).is_multiple_of(std::mem::align_of::<f32>())
+            && (a.data() as usize).is_multiple_of(align_of::<f32>())
         {
             return Ok(a.clone());
         }

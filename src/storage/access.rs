@@ -6,13 +6,19 @@ use crate::format::{self, SLOT_HEADER};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 impl Storage {
+    /// The mapped segment holding `slot`, and the slot's place in it. Checked in release
+    /// builds too: a slot beyond the mapped segments panics instead of reading outside them
+    /// (callers bound slots read from lists by the slot count first, so this never fires on
+    /// a sound path; the check is two predictable branches).
     #[inline(always)]
     pub(super) fn seg_of(&self, slot: u32) -> (&Segment, u64) {
         let (k, local) = self.geo.locate(slot as u64);
-        debug_assert!((slot as u64) < self.capacity(), "slot {slot} beyond the mapped segments");
-        // SAFETY: callers keep slot < capacity(), so segment k is mapped (its cell was set
-        // before seg_count was raised past k, with release/acquire ordering).
-        (unsafe { self.segments.get_unchecked(k).get().unwrap_unchecked() }, local)
+        // A cell is set before seg_count is raised past it (release/acquire) and never cleared;
+        // `locate` keeps `local` below the segment's slot count.
+        match self.segments.get(k).and_then(std::sync::OnceLock::get) {
+            Some(seg) => (seg, local),
+            None => beyond_mappings(slot),
+        }
     }
 
     /// Pointer to a slot's stored vector (`geo.vec_bytes` bytes).
@@ -33,6 +39,19 @@ impl Storage {
     pub fn vector_bytes(&self, slot: u32) -> &[u8] {
         // SAFETY: see above; the range lies inside the mapping.
         unsafe { std::slice::from_raw_parts(self.vector_ptr(slot), self.geo.vec_bytes) }
+    }
+
+    /// A slot's stored vector as f32s: full-precision indexes only (panics otherwise).
+    #[inline(always)]
+    pub fn vector_f32(&self, slot: u32) -> &[f32] {
+        assert!(
+            self.geo.precision == format::Precision::Full,
+            "vector_f32 of a half-precision index"
+        );
+        // SAFETY: a full-precision vector is `dims` little-endian f32s (the format refuses
+        // big-endian targets) at a `stride`-aligned address, stride a multiple of 4, so the
+        // cast is aligned and in bounds; aliasing as for `vector_bytes`.
+        unsafe { std::slice::from_raw_parts(self.vector_ptr(slot) as *const f32, self.geo.dims) }
     }
 
     /// Write a slot's vector. Only for unpublished slots (see `vector_bytes`).
@@ -98,4 +117,10 @@ impl Storage {
     pub(super) fn upper_at(&self, r: u64, layer: usize) -> &[AtomicU32] {
         self.upper_checked(r, layer).expect("heap reference made by alloc_upper")
     }
+}
+
+#[cold]
+#[inline(never)]
+fn beyond_mappings(slot: u32) -> ! {
+    panic!("slot {slot} is beyond the mapped segments of the index")
 }

@@ -100,11 +100,11 @@ struct Alloc {
 }
 
 // SAFETY: the raw mappings are plain memory shared by design; every access goes through the
-// accessors below, whose invariants are stated there. Concurrent mutation only happens
-// through atomics (lists, slot headers) or to slots not yet published. Mappings are only
-// added (never removed) while the Storage lives.
+// accessors of this module, whose invariants the module's `# Safety` states. Concurrent
+// mutation only happens through atomics (lists, slot headers) or to slots not yet published.
+// Mappings are only added (never removed) while the Storage lives.
 unsafe impl Send for Storage {}
-
+// SAFETY: as for Send: shared references only read plain bytes or use atomics.
 unsafe impl Sync for Storage {}
 
 impl Storage {
@@ -261,7 +261,7 @@ impl Storage {
                 // written back, so the graph gains from them too.)
                 let p = map.as_ptr();
                 if self.file.is_some() {
-                    // SAFETY (pointer arithmetic): both offsets lie inside the mapping.
+                    // SAFETY: pointer arithmetic only; both offsets lie inside (or one past) the mapping.
                     let (hdr, end) = unsafe { (p.add(layout.headers as usize), p.add(map.len())) };
                     os::advise_huge(hdr, end as usize - hdr as usize, false);
                     if !self.huge.load(Acquire) {

@@ -200,7 +200,7 @@ impl Storage {
                 } else {
                     self.heaps[k].get()?.map.as_ptr()
                 };
-                // SAFETY (pointer arithmetic): the range lies inside this region's mapping.
+                // SAFETY: pointer arithmetic only; the range lies inside this region's mapping.
                 return Some(unsafe { base.add((offset - r.offset) as usize) });
             }
         }
