@@ -5,8 +5,8 @@
 //!
 //! | file      | what it holds                                                               |
 //! |-----------|-----------------------------------------------------------------------------|
-//! | `mod.rs`  | [`commit`] (the flush order), [`roll_back`], [`replay_after_crash`],         |
-//! |           | [`clear_stale_markers`], [`restore`]                                        |
+//! | `mod.rs`  | [`commit`] (the flush order), [`roll_back`], [`retire_after_rollback`],      |
+//! |           | [`replay_after_crash`], [`clear_stale_markers`], [`restore`]                |
 //! | `undo.rs` | the undo log: committed contents of lists and markers, saved before a change |
 //! | `copy.rs` | a commit copied to another file or into memory (save, backup, load)          |
 //!
@@ -60,6 +60,15 @@ pub fn roll_back(storage: &Storage, path: &Path, committed: &Header) -> Result<(
     for (chunk, region) in heaps.enumerate() {
         storage.set_heap_used(chunk, region.used);
     }
+    Ok(())
+}
+
+/// Closing after a rollback: the restored lists and markers made durable, then the log that
+/// could restore them removed (in that order: a crash between the two finds the log and
+/// restores the same contents again).
+pub fn retire_after_rollback(storage: &Storage, undo_log: &mut UndoLog) -> Result<()> {
+    storage.sync_data()?;
+    undo_log.remove();
     Ok(())
 }
 

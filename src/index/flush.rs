@@ -7,17 +7,17 @@ use crate::os;
 
 impl Index {
     /// The header that commits the writer's state now (the next sequence number).
-    pub(super) fn next_header(w: &Writer, snap: &Snap) -> Header {
-        let mut h = w.committed.clone();
-        h.seq += 1;
-        h.slots = w.slots;
-        h.live = w.live;
-        h.next_id = w.next_id;
-        h.entry = snap.entry;
-        h.max_level = snap.max_level as u32;
-        h.user_version = w.user_version;
-        h.regions = snap.st.regions();
-        h
+    pub(super) fn next_header(writer: &Writer, snap: &Snap) -> Header {
+        let mut next = writer.committed.clone();
+        next.seq += 1;
+        next.slots = writer.slots;
+        next.live = writer.live;
+        next.next_id = writer.next_id;
+        next.entry = snap.entry;
+        next.max_level = snap.max_level as u32;
+        next.user_version = writer.user_version;
+        next.regions = snap.st.regions();
+        next
     }
 
     pub(super) fn poisoned_error(&self) -> Error {
@@ -38,38 +38,41 @@ impl Index {
         if self.memory {
             return Ok(());
         }
-        let mut w = self.writer.lock();
-        self.flush_locked(&mut w)
+        let mut writer = self.writer.lock();
+        self.flush_locked(&mut writer)
     }
 
-    pub(super) fn flush_locked(&self, w: &mut Writer) -> Result<()> {
+    /// `flush` under the writer lock: commit (`commit::commit`), then publish the commit.
+    pub(super) fn flush_locked(&self, writer: &mut Writer) -> Result<()> {
         if self.memory {
             return Ok(());
         }
-        if w.poisoned {
+        if writer.poisoned {
             return Err(self.poisoned_error());
         }
-        if w.slots == w.committed.slots
-            && w.user_version == w.committed.user_version
-            && w.deletes == 0
-            && w.next_id == w.committed.next_id
+        let committed = &writer.committed;
+        if writer.slots == committed.slots
+            && writer.user_version == committed.user_version
+            && writer.deletes == 0
+            && writer.next_id == committed.next_id
         {
             return Ok(());
         }
         let snap = self.view.read().clone();
-        let h = Self::next_header(w, &snap);
+        let next = Self::next_header(writer, &snap);
         let mut undo = self.undo.lock();
-        if let Err(e) = commit::commit(&snap.st, &mut undo.log, 1 - w.copy, &h) {
-            w.poisoned = true;
-            return Err(e);
+        if let Err(error) = commit::commit(&snap.st, &mut undo.log, 1 - writer.copy, &next) {
+            // What the disk holds is unknown now: refuse later flushes.
+            writer.poisoned = true;
+            return Err(error);
         }
         undo.saved.clear();
         drop(undo);
-        w.copy = 1 - w.copy;
-        self.publish(Snap::of(snap.st.clone(), &h, true));
-        w.deletes = 0;
-        self.advise_committed(&snap.st, h.slots);
-        w.committed = h;
+        writer.copy = 1 - writer.copy;
+        self.publish(Snap::of(snap.st.clone(), &next, true));
+        writer.deletes = 0;
+        self.advise_committed(&snap.st, next.slots);
+        writer.committed = next;
         Ok(())
     }
 
@@ -82,31 +85,31 @@ impl Index {
                 "keep a copy with save(path) and load it back, or use a file-backed index",
             ));
         }
-        let mut w = self.writer.lock();
-        self.rollback_locked(&mut w)
+        let mut writer = self.writer.lock();
+        self.rollback_locked(&mut writer)
     }
 
-    pub(super) fn rollback_locked(&self, w: &mut Writer) -> Result<()> {
-        let dirty = w.slots != w.committed.slots
-            || w.user_version != w.committed.user_version
-            || w.deletes != 0;
+    /// `rollback` under the writer lock: the stored changes undone (`commit::roll_back`), then
+    /// the writer's state and the published snapshot back at the commit.
+    pub(super) fn rollback_locked(&self, writer: &mut Writer) -> Result<()> {
+        let dirty = writer.slots != writer.committed.slots
+            || writer.user_version != writer.committed.user_version
+            || writer.deletes != 0;
         if !dirty && self.undo.lock().log.is_empty() {
             return Ok(());
         }
         let snap = self.view.read().clone();
-        let h = w.committed.clone();
-        commit::roll_back(&snap.st, &self.path, &h)?;
-        w.slots = h.slots;
-        w.live = h.live;
-        w.next_id = h.next_id;
-        w.user_version = h.user_version;
-        w.deletes = 0;
-        *self.entry.lock() = (h.entry, h.max_level as usize);
+        let committed = writer.committed.clone();
+        commit::roll_back(&snap.st, &self.path, &committed)?;
+        writer.slots = committed.slots;
+        writer.live = committed.live;
+        writer.next_id = committed.next_id;
+        writer.user_version = committed.user_version;
+        writer.deletes = 0;
+        *self.entry.lock() = (committed.entry, committed.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back.
         *self.ids.lock() = IdMap::default();
-        self.publish(Snap::of(snap.st.clone(), &h, true));
-        // The log stays: the restored lists are only in the page cache until the next sync,
-        // and the log still describes the committed state.
+        self.publish(Snap::of(snap.st.clone(), &committed, true));
         Ok(())
     }
 
@@ -120,16 +123,15 @@ impl Index {
         if self.read_only || self.memory {
             return Ok(());
         }
-        let mut w = self.writer.lock();
+        let mut writer = self.writer.lock();
         let had_log = !self.undo.lock().log.is_empty();
-        self.rollback_locked(&mut w)?;
-        let st = self.view.read().st.clone();
-        if had_log && !w.poisoned {
-            st.sync_data()?;
-            self.undo.lock().log.remove();
+        self.rollback_locked(&mut writer)?;
+        let storage = self.view.read().st.clone();
+        if had_log && !writer.poisoned {
+            commit::retire_after_rollback(&storage, &mut self.undo.lock().log)?;
         }
         // Snapshots may keep the mappings alive; the lock goes now.
-        os::unlock(st.file());
+        os::unlock(storage.file());
         Ok(())
     }
 }
