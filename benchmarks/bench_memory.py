@@ -57,9 +57,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
-    json_default,
+from toolkit import (  # noqa: E402
     MINILM,
+    add_json_option,
+    child_script,
     datasets_module,
     engine_status,
     evict_file,
@@ -68,7 +69,9 @@ from _common import (  # noqa: E402
     median,
     qps_at_targets,
     ratio,
+    sweep_points,
     table,
+    write_results,
 )
 
 TARGETS = (0.90, 0.95)
@@ -85,7 +88,9 @@ def log(*a: Any) -> None:
 
 # ------------------------------------------------------------------ data and index files
 class Data:
-    def __init__(self, name: str, base: np.ndarray, queries: np.ndarray, gt: np.ndarray, note: str = "") -> None:
+    def __init__(
+        self, name: str, base: np.ndarray, queries: np.ndarray, gt: np.ndarray, note: str = ""
+    ) -> None:
         self.name, self.base, self.queries, self.gt, self.note = name, base, queries, gt, note
 
 
@@ -93,7 +98,9 @@ def load_minilm(folder: str, nq: int) -> Data:
     ds = datasets_module().load(folder)
     base = np.ascontiguousarray(ds.base, dtype=np.float32)
     queries = np.ascontiguousarray(ds.queries[:nq], dtype=np.float32)
-    return Data(f"debian-minilm {len(base):,} x {base.shape[1]}", base, queries, np.asarray(ds.gt_ids)[:nq])
+    return Data(
+        f"debian-minilm {len(base):,} x {base.shape[1]}", base, queries, np.asarray(ds.gt_ids)[:nq]
+    )
 
 
 def load_large(n: int, dims: int, nq: int, workdir: Path, k: int) -> Data:
@@ -108,12 +115,25 @@ def load_large(n: int, dims: int, nq: int, workdir: Path, k: int) -> Data:
         np.save(gt_file, gt)
         log(f"  ground truth for {n:,} x {dims}: {time.perf_counter() - t0:.1f} s")
     gb = n * dims * 4 / 1e9
-    note = "" if gb >= 1.0 else f"SHORT RUN: --large-n {n:,} gives {gb:.2f} GB of vectors, not the >= 1 GB (700,000 x 384) the comparison is meant for"
+    note = (
+        ""
+        if gb >= 1.0
+        else f"SHORT RUN: --large-n {n:,} gives {gb:.2f} GB of vectors, not the >= 1 GB (700,000 x 384) the comparison is meant for"
+    )
     return Data(f"clustered {n:,} x {dims}", base, queries, gt, note)
 
 
-def chassis_file(data: Data, workdir: Path, m: int, efc: int, tag: str, *, huge_pages: bool | None = None,
-                 rows: int | None = None, cache: bool = True) -> tuple[str, float | None]:
+def chassis_file(
+    data: Data,
+    workdir: Path,
+    m: int,
+    efc: int,
+    tag: str,
+    *,
+    huge_pages: bool | None = None,
+    rows: int | None = None,
+    cache: bool = True,
+) -> tuple[str, float | None]:
     """Path of an index of data.base[:rows] built by one add_batch (cached by name), and the
     build seconds when it was built now."""
     import chassis
@@ -125,8 +145,11 @@ def chassis_file(data: Data, workdir: Path, m: int, efc: int, tag: str, *, huge_
     for p in (path, Path(str(path) + ".undo")):
         p.unlink(missing_ok=True)
     t0 = time.perf_counter()
-    index = chassis.VectorIndex(str(path), data.base.shape[1],
-                                chassis.IndexOptions(max_connections=m, ef_construction=efc, huge_pages=huge_pages))
+    index = chassis.VectorIndex(
+        str(path),
+        data.base.shape[1],
+        chassis.IndexOptions(max_connections=m, ef_construction=efc, huge_pages=huge_pages),
+    )
     index.add_batch(data.base[:rows])
     index.flush()
     seconds = time.perf_counter() - t0
@@ -162,7 +185,7 @@ def bench_search(data: Data, path: str, args: argparse.Namespace) -> dict[str, A
     stats_last: dict[str, Any] = {}
     for p in range(args.passes):
         # the first pass over a file not in memory, each mode from its own eviction
-        for mode in (list(modes) if p % 2 == 0 else list(modes)[::-1]):
+        for mode in list(modes) if p % 2 == 0 else list(modes)[::-1]:
             evict_file(path)
             r = chassis.IndexReader(path, chassis.IndexOptions(huge_pages=modes[mode]))
             t0 = time.perf_counter()
@@ -179,10 +202,12 @@ def bench_search(data: Data, path: str, args: argparse.Namespace) -> dict[str, A
         readers["off"] = chassis.IndexReader(path, chassis.IndexOptions(huge_pages=False))
         readers["off"].warm()
         wait_warm(readers["off"])
-        for mode, r in readers.items():
+        for r in readers.values():
             r.search_batch(data.queries[:100], args.k, ef=args.efs[0], threads=1)  # warm-up
         for ef in args.efs:
-            ids = {m: readers[m].search_batch(data.queries, args.k, ef=ef, threads=1)[0] for m in modes}
+            ids = {
+                m: readers[m].search_batch(data.queries, args.k, ef=ef, threads=1)[0] for m in modes
+            }
             identical &= bool(np.array_equal(ids["off"], ids["on"]))
             recalls.setdefault(ef, recall_at_k(ids["off"], data.gt, args.k))
             spent = 0.0
@@ -203,16 +228,35 @@ def bench_search(data: Data, path: str, args: argparse.Namespace) -> dict[str, A
         for mode, r in readers.items():
             ms = r.memory_stats()
             stats_last[mode] = ms
-            share[mode].append(ms["vector_huge_bytes"] / ms["vector_bytes"] if ms["vector_huge_bytes"] is not None else None)
+            share[mode].append(
+                ms["vector_huge_bytes"] / ms["vector_bytes"]
+                if ms["vector_huge_bytes"] is not None
+                else None
+            )
             r.close()
         del readers
-        log(f"  pass {p + 1}/{args.passes}: cold pass off {cold['off'][-1]:.2f} s, on {cold['on'][-1]:.2f} s; vectors on huge "
+        log(
+            f"  pass {p + 1}/{args.passes}: cold pass off {cold['off'][-1]:.2f} s, on {cold['on'][-1]:.2f} s; vectors on huge "
             f"pages: on-reader {fmt(None if share['on'][-1] is None else 100 * share['on'][-1], '.0f', '%')}, "
-            f"off-reader {fmt(None if share['off'][-1] is None else 100 * share['off'][-1], '.0f', '%')}")
-    out: dict[str, Any] = {"name": data.name, "note": data.note, "path": path, "modes": {}, "identical_results": identical}
+            f"off-reader {fmt(None if share['off'][-1] is None else 100 * share['off'][-1], '.0f', '%')}"
+        )
+    out: dict[str, Any] = {
+        "name": data.name,
+        "note": data.note,
+        "path": path,
+        "modes": {},
+        "identical_results": identical,
+    }
     for mode in modes:
-        points = [{"ef": ef, "recall": recalls[ef], "qps": statistics.median(runs[ef][mode]), "runs": len(runs[ef][mode])}
-                  for ef in args.efs]
+        points = [
+            {
+                "ef": ef,
+                "recall": recalls[ef],
+                "qps": statistics.median(runs[ef][mode]),
+                "runs": len(runs[ef][mode]),
+            }
+            for ef in args.efs
+        ]
         out["modes"][mode] = {
             "points": points,
             "at": qps_at_targets(points, TARGETS),
@@ -229,43 +273,83 @@ def bench_search(data: Data, path: str, args: argparse.Namespace) -> dict[str, A
 
 
 def print_search(res: dict[str, Any], args: argparse.Namespace) -> None:
-    print(f"\n== search, single thread, huge pages off / on: {res['name']} ({len(args.efs)} ef values, "
-          f"median of {args.passes} passes)")
+    print(
+        f"\n== search, single thread, huge pages off / on: {res['name']} ({len(args.efs)} ef values, "
+        f"median of {args.passes} passes)"
+    )
     if res["note"]:
         print(f"   {res['note']}")
     off, on = res["modes"]["off"], res["modes"]["on"]
     rows = []
     for a, b, pr in zip(off["points"], on["points"], res["paired_ratio_per_ef"]):
         q = np.quantile(res["pair_ratios"][a["ef"]], [0.25, 0.75])
-        rows.append([str(a["ef"]), f"{a['recall']:.3f}", fmt(a["qps"]), fmt(b["qps"]), fmt(ratio(b["qps"], a["qps"]), ".3f"),
-                     fmt(pr, ".3f"), f"{q[0]:.2f} to {q[1]:.2f}", str(a["runs"])])
-    print(table(["ef", "recall@10", "QPS off", "QPS on", "on/off", "paired on/off", "its quartiles", "runs each"], rows, align_first="right"))
+        rows.append(
+            [
+                str(a["ef"]),
+                f"{a['recall']:.3f}",
+                fmt(a["qps"]),
+                fmt(b["qps"]),
+                fmt(ratio(b["qps"], a["qps"]), ".3f"),
+                fmt(pr, ".3f"),
+                f"{q[0]:.2f} to {q[1]:.2f}",
+                str(a["runs"]),
+            ]
+        )
+    print(
+        table(
+            [
+                "ef",
+                "recall@10",
+                "QPS off",
+                "QPS on",
+                "on/off",
+                "paired on/off",
+                "its quartiles",
+                "runs each",
+            ],
+            rows,
+            align_first="right",
+        )
+    )
     rows = []
     for name, m in (("off", off), ("on", on)):
-        cells = [f"huge pages {name}", fmt(None if m["huge_share"] is None else 100 * m["huge_share"], ".1f", "%"),
-                 fmt(m["cold_pass_s"], ".2f", " s")]
+        cells = [
+            f"huge pages {name}",
+            fmt(None if m["huge_share"] is None else 100 * m["huge_share"], ".1f", "%"),
+            fmt(m["cold_pass_s"], ".2f", " s"),
+        ]
         for t in TARGETS:
-            q, how = m["at"][str(t)]
+            q, how = m["at"][str(t)]["qps"], m["at"][str(t)]["how"]
             cells.append(fmt(q) + ("" if how == "interpolated" else f" ({how})"))
         rows.append(cells)
     cells = ["on / off", "", fmt(ratio(on["cold_pass_s"], off["cold_pass_s"]), ".3f")]
     for t in TARGETS:
-        cells.append(fmt(ratio(on["at"][str(t)][0], off["at"][str(t)][0]), ".3f"))
+        cells.append(fmt(ratio(on["at"][str(t)]["qps"], off["at"][str(t)]["qps"]), ".3f"))
     rows.append(cells)
     print()
-    print(table(["reader", "vectors on huge pages", "cold pass (ef 64)"] + [f"QPS @ recall {t:.2f}" for t in TARGETS], rows))
-    print(f"median over ef of the paired on/off: {fmt(res['median_ratio_over_ef'], '.3f')}; "
-          f"identical results off / on: {res['identical_results']}")
+    print(
+        table(
+            ["reader", "vectors on huge pages", "cold pass (ef 64)"]
+            + [f"QPS @ recall {t:.2f}" for t in TARGETS],
+            rows,
+        )
+    )
+    print(
+        f"median over ef of the paired on/off: {fmt(res['median_ratio_over_ef'], '.3f')}; "
+        f"identical results off / on: {res['identical_results']}"
+    )
 
 
 # ------------------------------------------------------------------ (ii) add + flush latency
-def add_flush_round(writers: dict[str, Any], extra: np.ndarray, n: int, block: int) -> dict[str, list[float]]:
+def add_flush_round(
+    writers: dict[str, Any], extra: np.ndarray, n: int, block: int
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {m: [] for m in writers}
     pos = {m: 0 for m in writers}
     order = list(writers)
     b = 0
     while any(pos[m] < n for m in writers):
-        for mode in (order if b % 2 == 0 else order[::-1]):
+        for mode in order if b % 2 == 0 else order[::-1]:
             w = writers[mode]
             for _ in range(min(block, n - pos[mode])):
                 v = extra[pos[mode] % len(extra)]
@@ -284,25 +368,42 @@ def bench_adds(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str,
     rows = args.adds_base
     extra = data.base[rows:]
     if len(extra) < 2 * args.adds:
-        raise SystemExit(f"--adds-base {rows} leaves {len(extra)} rows to add; need {2 * args.adds}")
+        raise SystemExit(
+            f"--adds-base {rows} leaves {len(extra)} rows to add; need {2 * args.adds}"
+        )
     modes = {"off": False, "on": True}
-    out: dict[str, Any] = {"rows": rows, "adds": args.adds, "build_s": {}, "share": {}, "rounds": {}}
+    out: dict[str, Any] = {
+        "rows": rows,
+        "adds": args.adds,
+        "build_s": {},
+        "share": {},
+        "rounds": {},
+    }
     writers = {}
     for mode, hp in modes.items():
         path = workdir / f"adds-{mode}.chassis"
         for q in (path, Path(str(path) + ".undo")):
             q.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        w = chassis.VectorIndex(str(path), data.base.shape[1],
-                                chassis.IndexOptions(max_connections=args.m, ef_construction=args.efc, huge_pages=hp))
+        w = chassis.VectorIndex(
+            str(path),
+            data.base.shape[1],
+            chassis.IndexOptions(max_connections=args.m, ef_construction=args.efc, huge_pages=hp),
+        )
         w.add_batch(data.base[:rows])
         w.flush()
         out["build_s"][mode] = time.perf_counter() - t0
         ms = w.memory_stats()  # the batch's own mappings: what it put on huge pages
-        out["share"][mode] = ms["vector_huge_bytes"] / ms["vector_bytes"] if ms["vector_huge_bytes"] is not None else None
+        out["share"][mode] = (
+            ms["vector_huge_bytes"] / ms["vector_bytes"]
+            if ms["vector_huge_bytes"] is not None
+            else None
+        )
         writers[mode] = w
-    log(f"  built {rows:,} rows by add_batch: off {out['build_s']['off']:.1f} s, on {out['build_s']['on']:.1f} s; "
-        f"writer's vectors on huge pages: off {100 * (out['share']['off'] or 0):.0f}%, on {100 * (out['share']['on'] or 0):.0f}%")
+    log(
+        f"  built {rows:,} rows by add_batch: off {out['build_s']['off']:.1f} s, on {out['build_s']['on']:.1f} s; "
+        f"writer's vectors on huge pages: off {100 * (out['share']['off'] or 0):.0f}%, on {100 * (out['share']['on'] or 0):.0f}%"
+    )
     t = add_flush_round(writers, extra[: args.adds], args.adds, 25)
     out["rounds"]["just built by a batch"] = {m: statistics.median(v) for m, v in t.items()}
     paths = {m: str(w.path) for m, w in writers.items()}
@@ -311,8 +412,12 @@ def bench_adds(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str,
     writers = {}
     for mode, hp in modes.items():
         evict_file(paths[mode])
-        writers[mode] = chassis.VectorIndex(paths[mode], options=chassis.IndexOptions(
-            max_connections=args.m, ef_construction=args.efc, huge_pages=hp))
+        writers[mode] = chassis.VectorIndex(
+            paths[mode],
+            options=chassis.IndexOptions(
+                max_connections=args.m, ef_construction=args.efc, huge_pages=hp
+            ),
+        )
     t = add_flush_round(writers, extra[args.adds : 2 * args.adds], args.adds, 25)
     out["rounds"]["read back from disk"] = {m: statistics.median(v) for m, v in t.items()}
     for w in writers.values():
@@ -324,53 +429,31 @@ def bench_adds(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str,
 
 
 def print_adds(res: dict[str, Any]) -> None:
-    print(f"\n== add + flush, median of {res['adds']} each, on an index of {res['rows']:,} minilm rows built by add_batch")
+    print(
+        f"\n== add + flush, median of {res['adds']} each, on an index of {res['rows']:,} minilm rows built by add_batch"
+    )
     rows = []
     for name, r in res["rounds"].items():
-        rows.append([name, fmt(1e3 * r["off"], ".2f", " ms"), fmt(1e3 * r["on"], ".2f", " ms"), fmt(ratio(r["on"], r["off"]), ".3f")])
+        rows.append(
+            [
+                name,
+                fmt(1e3 * r["off"], ".2f", " ms"),
+                fmt(1e3 * r["on"], ".2f", " ms"),
+                fmt(ratio(r["on"], r["off"]), ".3f"),
+            ]
+        )
     print(table(["the file", "huge pages off", "on", "on/off (target <= 1.20)"], rows))
     b = res["build_s"]
-    print(f"add_batch build of the {res['rows']:,} rows: off {b['off']:.2f} s, on {b['on']:.2f} s (on/off {ratio(b['on'], b['off']):.3f}); "
-          f"vectors on huge pages after the batch: off {100 * (res['share']['off'] or 0):.0f}%, on {100 * (res['share']['on'] or 0):.0f}%")
+    print(
+        f"add_batch build of the {res['rows']:,} rows: off {b['off']:.2f} s, on {b['on']:.2f} s (on/off {ratio(b['on'], b['off']):.3f}); "
+        f"vectors on huge pages after the batch: off {100 * (res['share']['off'] or 0):.0f}%, on {100 * (res['share']['on'] or 0):.0f}%"
+    )
 
 
 # ------------------------------------------------------------------ (iii) cold start
-CHILD = r"""
-import time
-T0 = time.clock_gettime(time.CLOCK_MONOTONIC)
-import json, sys
-import numpy as np
-def now():
-    return time.clock_gettime(time.CLOCK_MONOTONIC)
-engine, path, qfile, k, ef, dims = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-queries = np.load(qfile)
-if engine.startswith("chassis"):
-    import chassis
-    index = chassis.IndexReader(path, chassis.IndexOptions(warm=engine == "chassis+warm"))
-    t_open = now()
-    def search(q):
-        return index.search(q, k, ef=ef)
-else:
-    import hnswlib
-    index = hnswlib.Index(space="l2", dim=dims)
-    index.load_index(path)
-    index.set_ef(ef)
-    t_open = now()
-    def search(q):
-        return index.knn_query(q, k, num_threads=1)
-marks = {}
-for i, q in enumerate(queries):
-    search(q)
-    if i == 0:
-        marks["first"] = now()
-    elif i == 99:
-        marks["hundredth"] = now()
-marks["last"] = now()
-print(json.dumps({"t0": T0, "open": t_open, **marks, "n": len(queries)}))
-"""
-
-
-def hnswlib_file(data: Data, workdir: Path, args: argparse.Namespace, tag: str) -> tuple[str | None, str]:
+def hnswlib_file(
+    data: Data, workdir: Path, args: argparse.Namespace, tag: str
+) -> tuple[str | None, str]:
     engines, notes = engine_status(["hnswlib"])
     if "hnswlib" not in engines:
         return None, "; ".join(notes)
@@ -378,53 +461,114 @@ def hnswlib_file(data: Data, workdir: Path, args: argparse.Namespace, tag: str) 
     if not path.exists():
         e = engines["hnswlib"]
         t0 = time.perf_counter()
-        e.build(str(path), data.base, metric="euclidean", m=args.m, ef_construction=args.efc, threads=os.cpu_count() or 2)
+        e.build(
+            str(path),
+            data.base,
+            metric="euclidean",
+            m=args.m,
+            ef_construction=args.efc,
+            threads=os.cpu_count() or 2,
+        )
         e.close()
         log(f"  hnswlib build {len(data.base):,}: {time.perf_counter() - t0:.1f} s")
     return str(path), f"hnswlib {engines['hnswlib'].version}"
 
 
-def bench_cold(data: Data, chassis_path: str, workdir: Path, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+def bench_cold(
+    data: Data, chassis_path: str, workdir: Path, args: argparse.Namespace, tag: str
+) -> dict[str, Any]:
     qfile = workdir / f"cold-queries-{tag}.npy"
     np.save(qfile, data.queries[: args.cold_queries])
     hpath, hnote = hnswlib_file(data, workdir, args, tag)
     variants = {"chassis": chassis_path, "chassis+warm": chassis_path}
     if hpath:
         variants["hnswlib"] = hpath
-    script = workdir / "cold_child.py"
-    script.write_text(CHILD)
+    script = child_script("cold_start")
     runs: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     names = list(variants)
     for rnd in range(args.rounds):
-        order = names[rnd % len(names):] + names[: rnd % len(names)]
+        order = names[rnd % len(names) :] + names[: rnd % len(names)]
         for v in order:
             evict_file(variants[v])
             spawn = now()
-            proc = subprocess.run([sys.executable, str(script), v, variants[v], str(qfile), str(args.k), "64", str(data.base.shape[1])],
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    script,
+                    v,
+                    variants[v],
+                    str(qfile),
+                    str(args.k),
+                    "64",
+                    str(data.base.shape[1]),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"cold-start child {v} failed:\n{proc.stderr[-3000:]}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            runs[v].append({key: (r[key] - spawn) * 1e3 for key in ("t0", "open", "first", "hundredth", "last")})
-        log(f"  cold round {rnd + 1}/{args.rounds}: " + ", ".join(
-            f"{v} 100th at {runs[v][-1]['hundredth']:.0f} ms" for v in names))
+            runs[v].append(
+                {
+                    key: (r[key] - spawn) * 1e3
+                    for key in ("t0", "open", "first", "hundredth", "last")
+                }
+            )
+        log(
+            f"  cold round {rnd + 1}/{args.rounds}: "
+            + ", ".join(f"{v} 100th at {runs[v][-1]['hundredth']:.0f} ms" for v in names)
+        )
     sizes = {v: os.path.getsize(p) for v, p in variants.items()}
-    return {"name": data.name, "note": data.note, "queries": args.cold_queries, "rounds": args.rounds,
-            "hnswlib": hnote, "file_bytes": sizes,
-            "median_ms": {v: {key: statistics.median(x[key] for x in rs) for key in rs[0]} for v, rs in runs.items()},
-            "runs_ms": runs}
+    return {
+        "name": data.name,
+        "note": data.note,
+        "queries": args.cold_queries,
+        "rounds": args.rounds,
+        "hnswlib": hnote,
+        "file_bytes": sizes,
+        "median_ms": {
+            v: {key: statistics.median(x[key] for x in rs) for key in rs[0]}
+            for v, rs in runs.items()
+        },
+        "runs_ms": runs,
+    }
 
 
 def print_cold(res: dict[str, Any]) -> None:
-    print(f"\n== cold start: {res['name']}, file evicted, fresh process, search one query at a time (k=10, ef=64); "
-          f"ms from spawn, median of {res['rounds']} rounds")
+    print(
+        f"\n== cold start: {res['name']}, file evicted, fresh process, search one query at a time (k=10, ef=64); "
+        f"ms from spawn, median of {res['rounds']} rounds"
+    )
     if res["note"]:
         print(f"   {res['note']}")
     rows = []
     for v, m in res["median_ms"].items():
-        rows.append([v, f"{res['file_bytes'][v] / MiB:,.0f} MiB", fmt(m["t0"], ".0f"), fmt(m["open"], ".0f"), fmt(m["first"], ".0f"),
-                     fmt(m["hundredth"], ".0f"), fmt(m["last"], ".0f")])
-    print(table(["variant", "file", "interpreter up", "opened", "1st result", "100th result", f"{res['queries']}th result"], rows))
+        rows.append(
+            [
+                v,
+                f"{res['file_bytes'][v] / MiB:,.0f} MiB",
+                fmt(m["t0"], ".0f"),
+                fmt(m["open"], ".0f"),
+                fmt(m["first"], ".0f"),
+                fmt(m["hundredth"], ".0f"),
+                fmt(m["last"], ".0f"),
+            ]
+        )
+    print(
+        table(
+            [
+                "variant",
+                "file",
+                "interpreter up",
+                "opened",
+                "1st result",
+                "100th result",
+                f"{res['queries']}th result",
+            ],
+            rows,
+        )
+    )
     if res["hnswlib"] and "hnswlib" not in res["median_ms"]:
         print(f"   {res['hnswlib']}")
 
@@ -432,9 +576,23 @@ def print_cold(res: dict[str, Any]) -> None:
 # ------------------------------------------------------------------ main
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["search", "adds", "cold"], action="append", help="run only these parts (repeatable)")
-    p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
-    p.add_argument("--large-n", type=int, default=700_000, help="rows of the generated set (700,000: >= 1 GB of float32 vectors)")
+    p.add_argument(
+        "--only",
+        choices=["search", "adds", "cold"],
+        action="append",
+        help="run only these parts (repeatable)",
+    )
+    p.add_argument(
+        "--minilm",
+        default=str(MINILM),
+        help="the debian-minilm folder ($CHASSIS_DATA/debian-minilm)",
+    )
+    p.add_argument(
+        "--large-n",
+        type=int,
+        default=700_000,
+        help="rows of the generated set (700,000: >= 1 GB of float32 vectors)",
+    )
     p.add_argument("--dims", type=int, default=384, help="dimensions of the generated set (384)")
     p.add_argument("--no-large", action="store_true", help="search benchmark on minilm only")
     p.add_argument("--queries", type=int, default=1000)
@@ -442,21 +600,58 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--efc", type=int, default=200, help="ef_construction (200)")
     p.add_argument("--efs", default="10,16,24,32,48,64,96,128,192,256", help="ef sweep")
-    p.add_argument("--passes", type=int, default=3, help="passes (each from a fresh eviction) of the search sweep (3)")
-    p.add_argument("--min-seconds", type=float, default=1.0, help="per ef, pass and mode: search the query set at least this long, and 4 times (1.0)")
-    p.add_argument("--adds", type=int, default=300, help="add+flush operations per mode and file state (300)")
-    p.add_argument("--adds-base", type=int, default=20_000, help="minilm rows built by add_batch before the adds (20,000)")
-    p.add_argument("--cold-data", choices=["large", "minilm"], default="large", help="data set of the cold-start runs (large)")
-    p.add_argument("--cold-queries", type=int, default=1000, help="queries each cold-start process searches (1000)")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=3,
+        help="passes (each from a fresh eviction) of the search sweep (3)",
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        default=1.0,
+        help="per ef, pass and mode: search the query set at least this long, and 4 times (1.0)",
+    )
+    p.add_argument(
+        "--adds", type=int, default=300, help="add+flush operations per mode and file state (300)"
+    )
+    p.add_argument(
+        "--adds-base",
+        type=int,
+        default=20_000,
+        help="minilm rows built by add_batch before the adds (20,000)",
+    )
+    p.add_argument(
+        "--cold-data",
+        choices=["large", "minilm"],
+        default="large",
+        help="data set of the cold-start runs (large)",
+    )
+    p.add_argument(
+        "--cold-queries",
+        type=int,
+        default=1000,
+        help="queries each cold-start process searches (1000)",
+    )
     p.add_argument("--rounds", type=int, default=5, help="cold-start rounds (5)")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "chassis-bench-memory"),
-                   help="index files (kept and reused between runs)")
+    p.add_argument(
+        "--workdir",
+        default=os.path.join(tempfile.gettempdir(), "chassis-bench-memory"),
+        help="index files (kept and reused between runs)",
+    )
     p.add_argument("--quick", action="store_true", help="small sizes, few passes: a smoke run")
-    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
+    add_json_option(p)
     a = p.parse_args(argv)
     a.efs = [int(x) for x in a.efs.split(",")]
     if a.quick:
-        a.large_n, a.passes, a.adds, a.adds_base, a.rounds, a.efs = 50_000, 1, 50, 5_000, 2, [16, 32, 64, 128]
+        a.large_n, a.passes, a.adds, a.adds_base, a.rounds, a.efs = (
+            50_000,
+            1,
+            50,
+            5_000,
+            2,
+            [16, 32, 64, 128],
+        )
         a.min_seconds = 0.2
         a.cold_queries, a.efc = 200, 100
     return a
@@ -479,9 +674,16 @@ def main(argv: list[str] | None = None) -> int:
         ra = Path("/sys/block/vda/queue/read_ahead_kb").read_text().strip()
     except OSError:
         ra = "?"
-    results: dict[str, Any] = {"machine": machine_info(), "thp": thp, "read_ahead_kb": ra, "args": dict(vars(args))}
-    print(f"machine: {results['machine']['platform']}, {results['machine']['cpu_count']} CPUs; THP: {thp}; read_ahead_kb (vda): {ra}; "
-          f"M={args.m}, ef_construction={args.efc}; k={args.k}")
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "thp": thp,
+        "read_ahead_kb": ra,
+        "args": dict(vars(args)),
+    }
+    print(
+        f"machine: {results['machine']['platform']}, {results['machine']['cpu_count']} CPUs; THP: {thp}; read_ahead_kb (vda): {ra}; "
+        f"M={args.m}, ef_construction={args.efc}; k={args.k}"
+    )
     minilm = load_minilm(args.minilm, args.queries)
     large = None
     if ("search" in parts and not args.no_large) or ("cold" in parts and args.cold_data == "large"):
@@ -513,15 +715,23 @@ def main(argv: list[str] | None = None) -> int:
         results["adds"] = bench_adds(minilm, workdir, args)
         print_adds(results["adds"])
     if "cold" in parts:
-        data, tag = (large, f"large{args.dims}") if args.cold_data == "large" else (minilm, "minilm")
+        data, tag = (
+            (large, f"large{args.dims}") if args.cold_data == "large" else (minilm, "minilm")
+        )
         log(f"cold start: {data.name}")
         results["cold"] = bench_cold(data, files[tag], workdir, args, tag)
         print_cold(results["cold"])
     results["seconds"] = time.perf_counter() - started
     print(f"\n(total {results['seconds']:.0f} s)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=json_default))
-        print(f"wrote {args.json}")
+    points = [
+        p
+        for res in results.get("search", [])
+        for p in sweep_points(
+            res["name"],
+            {"chassis": {f"huge pages {m}": x["points"] for m, x in res["modes"].items()}},
+        )
+    ]
+    write_results(args.json, "bench_memory", results, points)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Placement benchmark (issue #8): in-memory indexes and balanced NUMA placement.
+"""Placement benchmark: in-memory indexes and balanced NUMA placement.
 
 Four variants of the same index, built and searched the same way (M=16, ef_construction=200,
 --threads 2 build threads, add_batch of the whole base):
@@ -20,7 +20,7 @@ Four variants of the same index, built and searched the same way (M=16, ef_const
            whole query set alternate between the variants (forward, backward, ...) until each
            has had --min-seconds and two runs; QPS is the median run. QPS at recall@10 0.90 /
            0.95 / 0.99 is interpolated along the sweep (chassis._bench.qps_at_targets); figures
-           are medians over passes (bench_core.summarize). Ratios: memory / file, balanced /
+           are medians over passes (toolkit.summarize). Ratios: memory / file, balanced /
            local, chassis in memory (balanced) / hnswlib, at the targets and "paired" (median
            over ef of the per-pass QPS ratio at equal ef). Builds on two threads are not
            deterministic, so file, balanced and local are compared by recall (equal within 3
@@ -43,12 +43,13 @@ Four variants of the same index, built and searched the same way (M=16, ef_const
            numactl: fresh processes build the clustered set in memory and search it with one
            thread and with all: balanced, local, local under `numactl --interleave=all`, and
            local pinned to node 0 (`numactl --cpunodebind=0 --membind=0`). Otherwise a written
-           ESTIMATE, clearly labelled, from the seed note
-           ../shared/seeds/NOTE-numa-placement-and-huge-pages.txt (--quick then runs the
-           subprocess machinery once without numactl, as a smoke test only).
+           ESTIMATE, clearly labelled, from the measurements the design note
+           docs/design/numa-placement.md reports (--quick then runs the subprocess machinery
+           once without numactl, as a smoke test only). The child process is
+           benchmarks/children/numa_search.py.
 
-Data: debian-minilm (--data, /work/shared/data/debian-minilm: 45,056 x 384, 1,000 queries,
-ground truth given) and a generated clustered set (chassis.datasets.clustered, --n 100,000 x
+Data: debian-minilm (--data, by default $CHASSIS_DATA/debian-minilm, else
+<repo>/../shared/data/debian-minilm: 45,056 x 384, 1,000 queries, ground truth given) and a generated clustered set (chassis.datasets.clustered, --n 100,000 x
 --dims 128, seed 0, exact ground truth computed).
 
     python benchmarks/bench_placement.py                  # all parts (roughly 6-10 min on 2 cores)
@@ -78,30 +79,42 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from toolkit import (  # noqa: E402
     MINILM,
+    REPO,
     TARGETS,
     ChassisEngine,
     HnswlibEngine,
+    add_json_option,
+    child_script,
+    csv,
     datasets_module,
     engine_status,
     evict_file,
     fmt,
-    json_default,
     machine_info,
     median,
     qps_at_targets,
+    qps_cell,
     ratio,
+    ratios,
+    summarize,
+    sweep_points,
     table,
     timed,
+    write_results,
 )
-from bench_core import _qps_cell, ratios, summarize  # noqa: E402  (median over passes, chassis/peer ratios)
 
 MiB = 1 << 20
 BALANCED_MIN = 16_384  # batches from this size are spread by balanced placement (src/index.rs)
-SEED_NOTE = Path("/work/shared/seeds/NOTE-numa-placement-and-huge-pages.txt")
+DESIGN_NOTE = "docs/design/numa-placement.md"  # the measurements the NUMA estimate rests on
 CHASSIS_VARIANTS = ("file", "balanced", "local")
-LABELS = {"file": "file (page cache)", "balanced": "memory, balanced", "local": "memory, local", "hnswlib": "hnswlib"}
+LABELS = {
+    "file": "file (page cache)",
+    "balanced": "memory, balanced",
+    "local": "memory, local",
+    "hnswlib": "hnswlib",
+}
 
 
 def log(*a: Any) -> None:
@@ -125,13 +138,18 @@ class ChassisVariant(ChassisEngine):
         self.pending_after_flush: int | None = None
 
     def options(self, metric: str, m: int, ef_construction: int):
-        return self.module.IndexOptions(max_connections=m, ef_construction=ef_construction, metric=metric,
-                                        placement=self.placement)
+        return self.module.IndexOptions(
+            max_connections=m,
+            ef_construction=ef_construction,
+            metric=metric,
+            placement=self.placement,
+        )
 
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
-        self.index = self.module.VectorIndex(None if self.memory else path, self.dims,
-                                             self.options(metric, m, ef_construction))
+        self.index = self.module.VectorIndex(
+            None if self.memory else path, self.dims, self.options(metric, m, ef_construction)
+        )
         _, seconds = timed(lambda: self.index.add_batch(base, threads=threads))
         if self.memory:
             _, self.flush_seconds = timed(self.index.flush)  # a no-op in memory
@@ -141,8 +159,12 @@ class ChassisVariant(ChassisEngine):
             _, self.persist_seconds = timed(self.index.flush)
         return seconds
 
-    def search_t(self, queries: np.ndarray, k: int, ef: int, threads: int) -> tuple[np.ndarray, float]:
-        (ids, _), seconds = timed(lambda: self.index.search_batch(queries, k, ef=ef, threads=threads))
+    def search_t(
+        self, queries: np.ndarray, k: int, ef: int, threads: int
+    ) -> tuple[np.ndarray, float]:
+        (ids, _), seconds = timed(
+            lambda: self.index.search_batch(queries, k, ef=ef, threads=threads)
+        )
         return ids, seconds
 
     def stats(self) -> dict[str, Any]:
@@ -152,7 +174,9 @@ class ChassisVariant(ChassisEngine):
 class HnswlibVariant(HnswlibEngine):
     name = "hnswlib"
 
-    def search_t(self, queries: np.ndarray, k: int, ef: int, threads: int) -> tuple[np.ndarray, float]:
+    def search_t(
+        self, queries: np.ndarray, k: int, ef: int, threads: int
+    ) -> tuple[np.ndarray, float]:
         self.index.set_ef(ef)
         (ids, _), seconds = timed(lambda: self.index.knn_query(queries, k, num_threads=threads))
         return ids, seconds
@@ -166,7 +190,9 @@ def shares(ms: dict[str, Any] | None) -> tuple[float | None, float | None]:
     if not ms or not ms.get("written_bytes"):
         return None, None
     w = ms["written_bytes"]
-    return (None if ms.get("huge_bytes") is None else ms["huge_bytes"] / w), ms["resident_bytes"] / w
+    return (None if ms.get("huge_bytes") is None else ms["huge_bytes"] / w), ms[
+        "resident_bytes"
+    ] / w
 
 
 def pct(x: float | None) -> str:
@@ -175,8 +201,23 @@ def pct(x: float | None) -> str:
 
 # ------------------------------------------------------------------ data
 class Data:
-    def __init__(self, tag: str, name: str, base: np.ndarray, queries: np.ndarray, truth: np.ndarray, metric: str) -> None:
-        self.tag, self.name, self.base, self.queries, self.truth, self.metric = tag, name, base, queries, truth, metric
+    def __init__(
+        self,
+        tag: str,
+        name: str,
+        base: np.ndarray,
+        queries: np.ndarray,
+        truth: np.ndarray,
+        metric: str,
+    ) -> None:
+        self.tag, self.name, self.base, self.queries, self.truth, self.metric = (
+            tag,
+            name,
+            base,
+            queries,
+            truth,
+            metric,
+        )
 
 
 def load_data(tag: str, args: argparse.Namespace) -> Data:
@@ -203,7 +244,9 @@ def load_data(tag: str, args: argparse.Namespace) -> Data:
 
 
 # ------------------------------------------------------------------ (1) build + search
-def interleaved_sweep(engines: dict[str, Any], data: Data, args: argparse.Namespace, p: int) -> dict[str, dict[str, list[dict[str, float]]]]:
+def interleaved_sweep(
+    engines: dict[str, Any], data: Data, args: argparse.Namespace, p: int
+) -> dict[str, dict[str, list[dict[str, float]]]]:
     """{variant: {mode: [{"ef", "recall", "qps"}, ...]}}: per ef and thread count, runs of the
     query set alternate between the variants (order rotated per ef and pass, then reversed
     every round) until each has --min-seconds and 2 runs (at most --max-runs)."""
@@ -211,7 +254,9 @@ def interleaved_sweep(engines: dict[str, Any], data: Data, args: argparse.Namesp
     names = list(engines)
     for e in engines.values():  # warm-up: lazy setup, caches
         e.search_t(data.queries[:100], args.k, args.efs[0], 1)
-    out: dict[str, dict[str, list[dict[str, float]]]] = {n: {mode_name(t): [] for t in args.thread_counts} for n in names}
+    out: dict[str, dict[str, list[dict[str, float]]]] = {
+        n: {mode_name(t): [] for t in args.thread_counts} for n in names
+    }
     for i, ef in enumerate(args.efs):
         for t in args.thread_counts:
             shift = (p + i) % len(names)
@@ -220,17 +265,25 @@ def interleaved_sweep(engines: dict[str, Any], data: Data, args: argparse.Namesp
             recall: dict[str, float] = {}
             rnd = 0
             while True:
-                for n in (order if rnd % 2 == 0 else order[::-1]):
+                for n in order if rnd % 2 == 0 else order[::-1]:
                     ids, s = engines[n].search_t(data.queries, args.k, ef, t)
                     if n not in recall:
                         recall[n] = recall_at_k(ids, data.truth, args.k)
                     times[n].append(s)
                 rnd += 1
-                if rnd >= args.max_runs or (rnd >= 2 and all(sum(v) >= args.min_seconds for v in times.values())):
+                if rnd >= args.max_runs or (
+                    rnd >= 2 and all(sum(v) >= args.min_seconds for v in times.values())
+                ):
                     break
             for n in names:
-                out[n][mode_name(t)].append({"ef": ef, "recall": recall[n], "qps": len(data.queries) / statistics.median(times[n]),
-                                             "runs": len(times[n])})
+                out[n][mode_name(t)].append(
+                    {
+                        "ef": ef,
+                        "recall": recall[n],
+                        "qps": len(data.queries) / statistics.median(times[n]),
+                        "runs": len(times[n]),
+                    }
+                )
     return out
 
 
@@ -238,44 +291,80 @@ def same_vectors(engines: dict[str, Any], data: Data) -> dict[str, bool]:
     """get() of 1,000 ids spread over the base: identical across file / balanced / local, and
     equal to the input rows."""
     ids = np.unique(np.linspace(0, len(data.base) - 1, 1000).astype(np.int64))
-    got = {n: np.stack([engines[n].index.get(int(i)) for i in ids]) for n in CHASSIS_VARIANTS if n in engines}
+    got = {
+        n: np.stack([engines[n].index.get(int(i)) for i in ids])
+        for n in CHASSIS_VARIANTS
+        if n in engines
+    }
     first = next(iter(got.values()))
-    return {"across_variants": all(np.array_equal(first, g) for g in got.values()),
-            "equal_to_input": all(np.array_equal(g, data.base[ids]) for g in got.values())}
+    return {
+        "across_variants": all(np.array_equal(first, g) for g in got.values()),
+        "equal_to_input": all(np.array_equal(g, data.base[ids]) for g in got.values()),
+    }
 
 
-def bench_build_search(data: Data, workdir: Path, args: argparse.Namespace, peers: dict[str, Any]) -> dict[str, Any]:
+def bench_build_search(
+    data: Data, workdir: Path, args: argparse.Namespace, peers: dict[str, Any]
+) -> dict[str, Any]:
     names = list(CHASSIS_VARIANTS) + (["hnswlib"] if "hnswlib" in peers else [])
     passes: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     checks: list[dict[str, bool]] = []
     flush_noop: list[dict[str, Any]] = []
     keep_file = None
     for p in range(args.passes):
-        order = names[p % len(names):] + names[: p % len(names)]
+        order = names[p % len(names) :] + names[: p % len(names)]
         engines: dict[str, Any] = {}
         per: dict[str, dict[str, Any]] = {}
-        paths = {n: workdir / f"{data.tag}-{n}-pass{p}.{'hnsw' if n == 'hnswlib' else 'chassis'}" for n in names}
+        paths = {
+            n: workdir / f"{data.tag}-{n}-pass{p}.{'hnsw' if n == 'hnswlib' else 'chassis'}"
+            for n in names
+        }
         for n in order:
             e = HnswlibVariant() if n == "hnswlib" else ChassisVariant(n)
-            build_s = e.build(str(paths[n]), data.base, metric=data.metric, m=args.m, ef_construction=args.efc, threads=args.threads)
+            build_s = e.build(
+                str(paths[n]),
+                data.base,
+                metric=data.metric,
+                m=args.m,
+                ef_construction=args.efc,
+                threads=args.threads,
+            )
             ms = e.stats()
             huge, resident = shares(ms)
-            per[n] = {"build_s": build_s, "persist_s": e.persist_seconds, "huge_share": huge, "resident_share": resident,
-                      "huge_pages_refused": None if ms is None else ms["huge_pages_refused"],
-                      "written_bytes": None if ms is None else ms["written_bytes"], "backing": None if ms is None else ms["backing"]}
+            per[n] = {
+                "build_s": build_s,
+                "persist_s": e.persist_seconds,
+                "huge_share": huge,
+                "resident_share": resident,
+                "huge_pages_refused": None if ms is None else ms["huge_pages_refused"],
+                "written_bytes": None if ms is None else ms["written_bytes"],
+                "backing": None if ms is None else ms["backing"],
+            }
             if getattr(e, "memory", False):
-                flush_noop.append({"variant": n, "flush_s": e.flush_seconds, "pending": e.pending_after_flush})
+                flush_noop.append(
+                    {"variant": n, "flush_s": e.flush_seconds, "pending": e.pending_after_flush}
+                )
             engines[n] = e
-            log(f"  [{data.tag}] pass {p + 1}/{args.passes}: built {n} in {build_s:.2f} s"
-                + ("" if huge is None else f" (on huge pages {100 * huge:.0f}%, resident {100 * resident:.0f}%)"))
+            log(
+                f"  [{data.tag}] pass {p + 1}/{args.passes}: built {n} in {build_s:.2f} s"
+                + (
+                    ""
+                    if huge is None
+                    else f" (on huge pages {100 * huge:.0f}%, resident {100 * resident:.0f}%)"
+                )
+            )
         checks.append(same_vectors(engines, data))
         sweeps = interleaved_sweep(engines, data, args, p)
         for n in names:
             per[n]["sweep"] = sweeps[n]
-            per[n]["qps_at"] = {mode: qps_at_targets(points, TARGETS) for mode, points in sweeps[n].items()}
+            per[n]["qps_at"] = {
+                mode: qps_at_targets(points, TARGETS) for mode, points in sweeps[n].items()
+            }
             passes[n].append(per[n])
-        log(f"  [{data.tag}] pass {p + 1}/{args.passes}: swept {len(args.efs)} ef x {len(args.thread_counts)} thread counts")
-        for n, e in engines.items():
+        log(
+            f"  [{data.tag}] pass {p + 1}/{args.passes}: swept {len(args.efs)} ef x {len(args.thread_counts)} thread counts"
+        )
+        for e in engines.values():
             e.close()
         for n, path in paths.items():
             if n == "file" and p == args.passes - 1:
@@ -289,8 +378,12 @@ def bench_build_search(data: Data, workdir: Path, args: argparse.Namespace, peer
         summary[n]["resident_share"] = median(x["resident_share"] for x in ps)
         summary[n]["huge_pages_refused"] = any(bool(x["huge_pages_refused"]) for x in ps)
     # paired ratios: per pass and ef, a / b; median over passes, then over ef
-    pairs = {"memory balanced / file": ("balanced", "file"), "memory local / file": ("local", "file"),
-             "balanced / local": ("balanced", "local"), "memory balanced / hnswlib": ("balanced", "hnswlib")}
+    pairs = {
+        "memory balanced / file": ("balanced", "file"),
+        "memory local / file": ("local", "file"),
+        "balanced / local": ("balanced", "local"),
+        "memory balanced / hnswlib": ("balanced", "hnswlib"),
+    }
     paired: dict[str, dict[str, Any]] = {}
     for label, (a, b) in pairs.items():
         if a not in passes or b not in passes:
@@ -298,15 +391,22 @@ def bench_build_search(data: Data, workdir: Path, args: argparse.Namespace, peer
         paired[label] = {}
         for t in args.thread_counts:
             mode = mode_name(t)
-            per_ef = [statistics.median(pa["sweep"][mode][i]["qps"] / pb["sweep"][mode][i]["qps"]
-                                        for pa, pb in zip(passes[a], passes[b])) for i in range(len(args.efs))]
+            per_ef = [
+                statistics.median(
+                    pa["sweep"][mode][i]["qps"] / pb["sweep"][mode][i]["qps"]
+                    for pa, pb in zip(passes[a], passes[b])
+                )
+                for i in range(len(args.efs))
+            ]
             paired[label][mode] = {"per_ef": per_ef, "median": statistics.median(per_ef)}
     # recall of file / balanced / local: equal within noise?
     nq = len(data.queries)
     worst = {"delta": 0.0, "ef": None, "tolerance": None}
     equal = True
     for i, ef in enumerate(args.efs):
-        recs = {n: [ps["sweep"]["1 thread"][i]["recall"] for ps in passes[n]] for n in CHASSIS_VARIANTS}
+        recs = {
+            n: [ps["sweep"]["1 thread"][i]["recall"] for ps in passes[n]] for n in CHASSIS_VARIANTS
+        }
         meds = {n: statistics.median(v) for n, v in recs.items()}
         spread = max(max(v) - min(v) for v in recs.values())
         r = statistics.mean(meds.values())
@@ -316,64 +416,127 @@ def bench_build_search(data: Data, workdir: Path, args: argparse.Namespace, peer
             equal = False
         if worst["tolerance"] is None or delta - tol > worst["delta"] - worst["tolerance"]:
             worst = {"delta": delta, "ef": ef, "tolerance": tol}
-    return {"name": data.name, "shape": list(data.base.shape), "queries": nq, "metric": data.metric,
-            "passes": passes, "median": summary, "paired": paired,
-            "ratios": {label: ratios(summary[a], summary[b]) for label, (a, b) in pairs.items() if a in summary and b in summary},
-            "recall_equal": {"equal": equal, **worst}, "vectors": checks, "flush_in_memory": flush_noop,
-            "kept_file": keep_file}
+    return {
+        "name": data.name,
+        "shape": list(data.base.shape),
+        "queries": nq,
+        "metric": data.metric,
+        "passes": passes,
+        "median": summary,
+        "paired": paired,
+        "ratios": {
+            label: ratios(summary[a], summary[b], ("build_s", "persist_s"))
+            for label, (a, b) in pairs.items()
+            if a in summary and b in summary
+        },
+        "recall_equal": {"equal": equal, **worst},
+        "vectors": checks,
+        "flush_in_memory": flush_noop,
+        "kept_file": keep_file,
+    }
 
 
-def print_build_search(res: dict[str, Any], args: argparse.Namespace, peers: dict[str, Any]) -> None:
+def print_build_search(
+    res: dict[str, Any], args: argparse.Namespace, peers: dict[str, Any]
+) -> None:
     n, d = res["shape"]
     s = res["median"]
-    print(f"\n=== build + search: {res['name']}, {res['queries']:,} queries, {res['metric']}; M={args.m}, "
-          f"ef_construction={args.efc}, build threads {args.threads}; medians of {args.passes} pass(es), variants interleaved")
+    print(
+        f"\n=== build + search: {res['name']}, {res['queries']:,} queries, {res['metric']}; M={args.m}, "
+        f"ef_construction={args.efc}, build threads {args.threads}; medians of {args.passes} pass(es), variants interleaved"
+    )
     modes = [mode_name(t) for t in args.thread_counts]
     targets = [str(t) for t in TARGETS]
     short = {m: ("1t" if m == "1 thread" else m.split()[0] + "t") for m in modes}
     rows = []
     for v, x in s.items():
         label = LABELS[v] + (f" {peers['hnswlib'].version}" if v == "hnswlib" else "")
-        rows.append([label, fmt(x["build_s"], ".2f"), fmt(n / x["build_s"] if x["build_s"] else None), fmt(x["persist_s"], ".3f"),
-                     pct(x["huge_share"]), pct(x["resident_share"])] + [_qps_cell(x, m, t) for m in modes for t in targets])
-    print(table(["variant", "build s", "vectors/s", "flush/save s", "on huge pages", "resident"]
-                + [f"{short[m]} QPS@{t}" for m in modes for t in targets], rows))
+        rows.append(
+            [
+                label,
+                fmt(x["build_s"], ".2f"),
+                fmt(n / x["build_s"] if x["build_s"] else None),
+                fmt(x["persist_s"], ".3f"),
+                pct(x["huge_share"]),
+                pct(x["resident_share"]),
+            ]
+            + [qps_cell(x, m, t) for m in modes for t in targets]
+        )
+    print(
+        table(
+            ["variant", "build s", "vectors/s", "flush/save s", "on huge pages", "resident"]
+            + [f"{short[m]} QPS@{t}" for m in modes for t in targets],
+            rows,
+        )
+    )
     fl = res["flush_in_memory"]
-    print("(* the smallest ef already reached this recall: its QPS, a lower bound. flush/save: file flush(); in memory "
-          "save(path); hnswlib save_index. huge pages / resident: memory_stats() huge_bytes, resident_bytes of written_bytes."
-          f" flush() in memory: median {fmt(1e3 * median(f['flush_s'] for f in fl), '.3f', ' ms')}, pending after it "
-          f"{sorted({f['pending'] for f in fl})})")
+    print(
+        "(* the smallest ef already reached this recall: its QPS, a lower bound. flush/save: file flush(); in memory "
+        "save(path); hnswlib save_index. huge pages / resident: memory_stats() huge_bytes, resident_bytes of written_bytes."
+        f" flush() in memory: median {fmt(1e3 * median(f['flush_s'] for f in fl), '.3f', ' ms')}, pending after it "
+        f"{sorted({f['pending'] for f in fl})})"
+    )
     if any(x.get("huge_pages_refused") for x in s.values()):
         print("NOTE: memory_stats() says the kernel refused huge pages to this process")
 
-    print("\nratios (QPS: > 1 = the first is faster; build: < 1 = the first is faster); paired = median over ef of the per-pass QPS ratio")
+    print(
+        "\nratios (QPS: > 1 = the first is faster; build: < 1 = the first is faster); paired = median over ef of the per-pass QPS ratio"
+    )
     rows = []
     for label, r in res["ratios"].items():
         pr = res["paired"].get(label, {})
-        rows.append([label, fmt(r["build_s"], ".3f")] + [fmt(r["qps_at"].get(m, {}).get(t), ".3f") for m in modes for t in targets]
-                    + [fmt(pr.get(m, {}).get("median"), ".3f") for m in modes])
-    print(table(["", "build"] + [f"{short[m]} QPS@{t}" for m in modes for t in targets] + [f"paired {short[m]}" for m in modes], rows))
+        rows.append(
+            [label, fmt(r["build_s"], ".3f")]
+            + [fmt(r["qps_at"].get(m, {}).get(t), ".3f") for m in modes for t in targets]
+            + [fmt(pr.get(m, {}).get("median"), ".3f") for m in modes]
+        )
+    print(
+        table(
+            ["", "build"]
+            + [f"{short[m]} QPS@{t}" for m in modes for t in targets]
+            + [f"paired {short[m]}" for m in modes],
+            rows,
+        )
+    )
 
     names = list(s)
     first = modes[0]
     print(f"\nsweep, {first}: recall@{args.k} and QPS (medians over passes)")
     rows = []
     for i, ef in enumerate(args.efs):
-        rows.append([str(ef)] + [f"{s[v]['sweep'][first][i]['recall']:.4f}" for v in names]
-                    + [fmt(s[v]["sweep"][first][i]["qps"]) for v in names])
-    print(table(["ef"] + [f"recall {v}" for v in names] + [f"QPS {v}" for v in names], rows, align_first="right"))
+        rows.append(
+            [str(ef)]
+            + [f"{s[v]['sweep'][first][i]['recall']:.4f}" for v in names]
+            + [fmt(s[v]["sweep"][first][i]["qps"]) for v in names]
+        )
+    print(
+        table(
+            ["ef"] + [f"recall {v}" for v in names] + [f"QPS {v}" for v in names],
+            rows,
+            align_first="right",
+        )
+    )
     for m in modes[1:]:
         print(f"\nsweep, {m} (search_batch(threads={m.split()[0]})): QPS")
-        rows = [[str(ef)] + [fmt(s[v]["sweep"][m][i]["qps"]) for v in names] for i, ef in enumerate(args.efs)]
+        rows = [
+            [str(ef)] + [fmt(s[v]["sweep"][m][i]["qps"]) for v in names]
+            for i, ef in enumerate(args.efs)
+        ]
         print(table(["ef"] + [f"QPS {v}" for v in names], rows, align_first="right"))
     rq = res["recall_equal"]
-    print(f"\nrecall of file / balanced / local equal within noise: {'yes' if rq['equal'] else 'NO'} (largest difference "
-          f"{rq['delta']:.4f} at ef {rq['ef']}; tolerance 3 binomial s.e. + pass-to-pass spread = {rq['tolerance']:.4f})")
+    print(
+        f"\nrecall of file / balanced / local equal within noise: {'yes' if rq['equal'] else 'NO'} (largest difference "
+        f"{rq['delta']:.4f} at ef {rq['ef']}; tolerance 3 binomial s.e. + pass-to-pass spread = {rq['tolerance']:.4f})"
+    )
     v = res["vectors"]
-    print(f"stored vectors (get() of 1,000 ids): identical across file / balanced / local in every pass: "
-          f"{all(c['across_variants'] for c in v)}; equal to the input rows: {all(c['equal_to_input'] for c in v)}")
+    print(
+        f"stored vectors (get() of 1,000 ids): identical across file / balanced / local in every pass: "
+        f"{all(c['across_variants'] for c in v)}; equal to the input rows: {all(c['equal_to_input'] for c in v)}"
+    )
     if n < BALANCED_MIN:
-        print(f"NOTE: {n:,} rows < {BALANCED_MIN:,}: balanced placement does not act on this batch; balanced and local are the same path")
+        print(
+            f"NOTE: {n:,} rows < {BALANCED_MIN:,}: balanced placement does not act on this batch; balanced and local are the same path"
+        )
 
 
 # ------------------------------------------------------------------ (1b) exactness on a subset
@@ -386,8 +549,18 @@ def bench_exact(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str
     for n in CHASSIS_VARIANTS:
         e = ChassisVariant(n)
         path = workdir / f"{data.tag}-exact-{n}.chassis"
-        e.build(str(path), base, metric=data.metric, m=args.m, ef_construction=args.efc, threads=args.threads)
-        ids[n] = {t: e.search_t(data.queries, args.k, args.exact_ef, t)[0] for t in sorted({1, *args.thread_counts})}
+        e.build(
+            str(path),
+            base,
+            metric=data.metric,
+            m=args.m,
+            ef_construction=args.efc,
+            threads=args.threads,
+        )
+        ids[n] = {
+            t: e.search_t(data.queries, args.k, args.exact_ef, t)[0]
+            for t in sorted({1, *args.thread_counts})
+        }
         e.close()
         for q in (path, Path(str(path) + ".undo")):
             q.unlink(missing_ok=True)
@@ -395,14 +568,23 @@ def bench_exact(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str
     identical = all(np.array_equal(ref, a) for per in ids.values() for a in per.values())
     recalls = {n: dsm.recall_at_k(per[1], truth, args.k) for n, per in ids.items()}
     exact = all(np.array_equal(per[1].astype(np.int64), truth) for per in ids.values())
-    return {"rows": rows, "ef": args.exact_ef, "identical": identical, "equal_to_exact": exact, "recall": recalls}
+    return {
+        "rows": rows,
+        "ef": args.exact_ef,
+        "identical": identical,
+        "equal_to_exact": exact,
+        "recall": recalls,
+    }
 
 
 def print_exact(data: Data, res: dict[str, Any]) -> None:
-    print(f"\nexactness, {data.name.split()[0]}: first {res['rows']:,} rows, ef={res['ef']}, {len(data.queries):,} queries: "
-          f"ids identical across file / balanced / local (1 and more search threads): {res['identical']}; "
-          f"equal to the exact neighbours: {res['equal_to_exact']} (recall "
-          + ", ".join(f"{n} {r:.4f}" for n, r in res["recall"].items()) + ")")
+    print(
+        f"\nexactness, {data.name.split()[0]}: first {res['rows']:,} rows, ef={res['ef']}, {len(data.queries):,} queries: "
+        f"ids identical across file / balanced / local (1 and more search threads): {res['identical']}; "
+        f"equal to the exact neighbours: {res['equal_to_exact']} (recall "
+        + ", ".join(f"{n} {r:.4f}" for n, r in res["recall"].items())
+        + ")"
+    )
 
 
 # ------------------------------------------------------------------ (2) load
@@ -418,7 +600,14 @@ def file_index(data: Data, workdir: Path, args: argparse.Namespace, kept: str | 
         return kept
     path = workdir / f"{data.tag}-load.chassis"
     e = ChassisVariant("file")
-    secs = e.build(str(path), data.base, metric=data.metric, m=args.m, ef_construction=args.efc, threads=args.threads)
+    secs = e.build(
+        str(path),
+        data.base,
+        metric=data.metric,
+        m=args.m,
+        ef_construction=args.efc,
+        threads=args.threads,
+    )
     e.close()
     log(f"  [{data.tag}] built the file index for load in {secs:.1f} s")
     return str(path)
@@ -433,21 +622,25 @@ def bench_load(data: Data, path: str, args: argparse.Namespace) -> dict[str, Any
         if n == "reader":
             return chassis.IndexReader(path)
         # to choose the placement, options must repeat the file's max_connections / metric
-        opts = chassis.IndexOptions(max_connections=args.m, ef_construction=args.efc, metric=data.metric, placement=n)
+        opts = chassis.IndexOptions(
+            max_connections=args.m, ef_construction=args.efc, metric=data.metric, placement=n
+        )
         return chassis.VectorIndex.load(path, True, opts, threads=args.threads)
 
-    secs: dict[str, dict[str, list[float]]] = {st: {n: [] for n in names} for st in ("cached", "evicted")}
+    secs: dict[str, dict[str, list[float]]] = {
+        st: {n: [] for n in names} for st in ("cached", "evicted")
+    }
     qps: dict[str, list[float]] = {n: [] for n in names}
     share: dict[str, list[tuple[float | None, float | None]]] = {n: [] for n in names}
     stats_last: dict[str, Any] = {}
     identical = True
     for p in range(args.passes):
-        order = names[p % 3:] + names[: p % 3]
+        order = names[p % 3 :] + names[: p % 3]
         # the file in the page cache: open / load each, keep them for the search
         read_through(path)
         idx = {}
         for n in order:
-            idx[n], s = timed(lambda: open_one(n))
+            idx[n], s = timed(lambda n=n: open_one(n))
             secs["cached"][n].append(s)
         for n in names:
             ms = idx[n].memory_stats()
@@ -456,8 +649,12 @@ def bench_load(data: Data, path: str, args: argparse.Namespace) -> dict[str, Any
         want = idx["reader"].search_batch(data.queries, args.k, ef=args.load_ef, threads=1)[0]
         times: dict[str, list[float]] = {n: [] for n in names}
         for rnd in range(max(2, args.load_runs)):
-            for n in (order if rnd % 2 == 0 else order[::-1]):
-                (ids, _), s = timed(lambda: idx[n].search_batch(data.queries, args.k, ef=args.load_ef, threads=1))
+            for n in order if rnd % 2 == 0 else order[::-1]:
+                (ids, _), s = timed(
+                    lambda h=idx[n]: h.search_batch(
+                        data.queries, args.k, ef=args.load_ef, threads=1
+                    )
+                )
                 times[n].append(s)
                 identical &= bool(np.array_equal(ids, want))
         for n in names:
@@ -467,85 +664,104 @@ def bench_load(data: Data, path: str, args: argparse.Namespace) -> dict[str, Any
         # the file evicted before each: load reads it from the disk
         for n in order:
             evict_file(path)
-            h, s = timed(lambda: open_one(n))
+            h, s = timed(lambda n=n: open_one(n))
             secs["evicted"][n].append(s)
             h.close()
             del h
-        log(f"  [{data.tag}] load pass {p + 1}/{args.passes}: cached " + ", ".join(f"{n} {secs['cached'][n][-1]:.3f} s" for n in names)
-            + "; evicted " + ", ".join(f"{n} {secs['evicted'][n][-1]:.3f} s" for n in names))
-    return {"name": data.name, "path": path, "file_bytes": os.path.getsize(path), "ef": args.load_ef,
-            "seconds": {st: {n: median(v) for n, v in d.items()} for st, d in secs.items()}, "seconds_passes": secs,
-            "qps": {n: median(v) for n, v in qps.items()},
-            "huge_share": {n: median(x[0] for x in v) for n, v in share.items()},
-            "resident_share": {n: median(x[1] for x in v) for n, v in share.items()},
-            "memory_stats_last": stats_last, "identical": identical}
+        log(
+            f"  [{data.tag}] load pass {p + 1}/{args.passes}: cached "
+            + ", ".join(f"{n} {secs['cached'][n][-1]:.3f} s" for n in names)
+            + "; evicted "
+            + ", ".join(f"{n} {secs['evicted'][n][-1]:.3f} s" for n in names)
+        )
+    return {
+        "name": data.name,
+        "path": path,
+        "file_bytes": os.path.getsize(path),
+        "ef": args.load_ef,
+        "seconds": {st: {n: median(v) for n, v in d.items()} for st, d in secs.items()},
+        "seconds_passes": secs,
+        "qps": {n: median(v) for n, v in qps.items()},
+        "huge_share": {n: median(x[0] for x in v) for n, v in share.items()},
+        "resident_share": {n: median(x[1] for x in v) for n, v in share.items()},
+        "memory_stats_last": stats_last,
+        "identical": identical,
+    }
 
 
 def print_load(res: dict[str, Any], args: argparse.Namespace) -> None:
-    print(f"\n=== load: {res['name']}, file {res['file_bytes'] / MiB:,.1f} MiB; VectorIndex.load(path, in_memory=True, "
-          f"threads={args.threads}) vs IndexReader(path); medians of {args.passes} pass(es), interleaved")
+    print(
+        f"\n=== load: {res['name']}, file {res['file_bytes'] / MiB:,.1f} MiB; VectorIndex.load(path, in_memory=True, "
+        f"threads={args.threads}) vs IndexReader(path); medians of {args.passes} pass(es), interleaved"
+    )
     rows = []
-    label = {"reader": "IndexReader(path) (maps, reads nothing)", "balanced": "load, placement balanced", "local": "load, placement local"}
+    label = {
+        "reader": "IndexReader(path) (maps, reads nothing)",
+        "balanced": "load, placement balanced",
+        "local": "load, placement local",
+    }
     for n in ("reader", "balanced", "local"):
-        rows.append([label[n], fmt(1e3 * res["seconds"]["cached"][n], ".1f", " ms"), fmt(1e3 * res["seconds"]["evicted"][n], ".1f", " ms"),
-                     pct(res["huge_share"][n]), pct(res["resident_share"][n]), fmt(res["qps"][n])])
-    print(table(["", "file in page cache", "file evicted", "on huge pages", "resident", f"QPS ef={res['ef']} (1 thread)"], rows))
+        rows.append(
+            [
+                label[n],
+                fmt(1e3 * res["seconds"]["cached"][n], ".1f", " ms"),
+                fmt(1e3 * res["seconds"]["evicted"][n], ".1f", " ms"),
+                pct(res["huge_share"][n]),
+                pct(res["resident_share"][n]),
+                fmt(res["qps"][n]),
+            ]
+        )
+    print(
+        table(
+            [
+                "",
+                "file in page cache",
+                "file evicted",
+                "on huge pages",
+                "resident",
+                f"QPS ef={res['ef']} (1 thread)",
+            ],
+            rows,
+        )
+    )
     sc, se = res["seconds"]["cached"], res["seconds"]["evicted"]
-    print(f"load balanced / local: {fmt(ratio(sc['balanced'], sc['local']), '.3f')} (page cache), "
-          f"{fmt(ratio(se['balanced'], se['local']), '.3f')} (evicted); QPS loaded balanced / reader "
-          f"{fmt(ratio(res['qps']['balanced'], res['qps']['reader']), '.3f')}, balanced / local "
-          f"{fmt(ratio(res['qps']['balanced'], res['qps']['local']), '.3f')} (the same graph in all three)")
-    print(f"ids of the loaded copies identical to the reader's at ef={res['ef']}: {res['identical']}")
+    print(
+        f"load balanced / local: {fmt(ratio(sc['balanced'], sc['local']), '.3f')} (page cache), "
+        f"{fmt(ratio(se['balanced'], se['local']), '.3f')} (evicted); QPS loaded balanced / reader "
+        f"{fmt(ratio(res['qps']['balanced'], res['qps']['reader']), '.3f')}, balanced / local "
+        f"{fmt(ratio(res['qps']['balanced'], res['qps']['local']), '.3f')} (the same graph in all three)"
+    )
+    print(
+        f"ids of the loaded copies identical to the reader's at ef={res['ef']}: {res['identical']}"
+    )
     rows_n = res.get("rows")
     if rows_n is not None and rows_n < BALANCED_MIN:
-        print(f"NOTE: {rows_n:,} slots < {BALANCED_MIN:,}: load copies serially whatever the placement")
+        print(
+            f"NOTE: {rows_n:,} slots < {BALANCED_MIN:,}: load copies serially whatever the placement"
+        )
 
 
 # ------------------------------------------------------------------ (3) NUMA
-CHILD = r"""
-import json, os, statistics, sys, time
-import numpy as np
-import chassis
-from chassis.datasets import recall_at_k
-cfg = json.loads(sys.argv[1])
-base, queries, truth = np.load(cfg["base"]), np.load(cfg["queries"]), np.load(cfg["truth"])
-k = cfg["k"]
-cpus = len(os.sched_getaffinity(0))
-opts = chassis.IndexOptions(max_connections=cfg["m"], ef_construction=cfg["efc"], metric=cfg["metric"], placement=cfg["placement"])
-index = chassis.VectorIndex(None, base.shape[1], opts)
-t0 = time.perf_counter()
-index.add_batch(base)  # every thread the process may use
-out = {"build_s": time.perf_counter() - t0, "cpus": cpus}
-index.search_batch(queries[:100], k, ef=cfg["efs"][0], threads=1)
-out["sweeps"] = {}
-for label, t in {"1 thread": 1, "all threads": cpus}.items():
-    points = []
-    for ef in cfg["efs"]:
-        times = []
-        while not times or (sum(times) < cfg["min_seconds"] and len(times) < 5):
-            t1 = time.perf_counter()
-            ids, _ = index.search_batch(queries, k, ef=ef, threads=t)
-            times.append(time.perf_counter() - t1)
-            if len(times) == 1:
-                rec = recall_at_k(ids, truth, k)
-        points.append({"ef": ef, "recall": rec, "qps": len(queries) / statistics.median(times)})
-    out["sweeps"][label] = points
-out["memory_stats"] = index.memory_stats()
-print(json.dumps(out))
-"""
-
-
 def numa_info() -> dict[str, Any]:
-    nodes = sorted(glob.glob("/sys/devices/system/node/node[0-9]*"), key=lambda s: int(s.rsplit("node", 1)[1]))
+    nodes = sorted(
+        glob.glob("/sys/devices/system/node/node[0-9]*"), key=lambda s: int(s.rsplit("node", 1)[1])
+    )
     cpus = {}
     for nd in nodes:
         try:
             cpus[Path(nd).name] = Path(nd, "cpulist").read_text().strip()
         except OSError:
             cpus[Path(nd).name] = "?"
-    info: dict[str, Any] = {"nodes": [Path(n).name for n in nodes], "cpulists": cpus, "numactl": shutil.which("numactl")}
-    for key, f in (("numa_balancing", "/proc/sys/kernel/numa_balancing"), ("thp", "/sys/kernel/mm/transparent_hugepage/enabled"),
-                   ("thp_defrag", "/sys/kernel/mm/transparent_hugepage/defrag")):
+    info: dict[str, Any] = {
+        "nodes": [Path(n).name for n in nodes],
+        "cpulists": cpus,
+        "numactl": shutil.which("numactl"),
+    }
+    for key, f in (
+        ("numa_balancing", "/proc/sys/kernel/numa_balancing"),
+        ("thp", "/sys/kernel/mm/transparent_hugepage/enabled"),
+        ("thp_defrag", "/sys/kernel/mm/transparent_hugepage/defrag"),
+    ):
         try:
             info[key] = Path(f).read_text().strip()
         except OSError:
@@ -561,21 +777,40 @@ def numa_info() -> dict[str, Any]:
     return info
 
 
-def run_children(data: Data, workdir: Path, args: argparse.Namespace, variants: list[tuple[str, list[str], str]],
-                 passes: int, efs: list[int], min_seconds: float) -> dict[str, Any]:
+def run_children(
+    data: Data,
+    workdir: Path,
+    args: argparse.Namespace,
+    variants: list[tuple[str, list[str], str]],
+    passes: int,
+    efs: list[int],
+    min_seconds: float,
+) -> dict[str, Any]:
     files = {}
     for key, arr in (("base", data.base), ("queries", data.queries), ("truth", data.truth)):
         files[key] = str(workdir / f"numa-{data.tag}-{key}.npy")
         np.save(files[key], arr)
-    script = workdir / "numa_child.py"
-    script.write_text(CHILD)
+    script = child_script("numa_search")
     runs: dict[str, list[dict[str, Any]]] = {v[0]: [] for v in variants}
     for p in range(passes):
-        order = variants[p % len(variants):] + variants[: p % len(variants)]
+        order = variants[p % len(variants) :] + variants[: p % len(variants)]
         for name, prefix, placement in order:
-            cfg = {**files, "k": args.k, "m": args.m, "efc": args.efc, "metric": data.metric, "placement": placement,
-                   "efs": efs, "min_seconds": min_seconds}
-            proc = subprocess.run(prefix + [sys.executable, str(script), json.dumps(cfg)], capture_output=True, text=True, timeout=7200)
+            cfg = {
+                **files,
+                "k": args.k,
+                "m": args.m,
+                "efc": args.efc,
+                "metric": data.metric,
+                "placement": placement,
+                "efs": efs,
+                "min_seconds": min_seconds,
+            }
+            proc = subprocess.run(
+                prefix + [sys.executable, script, json.dumps(cfg)],
+                capture_output=True,
+                text=True,
+                timeout=7200,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"numa child {name!r} failed:\n{proc.stderr[-3000:]}")
             runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -583,12 +818,24 @@ def run_children(data: Data, workdir: Path, args: argparse.Namespace, variants: 
     out: dict[str, Any] = {"data": data.name, "runs": runs, "median": {}}
     for name, rs in runs.items():
         modes = rs[0]["sweeps"].keys()
-        sweeps = {m: [{"ef": pts[0]["ef"], "recall": statistics.median(x["recall"] for x in pts),
-                       "qps": statistics.median(x["qps"] for x in pts)} for pts in zip(*(r["sweeps"][m] for r in rs))]
-                  for m in modes}
-        out["median"][name] = {"build_s": statistics.median(r["build_s"] for r in rs), "cpus": rs[0]["cpus"], "sweeps": sweeps,
-                               "at": {m: qps_at_targets(pts, TARGETS) for m, pts in sweeps.items()},
-                               "huge_share": median(shares(r["memory_stats"])[0] for r in rs)}
+        sweeps = {
+            m: [
+                {
+                    "ef": pts[0]["ef"],
+                    "recall": statistics.median(x["recall"] for x in pts),
+                    "qps": statistics.median(x["qps"] for x in pts),
+                }
+                for pts in zip(*(r["sweeps"][m] for r in rs))
+            ]
+            for m in modes
+        }
+        out["median"][name] = {
+            "build_s": statistics.median(r["build_s"] for r in rs),
+            "cpus": rs[0]["cpus"],
+            "sweeps": sweeps,
+            "at": {m: qps_at_targets(pts, TARGETS) for m, pts in sweeps.items()},
+            "huge_share": median(shares(r["memory_stats"])[0] for r in rs),
+        }
     return out
 
 
@@ -600,12 +847,24 @@ def print_children(res: dict[str, Any], base_name: str, show_ratios: bool = True
         cells = [name, str(m["cpus"]), fmt(m["build_s"], ".2f"), pct(m["huge_share"])]
         for mode, at in m["at"].items():
             for t in targets:
-                q = at[t][0]
-                cells.append(fmt(q) + (f" ({fmt(ratio(q, ref['at'].get(mode, {}).get(t, (None,))[0]), '.2f', 'x')})"
-                                       if show_ratios and name != base_name else ""))
+                q = at[t]["qps"]
+                cells.append(
+                    fmt(q)
+                    + (
+                        f" ({fmt(ratio(q, ref['at'].get(mode, {}).get(t, {}).get('qps')), '.2f', 'x')})"
+                        if show_ratios and name != base_name
+                        else ""
+                    )
+                )
         rows.append(cells)
     modes = list(ref["at"])
-    print(table(["variant", "cpus", "build s", "on huge pages"] + [f"{m} QPS@{t}" for m in modes for t in targets], rows))
+    print(
+        table(
+            ["variant", "cpus", "build s", "on huge pages"]
+            + [f"{m} QPS@{t}" for m in modes for t in targets],
+            rows,
+        )
+    )
     if show_ratios:
         print(f"(in brackets: / {base_name})")
 
@@ -613,13 +872,13 @@ def print_children(res: dict[str, Any], base_name: str, show_ratios: bool = True
 def estimate_text(info: dict[str, Any], largest_bytes: int | None) -> str:
     llc = f"{info['llc'][1]} (level {info['llc'][0]})" if info["llc"] else "unknown"
     size = "unknown" if largest_bytes is None else f"{largest_bytes / MiB:,.0f} MiB"
-    seed = SEED_NOTE if SEED_NOTE.exists() else "../shared/seeds/NOTE-numa-placement-and-huge-pages.txt (not found here)"
+    seed = DESIGN_NOTE if (REPO / DESIGN_NOTE).exists() else f"{DESIGN_NOTE} (not in this checkout)"
     numactl = f"at {info['numactl']}" if info["numactl"] else "not installed"
     paragraphs = [
         f"This machine has {len(info['nodes'])} NUMA node(s) ({', '.join(info['nodes']) or 'none listed'}) and numactl is "
         f"{numactl}: there is nothing to spread, so NO GAIN IS EXPECTED here. The balanced / local figures above only "
         "show that balanced placement loses nothing on one node.",
-        f"Basis: the seed note {seed}. On a two-socket Xeon Silver 4216 (64 threads), indexes of 600K x 384 (8-bit codes) "
+        f"Basis: the design note {seed}. On a two-socket Xeon Silver 4216 (64 threads), indexes of 600K x 384 (8-bit codes) "
         "built one after another in one process answered 1.14-1.30x the queries per second with balanced placement, at "
         "the same recall and the same distance evaluations, all threads searching a batch; the gain matched copying the "
         "codes into one matrix from all threads. Small data sets that fit in the caches showed no difference.",
@@ -640,80 +899,155 @@ def estimate_text(info: dict[str, Any], largest_bytes: int | None) -> str:
         "govern; placement does nothing for them (VectorIndex.load copies one into memory);",
         "batches under 16,384 items and single add() calls: written by one thread in either mode.",
     ]
-    lines = ["", "*** ESTIMATE, NOT A MEASUREMENT: what balanced placement would buy on a two-socket machine ***"]
+    lines = [
+        "",
+        "*** ESTIMATE, NOT A MEASUREMENT: what balanced placement would buy on a two-socket machine ***",
+    ]
     for para in paragraphs:
         lines += [textwrap.fill(para, 100), ""]
-    lines.append("Where balanced placement brings nothing (about 1.0x) or works against you, per the note:")
-    lines += [textwrap.fill(item, 100, initial_indent="  - ", subsequent_indent="    ") for item in nothing]
-    lines += ["To measure it: on a machine with >= 2 nodes and numactl, run",
-              "  python benchmarks/bench_placement.py --only numa --n 600000 --dims 384"]
+    lines.append(
+        "Where balanced placement brings nothing (about 1.0x) or works against you, per the design note:"
+    )
+    lines += [
+        textwrap.fill(item, 100, initial_indent="  - ", subsequent_indent="    ")
+        for item in nothing
+    ]
+    lines += [
+        "To measure it: on a machine with >= 2 nodes and numactl, run",
+        "  python benchmarks/bench_placement.py --only numa --n 600000 --dims 384",
+    ]
     return "\n".join(lines)
 
 
-def bench_numa(data: Data | None, workdir: Path, args: argparse.Namespace, largest_bytes: int | None) -> dict[str, Any]:
+def bench_numa(
+    data: Data | None, workdir: Path, args: argparse.Namespace, largest_bytes: int | None
+) -> dict[str, Any]:
     info = numa_info()
     out: dict[str, Any] = {"info": info}
-    print(f"\n=== NUMA: nodes {info['nodes']} (cpus {info['cpulists']}); numactl: {info['numactl'] or 'not installed'}; "
-          f"numa_balancing: {info['numa_balancing']}; THP: {info['thp']}; last-level cache: {info['llc']}")
+    print(
+        f"\n=== NUMA: nodes {info['nodes']} (cpus {info['cpulists']}); numactl: {info['numactl'] or 'not installed'}; "
+        f"numa_balancing: {info['numa_balancing']}; THP: {info['thp']}; last-level cache: {info['llc']}"
+    )
     if len(info["nodes"]) >= 2 and info["numactl"] and data is not None:
         nc = info["numactl"]
-        variants = [("balanced", [], "balanced"), ("local", [], "local"),
-                    ("local, numactl --interleave=all", [nc, "--interleave=all"], "local"),
-                    ("local, numactl --cpunodebind=0 --membind=0", [nc, "--cpunodebind=0", "--membind=0"], "local")]
+        variants = [
+            ("balanced", [], "balanced"),
+            ("local", [], "local"),
+            ("local, numactl --interleave=all", [nc, "--interleave=all"], "local"),
+            (
+                "local, numactl --cpunodebind=0 --membind=0",
+                [nc, "--cpunodebind=0", "--membind=0"],
+                "local",
+            ),
+        ]
         log(f"numa: {data.name}, {len(variants)} variants in fresh processes")
         res = run_children(data, workdir, args, variants, args.passes, args.efs, args.min_seconds)
         out["measured"] = res
-        print(f"measured on {res['data']}, in-memory index built by add_batch in a fresh process per variant and pass "
-              f"(all its threads), searched with 1 thread and with all; medians of {args.passes} pass(es)")
+        print(
+            f"measured on {res['data']}, in-memory index built by add_batch in a fresh process per variant and pass "
+            f"(all its threads), searched with 1 thread and with all; medians of {args.passes} pass(es)"
+        )
         print_children(res, "local")
         print("(the pinned variant has only node 0's cpus: its 'all' is fewer threads)")
     else:
-        why = "one NUMA node" if len(info["nodes"]) < 2 else "no numactl" if not info["numactl"] else "no data set"
+        why = (
+            "one NUMA node"
+            if len(info["nodes"]) < 2
+            else "no numactl"
+            if not info["numactl"]
+            else "no data set"
+        )
         out["estimate"] = estimate_text(info, largest_bytes)
         out["why_no_measurement"] = why
         print(out["estimate"])
         if args.quick and data is not None:
             log("numa: smoke test of the subprocess machinery (no numactl)")
-            res = run_children(data, workdir, args, [("balanced", [], "balanced"), ("local", [], "local")], 1,
-                               [args.efs[0], args.efs[-1]], 0.0)
+            res = run_children(
+                data,
+                workdir,
+                args,
+                [("balanced", [], "balanced"), ("local", [], "local")],
+                1,
+                [args.efs[0], args.efs[-1]],
+                0.0,
+            )
             out["smoke"] = res
-            print("\nsubprocess machinery smoke test (--quick, no numactl; NOT a NUMA measurement: one node):")
+            print(
+                "\nsubprocess machinery smoke test (--quick, no numactl; NOT a NUMA measurement: one node):"
+            )
             print_children(res, "local", show_ratios=False)
     return out
 
 
 # ------------------------------------------------------------------ main
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=["build", "exact", "load", "numa"], action="append",
-                   help="run only these parts (repeatable; build = build + search)")
-    p.add_argument("--quick", action="store_true", help="small sizes (>= 16,384 rows), one pass: a smoke run")
+    p.add_argument(
+        "--only",
+        choices=["build", "exact", "load", "numa"],
+        action="append",
+        help="run only these parts (repeatable; build = build + search)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="small sizes (>= 16,384 rows), one pass: a smoke run"
+    )
     p.add_argument("--passes", type=int, help="passes (3; --quick: 1)")
-    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
     p.add_argument("--datasets", default="minilm,clustered", help="minilm,clustered")
-    p.add_argument("--data", "--minilm", dest="data", default=str(MINILM), help="the debian-minilm folder")
-    p.add_argument("--minilm-n", type=int, help="use the first rows of minilm only (all; --quick: 17000)")
-    p.add_argument("--n", "--large-n", dest="n", type=int, help="rows of the clustered set (100000; --quick: 17000)")
+    p.add_argument(
+        "--data",
+        "--minilm",
+        dest="data",
+        default=str(MINILM),
+        help="the debian-minilm folder ($CHASSIS_DATA/debian-minilm)",
+    )
+    p.add_argument(
+        "--minilm-n", type=int, help="use the first rows of minilm only (all; --quick: 17000)"
+    )
+    p.add_argument(
+        "--n",
+        "--large-n",
+        dest="n",
+        type=int,
+        help="rows of the clustered set (100000; --quick: 17000)",
+    )
     p.add_argument("--dims", type=int, default=128, help="dimensions of the clustered set (128)")
     p.add_argument("--queries", type=int, help="queries per data set (1000; --quick: 200)")
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--m", type=int, default=16, help="max_connections / M (16)")
-    p.add_argument("--efc", "--ef-construction", dest="efc", type=int, help="ef_construction (200; --quick: 64)")
+    p.add_argument(
+        "--efc",
+        "--ef-construction",
+        dest="efc",
+        type=int,
+        help="ef_construction (200; --quick: 64)",
+    )
     p.add_argument("--threads", type=int, default=2, help="build and load threads (2)")
-    p.add_argument("--search-threads", type=int, default=2, help="threads of the multi-thread search_batch (2)")
-    p.add_argument("--efs", help="ef sweep (10,16,24,32,48,64,96,128,192,256,400; --quick: 10,20,40,80,160)")
-    p.add_argument("--min-seconds", type=float, help="per ef, thread count and pass: search at least this long per variant (0.3; --quick: 0.05)")
-    p.add_argument("--max-runs", type=int, default=15, help="at most this many runs per variant, ef and thread count (15)")
+    p.add_argument(
+        "--search-threads", type=int, default=2, help="threads of the multi-thread search_batch (2)"
+    )
+    p.add_argument(
+        "--efs", help="ef sweep (10,16,24,32,48,64,96,128,192,256,400; --quick: 10,20,40,80,160)"
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        help="per ef, thread count and pass: search at least this long per variant (0.3; --quick: 0.05)",
+    )
+    p.add_argument(
+        "--max-runs",
+        type=int,
+        default=15,
+        help="at most this many runs per variant, ef and thread count (15)",
+    )
     p.add_argument("--exact-n", type=int, default=2000, help="rows of the exactness check (2000)")
     p.add_argument("--exact-ef", type=int, default=2000, help="ef of the exactness check (2000)")
     p.add_argument("--load-ef", type=int, default=64, help="ef of the search after load (64)")
-    p.add_argument("--load-runs", type=int, help="alternating runs of that search per pass (6; --quick: 2)")
+    p.add_argument(
+        "--load-runs", type=int, help="alternating runs of that search per pass (6; --quick: 2)"
+    )
     p.add_argument("--no-hnswlib", action="store_true", help="leave the peer out")
     p.add_argument("--workdir", help="where index files go (default: a temporary folder, removed)")
+    add_json_option(p)
     a = p.parse_args(argv)
     q = a.quick
     a.passes = a.passes or (1 if q else 3)
@@ -721,11 +1055,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     a.n = a.n or (17_000 if q else 100_000)
     a.queries = a.queries or (200 if q else 1000)
     a.efc = a.efc or (64 if q else 200)
-    a.efs = [int(x) for x in _csv(a.efs or ("10,20,40,80,160" if q else "10,16,24,32,48,64,96,128,192,256,400"))]
+    a.efs = [
+        int(x)
+        for x in csv(a.efs or ("10,20,40,80,160" if q else "10,16,24,32,48,64,96,128,192,256,400"))
+    ]
     a.min_seconds = a.min_seconds if a.min_seconds is not None else (0.05 if q else 0.3)
     a.load_runs = a.load_runs or (2 if q else 6)
     a.thread_counts = [1] + ([a.search_threads] if a.search_threads != 1 else [])
-    a.datasets = _csv(a.datasets)
+    a.datasets = csv(a.datasets)
     return a
 
 
@@ -740,14 +1077,24 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-placement-"))
     workdir.mkdir(parents=True, exist_ok=True)
     info = numa_info()
-    results: dict[str, Any] = {"machine": machine_info(), "numa": info, "args": dict(vars(args)), "notes": notes, "datasets": {}}
-    print(f"machine: {results['machine']['platform']}, {results['machine']['cpu_count']} CPUs; NUMA nodes: {len(info['nodes'])}; "
-          f"numactl: {'yes' if info['numactl'] else 'no'}; THP: {info['thp']}; M={args.m}, ef_construction={args.efc}, k={args.k}"
-          + (f"; peer hnswlib {peers['hnswlib'].version}" if "hnswlib" in peers else ""))
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "numa": info,
+        "args": dict(vars(args)),
+        "notes": notes,
+        "datasets": {},
+    }
+    print(
+        f"machine: {results['machine']['platform']}, {results['machine']['cpu_count']} CPUs; NUMA nodes: {len(info['nodes'])}; "
+        f"numactl: {'yes' if info['numactl'] else 'no'}; THP: {info['thp']}; M={args.m}, ef_construction={args.efc}, k={args.k}"
+        + (f"; peer hnswlib {peers['hnswlib'].version}" if "hnswlib" in peers else "")
+    )
     for note in notes:
         print(f"note: {note}")
     if args.quick:
-        print("QUICK RUN: small sizes and one pass; the figures are a smoke test, not a measurement")
+        print(
+            "QUICK RUN: small sizes and one pass; the figures are a smoke test, not a measurement"
+        )
     largest = None
     numa_data = None
     try:
@@ -788,9 +1135,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     results["seconds"] = time.perf_counter() - started
     print(f"\n(total {results['seconds']:.0f} s)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=json_default))
-        print(f"wrote {args.json}")
+    points = [
+        p
+        for out in results["datasets"].values()
+        if "build_search" in out
+        for p in sweep_points(
+            out["name"], {v: x["sweep"] for v, x in out["build_search"]["median"].items()}
+        )
+    ]
+    write_results(args.json, "bench_placement", results, points)
     return 0
 
 

@@ -19,9 +19,11 @@ ef_construction=200, 2 threads), flushed and closed; then an `IndexReader` opens
               returned (the header is written before flush's last sync); the lag from
               the moment flush() was called is reported too.
 
-Data: --data minilm (/work/shared/data/debian-minilm: base.npy float16 -> float32,
-the first --n rows; the writer adds the rows after them; its 1,000 queries) or
---data generated (chassis.datasets.clustered, --dims dimensions).
+Data: --data minilm ($CHASSIS_DATA/debian-minilm, by default
+<repo>/../shared/data/debian-minilm: base.npy float16 -> float32, the first --n rows; the
+writer adds the rows after them; its 1,000 queries) or --data generated
+(chassis.datasets.clustered, --dims dimensions). The writer process is
+benchmarks/children/readers_writer.py.
 
     python benchmarks/bench_readers.py                 # about 2-3 minutes on 2 cores
     python benchmarks/bench_readers.py --quick         # smoke run
@@ -45,36 +47,21 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MINILM, datasets_module, fmt, json_default, machine_info, median, table, timed  # noqa: E402
-
-WRITER_FLAG = "--writer-child"
+from toolkit import (  # noqa: E402
+    MINILM,
+    add_json_option,
+    child_script,
+    datasets_module,
+    fmt,
+    machine_info,
+    median,
+    table,
+    timed,
+    write_results,
+)
 
 
 # ------------------------------------------------------------------ the writer process
-def writer_child(path: str, vectors_file: str, out: str, stop_file: str, ready_file: str) -> None:
-    """Add one vector and flush, in a loop, until `stop_file` exists. Writes to `out` the
-    (count, time.time() right after flush returned, time.time() right before it was called) of
-    every flush, and the CPU seconds used."""
-    import chassis
-
-    vectors = np.load(vectors_file)
-    index = chassis.VectorIndex(path)
-    records: list[tuple[int, float, float]] = []
-    Path(ready_file).touch()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    i = 0
-    while not os.path.exists(stop_file):
-        index.add(vectors[i % len(vectors)])
-        before = time.time()
-        index.flush()
-        records.append((len(index), time.time(), before))
-        i += 1
-    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    index.close()
-    with open(out, "w") as f:
-        json.dump({"records": records, "cpu_s": cpu, "wall_s": wall}, f)
-
-
 class Writer:
     """The writer child process, started and stopped around one measurement."""
 
@@ -83,14 +70,25 @@ class Writer:
         self.stop = workdir / f"writer-{tag}.stop"
         ready = workdir / f"writer-{tag}.ready"
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), WRITER_FLAG, path, str(vectors_file),
-             str(self.out), str(self.stop), str(ready)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                sys.executable,
+                child_script("readers_writer"),
+                path,
+                str(vectors_file),
+                str(self.out),
+                str(self.stop),
+                str(ready),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 60
         while not ready.exists():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the writer process failed:\n{self.proc.stderr.read().decode()[-3000:]}")
+                raise RuntimeError(
+                    f"the writer process failed:\n{self.proc.stderr.read().decode()[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 self.proc.kill()
                 raise RuntimeError("the writer process did not start within 60 s")
@@ -101,7 +99,9 @@ class Writer:
         self.stop.touch()
         _, err = self.proc.communicate(timeout=120)
         if self.proc.returncode != 0:
-            raise RuntimeError(f"the writer process failed ({self.proc.returncode}):\n{err.decode()[-3000:]}")
+            raise RuntimeError(
+                f"the writer process failed ({self.proc.returncode}):\n{err.decode()[-3000:]}"
+            )
         result = json.loads(self.out.read_text())
         n = len(result["records"])
         result["flushes"] = n
@@ -166,9 +166,11 @@ def qps_batch(reader, queries: np.ndarray, k: int, ef: int, seconds: float) -> f
     return n / (time.perf_counter() - start)
 
 
-MODES = {"2 threads x search_batch(chunk, threads=1)": "threads",
-         "2 threads x search(q)": "single",
-         "search_batch(all, threads=2)": "batch"}
+MODES = {
+    "2 threads x search_batch(chunk, threads=1)": "threads",
+    "2 threads x search(q)": "single",
+    "search_batch(all, threads=2)": "batch",
+}
 
 
 def measure(reader, queries, args, mode: str) -> float:
@@ -200,15 +202,19 @@ def lag_run(reader, path: str, vectors_file: Path, workdir: Path, seconds: float
     from_call = np.array([seen[c] - called[c] for c in seen if c in called]) * 1000.0
     not_flushed = [c for c in seen if c not in flushed]  # would be a reader seeing unflushed adds
     out: dict[str, Any] = {
-        "flushes": len(flushed), "counts_seen": len(seen), "matched": int(len(lags)),
+        "flushes": len(flushed),
+        "counts_seen": len(seen),
+        "matched": int(len(lags)),
         "seen_but_never_flushed": not_flushed[:20],
         "writer_flushes_per_s": result["flushes_per_s"],
         "flush_median_ms": float(np.median(flush_ms)) if len(flush_ms) else None,
     }
     if len(lags):
         out.update(
-            median_ms=float(np.median(lags)), p99_ms=float(np.percentile(lags, 99)),
-            max_ms=float(lags.max()), min_ms=float(lags.min()),
+            median_ms=float(np.median(lags)),
+            p99_ms=float(np.percentile(lags, 99)),
+            max_ms=float(lags.max()),
+            min_ms=float(lags.min()),
             negative_share=float((lags < 0).mean()),
             from_call_median_ms=float(np.median(from_call)),
             from_call_p99_ms=float(np.percentile(from_call, 99)),
@@ -224,7 +230,9 @@ def load(args) -> dict[str, Any]:
     if args.data == "minilm":
         folder = ds.load_npy_folder(args.minilm)  # base.npy float16 -> float32
         if len(folder.base) < need:
-            raise SystemExit(f"{args.minilm} has {len(folder.base)} rows; --n + --extra needs {need}")
+            raise SystemExit(
+                f"{args.minilm} has {len(folder.base)} rows; --n + --extra needs {need}"
+            )
         rows = np.ascontiguousarray(folder.base[:need], dtype=np.float32)
         queries = np.ascontiguousarray(folder.queries[: args.queries], dtype=np.float32)
         metric = folder.metric
@@ -239,22 +247,34 @@ def load(args) -> dict[str, Any]:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="minilm", choices=["minilm", "generated"])
-    p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
+    p.add_argument(
+        "--minilm",
+        default=str(MINILM),
+        help="the debian-minilm folder ($CHASSIS_DATA/debian-minilm)",
+    )
     p.add_argument("--n", type=int, help="vectors in the index (20000; --quick: 5000)")
-    p.add_argument("--extra", type=int, default=5000, help="distinct vectors the writer cycles through (5000)")
+    p.add_argument(
+        "--extra", type=int, default=5000, help="distinct vectors the writer cycles through (5000)"
+    )
     p.add_argument("--dims", type=int, default=128, help="dimensions of --data generated (128)")
     p.add_argument("--queries", type=int, default=1000, help="queries (1000)")
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--ef", type=int, default=64, help="search ef (64)")
     p.add_argument("--m", type=int, default=16, help="max_connections (16)")
     p.add_argument("--ef-construction", type=int, default=200)
-    p.add_argument("--chunk", type=int, default=32, help="queries per search_batch call in '2 threads' (32)")
-    p.add_argument("--seconds", type=float, help="seconds per throughput measurement (4; --quick: 1)")
-    p.add_argument("--repeats", type=int, help="alternating rounds without / with writer (3; --quick: 1)")
+    p.add_argument(
+        "--chunk", type=int, default=32, help="queries per search_batch call in '2 threads' (32)"
+    )
+    p.add_argument(
+        "--seconds", type=float, help="seconds per throughput measurement (4; --quick: 1)"
+    )
+    p.add_argument(
+        "--repeats", type=int, help="alternating rounds without / with writer (3; --quick: 1)"
+    )
     p.add_argument("--lag-seconds", type=float, help="seconds of lag measurement (5; --quick: 2)")
     p.add_argument("--quick", action="store_true", help="small sizes, short runs: a smoke run")
-    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
     p.add_argument("--workdir", help="where the index goes (default: a temporary folder)")
+    add_json_option(p)
     args = p.parse_args(argv)
     args.n = args.n or (5_000 if args.quick else 20_000)
     args.seconds = args.seconds or (1.0 if args.quick else 4.0)
@@ -272,8 +292,11 @@ def main(argv: list[str] | None = None) -> int:
 
     data = load(args)
     base, queries = data["base"], data["queries"]
-    print(f"data: {args.data}, index {base.shape[0]:,} x {base.shape[1]}, {len(queries)} queries, "
-          f"metric {data['metric']}, k={args.k}, ef={args.ef}", flush=True)
+    print(
+        f"data: {args.data}, index {base.shape[0]:,} x {base.shape[1]}, {len(queries)} queries, "
+        f"metric {data['metric']}, k={args.k}, ef={args.ef}",
+        flush=True,
+    )
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-readers-"))
     workdir.mkdir(parents=True, exist_ok=True)
     path = str(workdir / "readers.chassis")
@@ -281,11 +304,16 @@ def main(argv: list[str] | None = None) -> int:
         os.remove(path)
     vectors_file = workdir / "writer-vectors.npy"
     np.save(vectors_file, data["extra"])
-    results: dict[str, Any] = {"machine": machine_info(), "chassis": chassis.__version__,
-                               "args": vars(args), "metric": data["metric"]}
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "chassis": chassis.__version__,
+        "args": vars(args),
+        "metric": data["metric"],
+    }
     try:
-        opts = chassis.IndexOptions(max_connections=args.m, ef_construction=args.ef_construction,
-                                    metric=data["metric"])
+        opts = chassis.IndexOptions(
+            max_connections=args.m, ef_construction=args.ef_construction, metric=data["metric"]
+        )
         with chassis.VectorIndex(path, base.shape[1], opts) as index:
             _, build_s = timed(lambda: index.add_batch(base, threads=2))
             index.flush()
@@ -315,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
                 writers.append({k: wr[k] for k in ("flushes", "flushes_per_s", "cpu_share")})
                 rounds[mode]["alone"].append(alone)
                 rounds[mode]["writer"].append(busy)
-                print(f"  round {r + 1}/{args.repeats} {mode}: {alone:,.0f} q/s alone, {busy:,.0f} q/s "
-                      f"with writer ({wr['flushes_per_s']:,.0f} flushes/s)", flush=True)
+                print(
+                    f"  round {r + 1}/{args.repeats} {mode}: {alone:,.0f} q/s alone, {busy:,.0f} q/s "
+                    f"with writer ({wr['flushes_per_s']:,.0f} flushes/s)",
+                    flush=True,
+                )
 
         lag = lag_run(reader, path, vectors_file, workdir, args.lag_seconds)
         final_len = len(reader)
@@ -337,35 +368,53 @@ def main(argv: list[str] | None = None) -> int:
     results["lag"] = lag
     results["final_len"] = final_len
 
-    print(f"\nsearch throughput of one IndexReader (q/s, median of {args.repeats}; "
-          f"k={args.k}, ef={args.ef}, {len(queries)} queries)")
+    print(
+        f"\nsearch throughput of one IndexReader (q/s, median of {args.repeats}; "
+        f"k={args.k}, ef={args.ef}, {len(queries)} queries)"
+    )
     print(table(["mode", "no writer", "writer process", "ratio"], rows))
     fps = median(w["flushes_per_s"] for w in writers)
     cpu = median(w["cpu_share"] for w in writers)
-    print(f"writer process: add 1 + flush in a loop, {fmt(fps)} flushes/s, {fmt(cpu, '.0%')} of a core "
-          f"(median over rounds)")
-    print(f"\nflush() returned -> visible to the reader's len() (ms; {lag['matched']} of {lag['flushes']} "
-          f"flushes seen as distinct counts; writer {fmt(lag['writer_flushes_per_s'])} flushes/s, "
-          f"flush() itself {fmt(lag['flush_median_ms'], '.3f')} ms median)")
-    print(table(["lag (ms)", "median", "p99", "max", "min"],
-                [["from flush() returned", fmt(lag.get("median_ms"), ".3f"), fmt(lag.get("p99_ms"), ".3f"),
-                  fmt(lag.get("max_ms"), ".3f"), fmt(lag.get("min_ms"), ".3f")],
-                 ["from flush() called", fmt(lag.get("from_call_median_ms"), ".3f"),
-                  fmt(lag.get("from_call_p99_ms"), ".3f"), fmt(lag.get("from_call_max_ms"), ".3f"), ""]]))
+    print(
+        f"writer process: add 1 + flush in a loop, {fmt(fps)} flushes/s, {fmt(cpu, '.0%')} of a core "
+        f"(median over rounds)"
+    )
+    print(
+        f"\nflush() returned -> visible to the reader's len() (ms; {lag['matched']} of {lag['flushes']} "
+        f"flushes seen as distinct counts; writer {fmt(lag['writer_flushes_per_s'])} flushes/s, "
+        f"flush() itself {fmt(lag['flush_median_ms'], '.3f')} ms median)"
+    )
+    print(
+        table(
+            ["lag (ms)", "median", "p99", "max", "min"],
+            [
+                [
+                    "from flush() returned",
+                    fmt(lag.get("median_ms"), ".3f"),
+                    fmt(lag.get("p99_ms"), ".3f"),
+                    fmt(lag.get("max_ms"), ".3f"),
+                    fmt(lag.get("min_ms"), ".3f"),
+                ],
+                [
+                    "from flush() called",
+                    fmt(lag.get("from_call_median_ms"), ".3f"),
+                    fmt(lag.get("from_call_p99_ms"), ".3f"),
+                    fmt(lag.get("from_call_max_ms"), ".3f"),
+                    "",
+                ],
+            ],
+        )
+    )
     if lag.get("negative_share"):
-        print(f"({lag['negative_share']:.1%} of the counts were visible before flush() returned: "
-              f"the commit header is written before flush's last sync)")
+        print(
+            f"({lag['negative_share']:.1%} of the counts were visible before flush() returned: "
+            f"the commit header is written before flush's last sync)"
+        )
     if lag["seen_but_never_flushed"]:
         print(f"WARNING: the reader saw counts no flush produced: {lag['seen_but_never_flushed']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=json_default))
-        print(f"\nwrote {args.json}")
+    write_results(args.json, "bench_readers", results)
     return 0
 
 
-
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == WRITER_FLAG:
-        writer_child(*sys.argv[2:7])
-        sys.exit(0)
     sys.exit(main())

@@ -1,4 +1,4 @@
-"""Speed benchmark (issue 4): chassis against hnswlib, usearch, faiss (IndexHNSWFlat) and chassisdb.
+"""Speed benchmark: chassis against hnswlib, usearch, faiss (IndexHNSWFlat) and chassisdb.
 
 Every engine builds the same index (M=16, ef_construction=200) on the same data, in the same run:
 
@@ -6,6 +6,11 @@ Every engine builds the same index (M=16, ef_construction=200) on the same data,
             add_items(num_threads=2), usearch add(threads=2), faiss omp_set_num_threads(2);
             chassisdb has no thread control and uses every core), then flushed / saved (not
             timed), closed and opened again from the file;
+  open      a fresh open of the saved file, median of --opens (chassis: maps the file;
+            chassis-memory: VectorIndex.load; hnswlib, faiss: read the whole file; usearch:
+            a view);
+  add       after the sweep, median latency of one add followed by flush (--adds of them), for
+            the engines whose single add can be made durable (chassis, chassisdb);
   1t batch  one search call for all queries on one thread (chassis search_batch(threads=1),
             hnswlib knn_query(num_threads=1), usearch search(threads=1), faiss with 1 OpenMP
             thread, chassisdb search_batch);
@@ -28,26 +33,27 @@ engine's QPS at that point is from its median call. So a burst of background loa
 call or two of every engine, never on all of one engine's. Figures are medians over passes,
 each also given as a ratio to the best peer. Build times, which background load moves most,
 are medians of --build-passes builds (5: each pass's, then build-only rounds in the same
-rotating order). For chassis the distances computed per query (chassis._chassis._search_counters(), differences
-around each 1t search_batch) are reported along the sweep.
+rotating order). For chassis the distances computed per query (chassis._chassis._search_counters(),
+differences around each 1t search_batch) are reported along the sweep.
 
 Targets (printed as PASS / FAIL): chassis 1t QPS at recall 0.95 >= 1.15x the best peer's on
 every data set, in batch and in loop; chassis build time <= 0.9x the best peer's; chassis 2t
 batch >= 1.8x its own 1t batch at recall 0.95.
 
-Data sets: "minilm" (/work/shared/data/debian-minilm, 45,056 x 384 unit vectors, euclidean,
-1,000 queries, ground truth given) and "clustered" (100,000 x 128 Gaussian clusters, seed 0,
-euclidean, ground truth computed exactly), loaded by bench_core.load.
+Data sets (toolkit.load_dataset): "minilm" ($CHASSIS_DATA/debian-minilm, by default
+<repo>/../shared/data/debian-minilm: 45,056 x 384 unit vectors, euclidean, 1,000 queries,
+ground truth given) and "clustered" (100,000 x 128 Gaussian clusters, seed 0, euclidean,
+ground truth computed exactly).
 
     python benchmarks/bench_speed.py                  # full run (about 25 min on 2 cores)
     python benchmarks/bench_speed.py --quick          # smoke run: 10,000 rows, 200 queries, 1 pass
     python benchmarks/bench_speed.py --datasets clustered --engines chassis,hnswlib --json out.json
+    python benchmarks/bench_speed.py --engines chassis,chassisdb,hnswlib --json   # to results/
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -61,7 +67,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (  # noqa: E402
+from toolkit import (  # noqa: E402
     MINILM,
     TARGETS,
     ChassisDBEngine,
@@ -70,17 +76,26 @@ from _common import (  # noqa: E402
     FaissEngine,
     HnswlibEngine,
     UsearchEngine,
-    fmt,
-    interpolate_qps,
-    json_default,
+    add_json_option,
+    best_peer,
+    csv,
     datasets_module,
+    fmt,
+    load_dataset,
     machine_info,
     median,
+    median_qps_at,
+    path_bytes,
+    qps_at_targets,
+    qps_cell,
     ratio,
+    summarize,
+    sweep_points,
     table,
     timed,
+    versus_best_peer,
+    write_results,
 )
-from bench_core import _csv, _qps_cell, _size, load, summarize  # noqa: E402
 
 DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
 QUICK_EF = "10,20,40,80,160"
@@ -90,7 +105,7 @@ OURS = ("chassis", "chassis-memory")
 SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
 MAX_CALLS = 1_000  # per engine, sweep point and mode (a bound for near-zero call times)
 MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
-GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the issue's targets
+GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the speed targets (docstring)
 
 
 # ------------------------------------------------------------------ engines: two more modes
@@ -173,10 +188,13 @@ class ChassisMemorySpeed(ChassisSpeed):
     add_batch into anonymous memory; "persist" is save(path), "open" is VectorIndex.load."""
 
     name = "chassis-memory"
+    durable_adds = False  # in memory: flush() makes nothing durable
 
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
-        options = self.module.IndexOptions(max_connections=m, ef_construction=ef_construction, metric=metric)
+        options = self.module.IndexOptions(
+            max_connections=m, ef_construction=ef_construction, metric=metric
+        )
         self.index = self.module.VectorIndex(None, self.dims, options)
         _, seconds = timed(lambda: self.index.add_batch(base, threads=threads))
         _, self.persist_seconds = timed(lambda: self.index.save(path))
@@ -214,8 +232,10 @@ class FaissSpeed(_SpeedModes, FaissEngine):
 
 
 class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
-    threads2_note = ("chassisdb search_batch has no thread control (one thread): its 2t batch is "
-                     "two Python threads, each calling search_batch on half of the queries")
+    threads2_note = (
+        "chassisdb search_batch has no thread control (one thread): its 2t batch is "
+        "two Python threads, each calling search_batch on half of the queries"
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -231,8 +251,14 @@ class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
         return np.vstack([ids for ids, _ in results]), np.vstack([d for _, d in results])
 
 
-SPEED_ENGINES = {"chassis": ChassisSpeed, "chassis-memory": ChassisMemorySpeed, "hnswlib": HnswlibSpeed, "usearch": UsearchSpeed,
-                 "faiss": FaissSpeed, "chassisdb": ChassisDBSpeed}
+SPEED_ENGINES = {
+    "chassis": ChassisSpeed,
+    "chassis-memory": ChassisMemorySpeed,
+    "hnswlib": HnswlibSpeed,
+    "usearch": UsearchSpeed,
+    "faiss": FaissSpeed,
+    "chassisdb": ChassisDBSpeed,
+}
 
 
 def speed_engines(names: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -260,55 +286,81 @@ def _order(names: list[str], n_pass: int, step: int = 0) -> list[str]:
 # ------------------------------------------------------------------ options
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 10,000 rows, 200 queries, 1 pass, short sweep, fewer calls")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 10,000 rows, 200 queries, 1 pass, short sweep, fewer calls",
+    )
     p.add_argument("--datasets", default="minilm,clustered", help="minilm,clustered")
     p.add_argument("--engines", default=ALL_ENGINES, help=f"({ALL_ENGINES})")
-    p.add_argument("--json", metavar="OUT", help="write every figure to this JSON file")
     p.add_argument("--passes", type=int, help="passes (3; --quick: 1)")
-    p.add_argument("--build-passes", type=int,
-                   help="builds per engine for the build time: the passes' builds plus build-only "
-                        "rounds, the engines taking turns (5; --quick: 1)")
+    p.add_argument(
+        "--build-passes",
+        type=int,
+        help="builds per engine for the build time: the passes' builds plus build-only "
+        "rounds, the engines taking turns (5; --quick: 1)",
+    )
     p.add_argument("--ef", help=f"ef sweep ({DEFAULT_EF}; --quick: {QUICK_EF})")
     p.add_argument("--k", type=int, default=10, help="neighbours per query (10)")
     p.add_argument("--m", type=int, default=16, help="max_connections / M (16)")
     p.add_argument("--ef-construction", type=int, default=200, help="(200)")
     p.add_argument("--threads", type=int, default=2, help="build threads (2)")
     p.add_argument("--search-threads", type=int, default=2, help="threads of the 2t batch (2)")
-    p.add_argument("--runs", type=int,
-                   help="per sweep point and mode: calls (the whole query set each) per engine at "
-                        "least, the engines taking turns call by call; the median call counts "
-                        "(5; --quick: 1)")
-    p.add_argument("--min-seconds", type=float,
-                   help="per sweep point and mode: an engine is called until its calls add up to "
-                        "this long (0.6; --quick: 0)")
-    p.add_argument("--warmup", type=int, default=50, help="queries searched untimed before each point (50)")
-    p.add_argument("--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)")
-    p.add_argument("--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        help="per sweep point and mode: calls (the whole query set each) per engine at "
+        "least, the engines taking turns call by call; the median call counts "
+        "(5; --quick: 1)",
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        help="per sweep point and mode: an engine is called until its calls add up to "
+        "this long (0.6; --quick: 0)",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=50, help="queries searched untimed before each point (50)"
+    )
+    p.add_argument(
+        "--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)"
+    )
+    p.add_argument(
+        "--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)"
+    )
     p.add_argument("--call-ef", type=int, default=10, help="per-call overhead: ef (10)")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead")
+    p.add_argument(
+        "--opens", type=int, help="fresh opens timed per engine and pass (7; --quick: 3)"
+    )
+    p.add_argument("--adds", type=int, help="single add+flush calls timed (200; --quick: 20)")
     p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
     p.add_argument("--clustered-n", type=int, help="clustered base size (100000; --quick: 10000)")
     p.add_argument("--clustered-dims", type=int, default=128, help="(128)")
     p.add_argument("--queries", type=int, help="queries per data set (1000; --quick: 200)")
     p.add_argument("--workdir", help="where index files go (default: a temporary folder)")
+    add_json_option(p)
     args = p.parse_args(argv)
     args.passes = args.passes or (1 if args.quick else 3)
     args.build_passes = max(args.passes, args.build_passes or (1 if args.quick else 5))
-    args.ef = [int(x) for x in _csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
+    args.ef = [int(x) for x in csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
     args.runs = args.runs or (1 if args.quick else 5)
     if args.min_seconds is None:
         args.min_seconds = 0.0 if args.quick else 0.6
     args.calls = args.calls or (5_000 if args.quick else 20_000)
     args.call_runs = args.call_runs or (3 if args.quick else 5)
+    args.opens = args.opens or (3 if args.quick else 7)
+    args.adds = args.adds if args.adds is not None else (20 if args.quick else 200)
     args.clustered_n = args.clustered_n or (10_000 if args.quick else 100_000)
     args.queries = args.queries or (200 if args.quick else 1_000)
-    args.datasets, args.engines = _csv(args.datasets), _csv(args.engines)
+    args.datasets, args.engines = csv(args.datasets), csv(args.engines)
     return args
 
 
 # ------------------------------------------------------------------ per-call overhead
-def per_call_overhead(engines: dict[str, Any], args, folder: Path, notes: list[str]) -> dict[str, Any]:
+def per_call_overhead(
+    engines: dict[str, Any], args, folder: Path, notes: list[str]
+) -> dict[str, Any]:
     """{engine: {"loop_us", "batch1_us", "runs"}}: microseconds per search call (k=1) on a tiny
     index of 100 vectors of 16 dims, median of the runs; the engines alternate inside a run."""
     rng = np.random.default_rng(7)
@@ -318,8 +370,14 @@ def per_call_overhead(engines: dict[str, Any], args, folder: Path, notes: list[s
     for name, engine in engines.items():
         path = str(folder / f"tiny-{name}.index")
         try:
-            engine.build(path, base, metric="euclidean", m=args.m,
-                         ef_construction=args.ef_construction, threads=1)
+            engine.build(
+                path,
+                base,
+                metric="euclidean",
+                m=args.m,
+                ef_construction=args.ef_construction,
+                threads=1,
+            )
             engine.close()
             engine.open(path)
             engine.set_ef(args.call_ef)
@@ -338,19 +396,28 @@ def per_call_overhead(engines: dict[str, Any], args, folder: Path, notes: list[s
                 runs[name][mode].append(seconds / len(queries) * 1e6)
     for name in ready:
         engines[name].close()
-    return {n: {"loop_us": median(r["loop"]), "batch1_us": median(r["batch1"]), "runs": r}
-            for n, r in runs.items()}
+    return {
+        n: {"loop_us": median(r["loop"]), "batch1_us": median(r["batch1"]), "runs": r}
+        for n, r in runs.items()
+    }
 
 
 # ------------------------------------------------------------------ one pass
 def _build(engine: Any, path: str, data: dict[str, Any], args) -> float:
     """Seconds `engine` takes to build the index of `data` at `path`, as the options ask."""
-    return engine.build(path, data["base"], metric=data["metric"], m=args.m,
-                        ef_construction=args.ef_construction, threads=args.threads)
+    return engine.build(
+        path,
+        data["base"],
+        metric=data["metric"],
+        m=args.m,
+        ef_construction=args.ef_construction,
+        threads=args.threads,
+    )
 
 
-def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, n_pass: int,
-             notes: list[str]) -> dict[str, dict[str, Any]]:
+def run_pass(
+    engines: dict[str, Any], data: dict[str, Any], args, folder: Path, n_pass: int, notes: list[str]
+) -> dict[str, dict[str, Any]]:
     """Build every engine (one after the other), then sweep ef with all of them open, the
     engines taking turns at each ef. {engine: figures} for the engines that got through."""
     queries, truth, name = data["queries"], data["truth"], data["name"]
@@ -358,16 +425,24 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
     for engine_name in _order(list(engines), n_pass):
         engine = engines[engine_name]
         path = str(folder / f"{engine_name}.index")
-        print(f"  [{name}] pass {n_pass + 1}/{args.passes}: build {engine_name} ...", end="",
-              flush=True)
+        print(
+            f"  [{name}] pass {n_pass + 1}/{args.passes}: build {engine_name} ...",
+            end="",
+            flush=True,
+        )
         try:
             build_s = _build(engine, path, data, args)
             persist_s = engine.persist_seconds
             engine.close()
+            opens = [engine.open_seconds(path) for _ in range(args.opens)]
             engine.open(path)
-            out[engine_name] = {"build_s": build_s, "persist_s": persist_s,
-                                "file_bytes": _size(path),
-                                "sweep": {mode: [] for mode in SWEEP_MODES}}
+            out[engine_name] = {
+                "build_s": build_s,
+                "persist_s": persist_s,
+                "file_bytes": path_bytes(path),
+                "open_ms": median(opens) * 1e3,
+                "sweep": {mode: [] for mode in SWEEP_MODES},
+            }
             print(f" {build_s:.2f} s", flush=True)
         except EngineUnavailable as exc:
             print(" skipped", flush=True)
@@ -386,7 +461,7 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
         try:
             engines[name_].set_ef(args.ef[0])
             for mode in SWEEP_MODES:
-                engines[name_].search(mode, queries[:args.warmup], args.k)
+                engines[name_].search(mode, queries[: args.warmup], args.k)
         except Exception as exc:
             traceback.print_exc()
             notes.append(f"{name}: {name_} failed to warm up: {exc!r}")
@@ -404,8 +479,11 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
             recalls: dict[str, float] = {}
             turn = 0
             while True:
-                due = [e for e, t in times.items()
-                       if len(t) < args.runs or (sum(t) < args.min_seconds and len(t) < MAX_CALLS)]
+                due = [
+                    e
+                    for e, t in times.items()
+                    if len(t) < args.runs or (sum(t) < args.min_seconds and len(t) < MAX_CALLS)
+                ]
                 if not due:
                     break
                 for engine_name in _order(due, n_pass, step + turn):
@@ -421,31 +499,82 @@ def run_pass(engines: dict[str, Any], data: dict[str, Any], args, folder: Path, 
                     times[engine_name].append(seconds)
                     if len(times[engine_name]) == 1:
                         recalls[engine_name] = recall_at_k(ids, truth, args.k)
-                        if mode == "batch" and engine_name == "chassis" and engine.counted is not None:
+                        if (
+                            mode == "batch"
+                            and engine_name == "chassis"
+                            and engine.counted is not None
+                        ):
                             searches, dists = engine.counted  # (the file-backed one)
-                            distances.append({"ef": ef, "recall": recalls[engine_name],
-                                              "distances": dists / max(searches, 1),
-                                              "searches": searches, "queries": len(queries)})
+                            distances.append(
+                                {
+                                    "ef": ef,
+                                    "recall": recalls[engine_name],
+                                    "distances": dists / max(searches, 1),
+                                    "searches": searches,
+                                    "queries": len(queries),
+                                }
+                            )
                 turn += 1
             for engine_name, t in times.items():
                 out[engine_name]["sweep"][mode].append(
-                    {"ef": ef, "recall": recalls[engine_name],
-                     "qps": len(queries) / max(median(t), 1e-12), "runs": len(t)})
-        print(f"  [{name}] pass {n_pass + 1}/{args.passes}: ef {ef} done "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
+                    {
+                        "ef": ef,
+                        "recall": recalls[engine_name],
+                        "qps": len(queries) / max(median(t), 1e-12),
+                        "runs": len(t),
+                    }
+                )
+        print(
+            f"  [{name}] pass {n_pass + 1}/{args.passes}: ef {ef} done "
+            f"({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
     for engine_name, figures in out.items():
+        figures.update(add_flush(engines[engine_name], data, args, notes))
         engines[engine_name].close()
-        figures["qps_at"] = {mode: qps_at(points) for mode, points in figures["sweep"].items()}
+        figures["qps_at"] = {
+            mode: qps_at_targets(points) for mode, points in figures["sweep"].items()
+        }
     if "chassis" in out:
         out["chassis"]["distances"] = distances
-        out["chassis"]["distances_at"] = {
-            str(t): interpolate_qps([(p["recall"], p["distances"]) for p in distances], t)
-            for t in TARGETS}
+        out["chassis"]["distances_at"] = qps_at_targets(distances, key="distances")
     return out
 
 
-def build_rounds(engines: dict[str, Any], data: dict[str, Any], args, workdir: Path,
-                 notes: list[str], names: list[str]) -> dict[str, list[float]]:
+def add_flush(engine: Any, data: dict[str, Any], args, notes: list[str]) -> dict[str, Any]:
+    """{"add_flush_ms", "add_flush_p90_ms"}: latency of one add followed by flush, --adds
+    times, on the open index (after the sweep: the adds change it); None for an engine
+    without a durable single add."""
+    if not engine.durable_adds or args.adds <= 0:
+        return {"add_flush_ms": None}
+    queries = data["queries"]
+    rng = np.random.default_rng(1)
+    scale = 1e-3 * float(np.std(queries))
+    latencies = []
+    try:
+        for i in range(args.adds):
+            noise = rng.normal(0, scale, queries.shape[1]).astype(np.float32)
+            vector = queries[i % len(queries)] + noise
+            _, seconds = timed(lambda v=vector: engine.add_and_flush(v))
+            latencies.append(seconds)
+    except Exception as exc:
+        traceback.print_exc()
+        notes.append(f"{data['name']}: {engine.name} add+flush failed: {exc!r}")
+        return {"add_flush_ms": None}
+    return {
+        "add_flush_ms": median(latencies) * 1e3,
+        "add_flush_p90_ms": float(np.percentile(latencies, 90)) * 1e3,
+    }
+
+
+def build_rounds(
+    engines: dict[str, Any],
+    data: dict[str, Any],
+    args,
+    workdir: Path,
+    notes: list[str],
+    names: list[str],
+) -> dict[str, list[float]]:
     """The build-only rounds after the passes (--build-passes beyond --passes): every engine
     builds again, in the rotating order, and the index is thrown away. A build is the figure
     this machine's background load moves most (one engine's three builds in one run have
@@ -458,8 +587,11 @@ def build_rounds(engines: dict[str, Any], data: dict[str, Any], args, workdir: P
         try:
             for engine_name in _order(names, n_round):
                 engine = engines[engine_name]
-                print(f"  [{name}] build {n_round + 1}/{args.build_passes}: {engine_name} ...",
-                      end="", flush=True)
+                print(
+                    f"  [{name}] build {n_round + 1}/{args.build_passes}: {engine_name} ...",
+                    end="",
+                    flush=True,
+                )
                 try:
                     seconds = _build(engine, str(folder / f"{engine_name}.index"), data, args)
                     out[engine_name].append(seconds)
@@ -474,85 +606,82 @@ def build_rounds(engines: dict[str, Any], data: dict[str, Any], args, workdir: P
     return out
 
 
-def qps_at(points: list[dict[str, float]]) -> dict[str, tuple[float | None, str]]:
-    sweep = [(p["recall"], p["qps"]) for p in points]
-    return {str(t): interpolate_qps(sweep, t) for t in TARGETS}
-
-
 # ------------------------------------------------------------------ summaries
 def summarize_speed(passes: list[dict[str, Any]]) -> dict[str, Any]:
-    """bench_core.summarize (medians over passes, QPS at targets only when every pass reached
+    """toolkit.summarize (medians over passes, QPS at targets only when every pass reached
     them), plus the 2t/1t scaling and, for chassis, distances per query."""
     s = summarize(passes)
+    s["add_flush_p90_ms"] = median(p.get("add_flush_p90_ms") for p in passes)
     t95 = "0.95"
-    s["scaling"] = ratio(s["qps_at"]["batch2"][t95], s["qps_at"]["batch"][t95])
+    s["scaling"] = ratio(s["qps_at"]["batch2"][t95]["qps"], s["qps_at"]["batch"][t95]["qps"])
     if "distances" in passes[0]:
         s["distances"] = [
-            {"ef": pts[0]["ef"], "recall": median(p["recall"] for p in pts),
-             "distances": median(p["distances"] for p in pts)}
-            for pts in zip(*(p["distances"] for p in passes))]
-        s["distances_at"] = {}
-        for t in map(str, TARGETS):
-            found = [p["distances_at"][t] for p in passes]
-            reached = all(how != "not-reached" for _, how in found)
-            s["distances_at"][t] = median(v for v, _ in found) if reached else None
+            {
+                "ef": pts[0]["ef"],
+                "recall": median(p["recall"] for p in pts),
+                "distances": median(p["distances"] for p in pts),
+            }
+            for pts in zip(*(p["distances"] for p in passes))
+        ]
+        s["distances_at"] = median_qps_at([p["distances_at"] for p in passes])
     return s
 
 
 # columns of the summary table: (key, header, getter, better) where better is "high" or "low"
 def _columns(overhead: dict[str, Any]) -> list[tuple[str, str, Any, str]]:
     def qps(mode: str, t: str):
-        return lambda name, s: s["qps_at"][mode][t]
+        return lambda name, s: s["qps_at"][mode][t]["qps"]
 
-    cols = [("build_s", "build s", lambda name, s: s["build_s"], "low")]
+    cols = [
+        ("build_s", "build s", lambda name, s: s["build_s"], "low"),
+        ("open_ms", "open ms", lambda name, s: s["open_ms"], "low"),
+        ("add_flush_ms", "add+flush ms", lambda name, s: s["add_flush_ms"], "low"),
+    ]
     cols += [(f"batch@{t}", f"1t batch QPS@{t:.2f}", qps("batch", str(t)), "high") for t in TARGETS]
-    cols += [("loop@0.95", "1t loop QPS@0.95", qps("loop", "0.95"), "high"),
-             ("batch2@0.95", "2t batch QPS@0.95", qps("batch2", "0.95"), "high"),
-             ("scaling", "2t/1t", lambda name, s: s["scaling"], "high")]
+    cols += [
+        ("loop@0.95", "1t loop QPS@0.95", qps("loop", "0.95"), "high"),
+        ("batch2@0.95", "2t batch QPS@0.95", qps("batch2", "0.95"), "high"),
+        ("scaling", "2t/1t", lambda name, s: s["scaling"], "high"),
+    ]
     if overhead:
-        cols += [("loop_us", "loop us/call", lambda n, s: overhead.get(n, {}).get("loop_us"), "low"),
-                 ("batch1_us", "batch(1) us/call",
-                  lambda n, s: overhead.get(n, {}).get("batch1_us"), "low")]
+        cols += [
+            ("loop_us", "loop us/call", lambda n, s: overhead.get(n, {}).get("loop_us"), "low"),
+            (
+                "batch1_us",
+                "batch(1) us/call",
+                lambda n, s: overhead.get(n, {}).get("batch1_us"),
+                "low",
+            ),
+        ]
     return cols
 
 
-def best_peer(results: dict[str, Any], getter, better: str) -> tuple[str | None, float | None]:
-    """(peer, value) of the best non-chassis engine for one figure."""
-    found = [(getter(n, s), n) for n, s in results.items() if n not in OURS]
-    found = [(v, n) for v, n in found if v is not None]
-    if not found:
-        return None, None
-    v, n = (max if better == "high" else min)(found)
-    return n, v
-
-
-def versus_best(results: dict[str, Any], overhead: dict[str, Any], who: str = "chassis") -> dict[str, Any]:
+def versus_best(
+    results: dict[str, Any], overhead: dict[str, Any], who: str = "chassis"
+) -> dict[str, Any]:
     """{column: {"chassis", "best_peer", "peer_value", "ratio"}}: `who` (one of ours) / the
-    best peer."""
-    out = {}
-    if who not in results:
-        return out
-    for key, _, getter, better in _columns(overhead):
-        peer, value = best_peer(results, getter, better)
-        ours = getter(who, results[who])
-        out[key] = {"chassis": ours, "best_peer": peer, "peer_value": value,
-                    "ratio": ratio(ours, value)}
-    return out
+    best peer (toolkit.versus_best_peer over the summary table's columns)."""
+    columns = [(key, getter, better) for key, _, getter, better in _columns(overhead)]
+    return versus_best_peer(results, columns, who, OURS)
 
 
 def _cell(key: str, name: str, s: dict[str, Any], value: float | None) -> str:
     if key == "build_s":
         return fmt(value, ".2f")
+    if key in ("open_ms", "add_flush_ms"):
+        return fmt(value, ".3f" if key == "open_ms" else ".2f")
     if key == "scaling":
         return fmt(value, ".2f", "x")
     if key.endswith("_us"):
         return fmt(value, ".2f")
     mode, t = key.split("@")
-    return _qps_cell(s, mode, t)
+    return qps_cell(s, mode, t)
 
 
-def targets(name: str, results: dict[str, Any], vs: dict[str, Any], who: str = "chassis") -> list[dict[str, Any]]:
-    """The issue's PASS / FAIL checks for one data set, for `who` (one of ours)."""
+def targets(
+    name: str, results: dict[str, Any], vs: dict[str, Any], who: str = "chassis"
+) -> list[dict[str, Any]]:
+    """The speed targets' PASS / FAIL checks for one data set, for `who` (one of ours)."""
     checks = []
     if who not in results:
         return checks
@@ -565,80 +694,130 @@ def targets(name: str, results: dict[str, Any], vs: dict[str, Any], who: str = "
             verdict = "n/a"
         else:
             verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
-        checks.append({"dataset": label, "what": what, "goal": goal, "higher": higher,
-                       "ratio": r, "chassis": v.get("chassis"), "best_peer": v.get("best_peer"),
-                       "peer_value": v.get("peer_value"), "verdict": verdict})
+        checks.append(
+            {
+                "dataset": label,
+                "what": what,
+                "goal": goal,
+                "higher": higher,
+                "ratio": r,
+                "chassis": v.get("chassis"),
+                "best_peer": v.get("best_peer"),
+                "peer_value": v.get("peer_value"),
+                "verdict": verdict,
+            }
+        )
 
     check("1t batch QPS@0.95 vs best peer", "batch@0.95", GOAL_QPS, True)
     check("1t loop QPS@0.95 vs best peer", "loop@0.95", GOAL_QPS, True)
     check("build time vs best peer", "build_s", GOAL_BUILD, False)
     scaling = results[who].get("scaling")
-    checks.append({"dataset": label, "what": "2t batch / own 1t batch at 0.95", "goal": GOAL_SCALING,
-                   "higher": True, "ratio": scaling,
-                   "verdict": "PASS" if scaling is not None and scaling >= GOAL_SCALING else "FAIL"})
+    checks.append(
+        {
+            "dataset": label,
+            "what": "2t batch / own 1t batch at 0.95",
+            "goal": GOAL_SCALING,
+            "higher": True,
+            "ratio": scaling,
+            "verdict": "PASS" if scaling is not None and scaling >= GOAL_SCALING else "FAIL",
+        }
+    )
     return checks
 
 
 def _check_line(c: dict[str, Any]) -> str:
     sign = ">=" if c["higher"] else "<="
-    text = f"{c['verdict']:<4}  {c['dataset']:<27} {c['what']:<33} {fmt(c['ratio'], '.2f', 'x'):>6}" \
-           f"  (target {sign} {c['goal']:.2f}x"
+    text = (
+        f"{c['verdict']:<4}  {c['dataset']:<27} {c['what']:<33} {fmt(c['ratio'], '.2f', 'x'):>6}"
+        f"  (target {sign} {c['goal']:.2f}x"
+    )
     if "best_peer" in c:
         spec = ".2f" if c["what"].startswith("build") else ",.0f"
-        text += f"; chassis {fmt(c['chassis'], spec)}, {c['best_peer'] or 'no peer'} " \
-                f"{fmt(c['peer_value'], spec)}"
+        text += (
+            f"; chassis {fmt(c['chassis'], spec)}, {c['best_peer'] or 'no peer'} "
+            f"{fmt(c['peer_value'], spec)}"
+        )
     return text + ")"
 
 
 # ------------------------------------------------------------------ report
 def report_overhead(overhead: dict[str, Any], args) -> None:
-    print(f"\n=== per-call overhead: 100 x 16 index, k=1, ef={args.call_ef}, {args.calls:,} calls "
-          f"per run, median of {args.call_runs} runs (microseconds per call)")
-    best = {key: best_peer(overhead, lambda n, s: s[key], "low") for key in ("loop_us", "batch1_us")}
+    print(
+        f"\n=== per-call overhead: 100 x 16 index, k=1, ef={args.call_ef}, {args.calls:,} calls "
+        f"per run, median of {args.call_runs} runs (microseconds per call)"
+    )
+    best = {
+        key: best_peer({n: s[key] for n, s in overhead.items()}, "low", OURS)
+        for key in ("loop_us", "batch1_us")
+    }
     rows = []
     for name, s in overhead.items():
         cells = [name]
         for key in ("loop_us", "batch1_us"):
             cells += [fmt(s[key], ".2f"), fmt(ratio(s[key], best[key][1]), ".2f", "x")]
         rows.append(cells)
-    print(table(["engine", "loop of search(q)", "/ best peer", "loop of batch(1 query)",
-                 "/ best peer"], rows))
+    print(
+        table(
+            ["engine", "loop of search(q)", "/ best peer", "loop of batch(1 query)", "/ best peer"],
+            rows,
+        )
+    )
     print("(faiss has no single-query call: its loop is search(q[None, :]), like its batch(1))")
 
 
-def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: dict[str, Any],
-           vs_all: dict[str, dict[str, Any]], checks: list[dict[str, Any]], args) -> None:
+def report(
+    name: str,
+    data: dict[str, Any],
+    results: dict[str, Any],
+    overhead: dict[str, Any],
+    vs_all: dict[str, dict[str, Any]],
+    checks: list[dict[str, Any]],
+    args,
+) -> None:
     n, d = data["base"].shape
-    print(f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
-          f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
-          f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es) "
-          f"({args.build_passes} builds for the build time), each "
-          f"point the median call of >= {args.runs} per engine adding up to >= "
-          f"{args.min_seconds:g} s, the engines taking turns")
+    print(
+        f"\n=== {name}: {n:,} x {d}, {len(data['queries']):,} queries, {data['metric']}; "
+        f"M={args.m}, ef_construction={args.ef_construction}, build threads={args.threads}, "
+        f"2t = {args.search_threads} search threads; medians of {args.passes} pass(es) "
+        f"({args.build_passes} builds for the build time), each "
+        f"point the median call of >= {args.runs} per engine adding up to >= "
+        f"{args.min_seconds:g} s, the engines taking turns"
+    )
     cols = _columns(overhead)
-    rows = [[engine] + [_cell(key, engine, s, get(engine, s)) for key, _, get, _ in cols]
-            for engine, s in results.items()]
+    rows = [
+        [engine] + [_cell(key, engine, s, get(engine, s)) for key, _, get, _ in cols]
+        for engine, s in results.items()
+    ]
     for who, vs in vs_all.items():
         if vs:
-            rows.append([f"{who} / best peer"] + [fmt(vs[key]["ratio"], ".2f", "x")
-                                                   for key, *_ in cols])
+            rows.append(
+                [f"{who} / best peer"] + [fmt(vs[key]["ratio"], ".2f", "x") for key, *_ in cols]
+            )
     vs = next((v for v in vs_all.values() if v), None)
     if vs:
         rows.append(["  (best peer)"] + [vs[key]["best_peer"] or "-" for key, *_ in cols])
     print(table(["engine"] + [header for _, header, _, _ in cols], rows))
-    print("(* the smallest ef already reached this recall: its QPS, a lower bound; "
-          "- not reached at the largest ef)")
+    print(
+        "(* the smallest ef already reached this recall: its QPS, a lower bound; "
+        "- not reached at the largest ef)"
+    )
 
     print("\nQPS at every recall target and mode")
     targets_s = [str(t) for t in TARGETS]
-    rows = [[engine] + [_qps_cell(s, mode, t) for mode in SWEEP_MODES for t in targets_s]
-            for engine, s in results.items()]
-    print(table(["engine"] + [f"{MODE_LABEL[m]}@{t}" for m in SWEEP_MODES for t in targets_s], rows))
+    rows = [
+        [engine] + [qps_cell(s, mode, t) for mode in SWEEP_MODES for t in targets_s]
+        for engine, s in results.items()
+    ]
+    print(
+        table(["engine"] + [f"{MODE_LABEL[m]}@{t}" for m in SWEEP_MODES for t in targets_s], rows)
+    )
 
     chassis = results.get("chassis")
     if chassis and chassis.get("distances_at"):
-        print("\nchassis distances computed per query (1t search_batch): "
-              + ", ".join(f"@{t} {fmt(chassis['distances_at'][t])}" for t in targets_s))
+        print(
+            "\nchassis distances computed per query (1t search_batch): "
+            + ", ".join(f"@{t} {fmt(chassis['distances_at'][t]['qps'])}" for t in targets_s)
+        )
 
     for engine, s in results.items():
         extra = engine == "chassis" and bool(s.get("distances"))
@@ -647,8 +826,9 @@ def report(name: str, data: dict[str, Any], results: dict[str, Any], overhead: d
             headers.append("distances/query")
         rows = []
         for i, p in enumerate(s["sweep"]["batch"]):
-            row = [str(p["ef"]), f"{p['recall']:.4f}"] + [fmt(s["sweep"][m][i]["qps"])
-                                                        for m in SWEEP_MODES]
+            row = [str(p["ef"]), f"{p['recall']:.4f}"] + [
+                fmt(s["sweep"][m][i]["qps"]) for m in SWEEP_MODES
+            ]
             if extra:
                 row.append(fmt(s["distances"][i]["distances"]))
             rows.append(row)
@@ -675,16 +855,24 @@ def main(argv: list[str] | None = None) -> int:
     versions = {name: e.version for name, e in engines.items()}
     print("engines: " + ", ".join(f"{n} {v}" for n, v in versions.items()), flush=True)
     load_before = os.getloadavg()
-    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
-          f"on {os.cpu_count()} cores", flush=True)
+    print(
+        f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} "
+        f"on {os.cpu_count()} cores",
+        flush=True,
+    )
     started = time.perf_counter()
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-speed-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    everything: dict[str, Any] = {"machine": machine_info(), "versions": versions,
-                                  "args": dict(vars(args)), "load_before": load_before,
-                                  "datasets": {}}
+    everything: dict[str, Any] = {
+        "machine": machine_info(),
+        "versions": versions,
+        "args": dict(vars(args)),
+        "load_before": load_before,
+        "datasets": {},
+    }
     all_checks: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
     overhead: dict[str, Any] = {}
     try:
         if not args.no_overhead:
@@ -699,15 +887,23 @@ def main(argv: list[str] | None = None) -> int:
             everything["overhead"] = overhead
 
         for name in args.datasets:
-            data = load(name, args)
-            data["name"] = name
+            data = load_dataset(
+                name,
+                minilm=args.minilm,
+                queries=args.queries,
+                k=args.k,
+                quick=args.quick,
+                clustered_n=args.clustered_n,
+                clustered_dims=args.clustered_dims,
+            )
             per_engine: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
             for n_pass in range(args.passes):
                 folder = workdir / f"{name}-{n_pass}"
                 folder.mkdir(parents=True, exist_ok=True)
                 try:
-                    for engine_name, figures in run_pass(engines, data, args, folder, n_pass,
-                                                         notes).items():
+                    for engine_name, figures in run_pass(
+                        engines, data, args, folder, n_pass, notes
+                    ).items():
                         per_engine[engine_name].append(figures)
                 finally:
                     for engine in engines.values():
@@ -716,8 +912,9 @@ def main(argv: list[str] | None = None) -> int:
                         except Exception:
                             pass
                     shutil.rmtree(folder, ignore_errors=True)
-            extra = build_rounds(engines, data, args, workdir, notes,
-                                 [e for e, p in per_engine.items() if p])
+            extra = build_rounds(
+                engines, data, args, workdir, notes, [e for e, p in per_engine.items() if p]
+            )
             # an engine that missed a pass is summarised over the passes it has
             results = {e: summarize_speed(p) for e, p in per_engine.items() if p}
             for e, s in results.items():
@@ -728,10 +925,15 @@ def main(argv: list[str] | None = None) -> int:
             all_checks += checks
             report(name, data, results, overhead, vs, checks, args)
             everything["datasets"][name] = {
-                "shape": list(data["base"].shape), "queries": len(data["queries"]),
-                "metric": data["metric"], "passes": per_engine, "median": results,
-                "vs_best_peer": vs, "targets": checks,
+                "shape": list(data["base"].shape),
+                "queries": len(data["queries"]),
+                "metric": data["metric"],
+                "passes": per_engine,
+                "median": results,
+                "vs_best_peer": vs,
+                "targets": checks,
             }
+            points += sweep_points(name, {e: s["sweep"] for e, s in results.items()})
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -740,26 +942,40 @@ def main(argv: list[str] | None = None) -> int:
         print("\nTARGETS")
         for c in all_checks:
             print("  " + _check_line(c))
-        print("scaling 2t/1t batch at recall 0.95: " + "; ".join(
-            f"{ds}: " + ", ".join(f"{e} {fmt(s.get('scaling'), '.2f', 'x')}"
-                                  for e, s in everything["datasets"][ds]["median"].items())
-            for ds in everything["datasets"]))
+        print(
+            "scaling 2t/1t batch at recall 0.95: "
+            + "; ".join(
+                f"{ds}: "
+                + ", ".join(
+                    f"{e} {fmt(s.get('scaling'), '.2f', 'x')}"
+                    for e, s in everything["datasets"][ds]["median"].items()
+                )
+                for ds in everything["datasets"]
+            )
+        )
 
     load_after = os.getloadavg()
     elapsed = time.perf_counter() - started
-    print(f"\nload average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
-          f"run took {elapsed:.0f} s")
-    notes_all = notes + [n for e in engines.values() for n in e.notes] + [
-        e.threads2_note for e in engines.values() if e.threads2_note]
+    print(
+        f"\nload average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
+        f"run took {elapsed:.0f} s"
+    )
+    notes_all = (
+        notes
+        + [n for e in engines.values() for n in e.notes]
+        + [e.threads2_note for e in engines.values() if e.threads2_note]
+    )
     if max(load_before[0], load_after[0]) > 0.5:
         notes_all.append("the machine had other load (load average > 0.5): figures are noisy")
     if notes_all:
         print("\nnotes:\n" + "\n".join(f"- {n}" for n in dict.fromkeys(notes_all)))
-    everything.update(notes=list(dict.fromkeys(notes_all)), targets=all_checks,
-                      load_after=load_after, seconds=elapsed)
-    if args.json:
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=json_default))
-        print(f"\nwrote {args.json}")
+    everything.update(
+        notes=list(dict.fromkeys(notes_all)),
+        targets=all_checks,
+        load_after=load_after,
+        seconds=elapsed,
+    )
+    write_results(args.json, "bench_speed", everything, points)
     return 0
 
 

@@ -152,15 +152,36 @@ def test_interpolation_at_equal_recall():
 
 
 def test_bench_module_is_shared_with_the_benchmarks():
-    """benchmarks/_common.py re-exports chassis._bench instead of repeating it."""
+    """benchmarks/toolkit.py re-exports chassis._bench (the result schema among it) instead of
+    repeating it."""
     import importlib.util
     from pathlib import Path
 
-    common = Path(__file__).resolve().parents[1] / "benchmarks" / "_common.py"
-    if not common.exists():
+    toolkit = Path(__file__).resolve().parents[1] / "benchmarks" / "toolkit.py"
+    if not toolkit.exists():
         pytest.skip("no benchmarks/ next to the tests")
-    spec = importlib.util.spec_from_file_location("_bench_common_under_test", common)
+    spec = importlib.util.spec_from_file_location("_bench_toolkit_under_test", toolkit)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.make_engine is _bench.make_engine
-    assert module.interpolate_qps is _bench.interpolate_qps
+    for name in ("make_engine", "interpolate_qps", "qps_at_targets", "median_qps_at", "ratios",
+                 "versus_best_peer", "qps_cell", "write_json"):
+        assert getattr(module, name) is getattr(_bench, name), name
+
+
+def test_qps_at_targets_and_ratios_share_one_shape():
+    points = [{"ef": 10, "recall": 0.80, "qps": 1000.0}, {"ef": 20, "recall": 0.90, "qps": 800.0},
+              {"ef": 40, "recall": 1.0, "qps": 400.0}]
+    at = _bench.qps_at_targets(points)
+    assert at["0.95"] == {"qps": pytest.approx(600.0), "how": "interpolated"}
+    assert at["0.99"]["qps"] == pytest.approx(440.0)
+    both = _bench.median_qps_at([at, _bench.qps_at_targets(points[:2])])
+    assert both["0.9"]["how"] == "interpolated" and both["0.95"] == {"qps": None, "how": "not-reached"}
+    ours = {"build_s": 1.0, "qps_at": {"batch": at}}
+    peer = {"build_s": 2.0, "qps_at": {"batch": _bench.qps_at_targets(
+        [{**p, "qps": p["qps"] / 2} for p in points])}}
+    r = _bench.ratios(ours, peer, ("build_s",))
+    assert r["build_s"] == 0.5 and r["qps_at"]["batch"]["0.95"] == pytest.approx(2.0)
+    vs = _bench.versus_best_peer({"chassis": ours, "hnswlib": peer, "faiss": {"build_s": 4.0}},
+                                 [("build_s", lambda n, s: s["build_s"], "low")])
+    assert vs["build_s"]["best_peer"] == "hnswlib" and vs["build_s"]["ratio"] == 0.5
+    assert _bench.qps_cell(ours, "batch", "0.9") == "800" and _bench.qps_cell(ours, "loop", "0.9") == "-"

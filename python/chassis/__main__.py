@@ -11,7 +11,6 @@ way in the same run and compares QPS at equal recall; `--json` and `--plot` save
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -211,7 +210,7 @@ def _measure(engine: _bench.Engine, data: _Data, args: argparse.Namespace, folde
     out["vectors_per_s"] = n / max(out["build_s"], 1e-12)
     out["persist_s"] = engine.persist_seconds
     engine.close()
-    out["file_bytes"] = _size(path)
+    out["file_bytes"] = _bench.path_bytes(path)
     opens = [engine.open_seconds(path) for _ in range(args.opens)]
     out["open_ms"] = statistics.median(opens) * 1e3
     if isinstance(engine, _bench.ChassisEngine):
@@ -229,40 +228,11 @@ def _measure(engine: _bench.Engine, data: _Data, args: argparse.Namespace, folde
             warmup=min(len(data.queries), 1_000))
     finally:
         engine.close()
-    out["qps_at"] = {
-        mode: {t: {"qps": q, "how": how} for t, (q, how) in _bench.qps_at_targets(points).items()}
-        for mode, points in out["sweep"].items()
-    }
+    out["qps_at"] = {mode: _bench.qps_at_targets(points) for mode, points in out["sweep"].items()}
     return out
 
 
-def _size(path: str) -> int | None:
-    p = Path(path)
-    if p.is_dir():
-        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
-    return p.stat().st_size if p.exists() else None
-
-
-def _ratios(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
-    """chassis / peer: QPS > 1 means chassis is faster; times and sizes < 1 mean smaller."""
-    r: dict[str, Any] = {key: _bench.ratio(ours.get(key), peer.get(key))
-                         for key in ("build_s", "open_ms", "file_bytes")}
-    r["qps_at"] = {
-        mode: {t: _bench.ratio(ours["qps_at"][mode][t]["qps"], peer["qps_at"][mode][t]["qps"])
-               for t in ours["qps_at"][mode]}
-        for mode in ours["qps_at"] if mode in peer["qps_at"]
-    }
-    return r
-
-
 # ------------------------------------------------------------------ printing
-def _qps_cell(result: dict[str, Any], mode: str, target: str) -> str:
-    cell = result["qps_at"].get(mode, {}).get(target)
-    if cell is None or cell["qps"] is None:
-        return "-"
-    return _bench.fmt(cell["qps"]) + ("*" if cell["how"] == "at-first-point" else "")
-
-
 def _print_results(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     fmt, table = _bench.fmt, _bench.table
     targets = [str(t) for t in _bench.TARGETS]
@@ -295,7 +265,7 @@ def _print_results(results: dict[str, dict[str, Any]], args: argparse.Namespace)
         rows.append([e, r["version"], fmt(r["build_s"], ".2f"), fmt(r["vectors_per_s"]),
                      fmt(r["persist_s"] * 1e3, ".1f"), fmt(r["open_ms"], ".3f"),
                      fmt(size, ".1f")]
-                    + [_qps_cell(r, m, t) for m in args.modes for t in targets])
+                    + [_bench.qps_cell(r, m, t) for m in args.modes for t in targets])
     print(table(headers, rows))
     print("(* the smallest ef already reached this recall: its QPS, a lower bound; "
           "- not reached: raise --ef)")
@@ -310,7 +280,7 @@ def _print_results(results: dict[str, dict[str, Any]], args: argparse.Namespace)
         for peer, r in results.items():
             if peer == "chassis":
                 continue
-            rr = _ratios(results["chassis"], r)
+            rr = _bench.ratios(results["chassis"], r)
             rows.append([f"vs {peer}", fmt(rr["build_s"], ".2f", "x"),
                          fmt(rr["open_ms"], ".2f", "x"), fmt(rr["file_bytes"], ".2f", "x")]
                         + [fmt(rr["qps_at"].get(m, {}).get(t), ".2f", "x")
@@ -429,11 +399,13 @@ def _bench_command(args: argparse.Namespace) -> int:
             "build_threads": threads,
             "targets": list(_bench.TARGETS),
             "engines": results,
-            "ratios": {peer: _ratios(results["chassis"], r) for peer, r in results.items()
+            "ratios": {peer: _bench.ratios(results["chassis"], r) for peer, r in results.items()
                        if peer != "chassis" and "chassis" in results},
             "notes": all_notes,
         }
-        Path(args.json).write_text(json.dumps(everything, indent=1, default=_bench.json_default))
+        everything["points"] = _bench.sweep_points(
+            data.label, {name: r["sweep"] for name, r in results.items()})
+        _bench.write_json(args.json, everything)
         print(f"\nwrote {args.json}")
     if args.plot:
         _bench.plot_sweeps({name: r["sweep"] for name, r in results.items()}, args.plot, k=args.k,

@@ -12,6 +12,11 @@ measured the same way:
     engine.set_ef(64)
     ids, seconds = engine.search("batch", queries, k=10)
     points = measure_sweep(engine, queries, truth, k=10, efs=[16, 32, 64])
+    qps_at = {mode: qps_at_targets(pts) for mode, pts in points.items()}
+
+Results have one shape (the schema section below: Point, QpsAt, qps_at_targets,
+median_qps_at, ratios, versus_best_peer, write_json); benchmarks/toolkit.py imports them from
+here, so the figures of `chassis bench` and of the benchmarks are computed by the same code.
 
 Peers are imported only when asked for; those not installed are reported by
 `engine_status()` and skipped. Nothing here imports chassis at module level, so the
@@ -24,14 +29,15 @@ import gc
 import importlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -72,6 +78,14 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
+def path_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes of a file, or of every file under a folder; None when it does not exist."""
+    p = Path(path)
+    if p.is_dir():
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    return p.stat().st_size if p.exists() else None
+
+
 def median_seconds(fn: Callable[[], Any], repeats: int = 7, warmup: int = 1) -> float:
     """Median wall time of `repeats` calls of fn after `warmup` untimed ones."""
     for _ in range(warmup):
@@ -79,7 +93,37 @@ def median_seconds(fn: Callable[[], Any], repeats: int = 7, warmup: int = 1) -> 
     return statistics.median(timed(fn)[1] for _ in range(repeats))
 
 
-# ------------------------------------------------------------------ recall / QPS
+# ------------------------------------------------------------------ the result schema
+# One shape for every measured figure, here and in benchmarks/ (which imports these):
+#   a sweep point      Point: {"ef", "recall", "qps"} (+ "runs", "distances"; flattened into a
+#                      results file with "engine", "dataset", "mode")
+#   QPS at a recall    QpsAt: {"qps": float | None, "how": "interpolated" | "at-first-point" |
+#                      "not-reached"}, keyed by str(target) ("0.9", "0.95", "0.99")
+#   a summary          {"qps_at": {mode: {target: QpsAt}}, "sweep": {mode: [Point]}, ...scalars}
+#   ratios             ratio(ours, theirs) of one figure; ratios(ours, peer) of two summaries;
+#                      versus_best_peer(...) against the best engine that is not ours
+
+
+class Point(TypedDict, total=False):
+    """One measured point of an ef sweep."""
+
+    engine: str
+    dataset: str
+    mode: str  # "batch", "loop", "batch2", ... (the engine's search style)
+    ef: int
+    recall: float
+    qps: float
+    runs: int  # timed calls whose median gave qps
+    distances: float  # distances computed per query, where counted
+
+
+class QpsAt(TypedDict):
+    """A figure (QPS, or another per-point value) interpolated at one recall target."""
+
+    qps: float | None
+    how: str  # "interpolated", "at-first-point" (a lower bound) or "not-reached"
+
+
 def interpolate_qps(
     sweep: Sequence[tuple[float, float]], target: float
 ) -> tuple[float | None, str]:
@@ -110,11 +154,90 @@ def ratio(ours: float | None, theirs: float | None) -> float | None:
 
 
 def qps_at_targets(
-    points: Sequence[dict[str, float]], targets: Sequence[float] = TARGETS
-) -> dict[str, tuple[float | None, str]]:
-    """{str(target): interpolate_qps(...)} for sweep points [{"ef", "recall", "qps"}, ...]."""
-    sweep = [(p["recall"], p["qps"]) for p in points]
-    return {str(t): interpolate_qps(sweep, t) for t in targets}
+    points: Sequence[Mapping[str, Any]], targets: Sequence[float] = TARGETS, key: str = "qps"
+) -> dict[str, QpsAt]:
+    """{str(target): QpsAt} for sweep points [{"ef", "recall", key}, ...] in sweep order;
+    `key` names the figure interpolated (QPS by default, e.g. "distances" too)."""
+    sweep = [(p["recall"], p[key]) for p in points]
+    out: dict[str, QpsAt] = {}
+    for t in targets:
+        value, how = interpolate_qps(sweep, t)
+        out[str(t)] = {"qps": value, "how": how}
+    return out
+
+
+def median_qps_at(per_pass: Sequence[Mapping[str, QpsAt]]) -> dict[str, QpsAt]:
+    """Several passes' qps_at_targets() as one: the median value at each target, reported
+    only when every pass reached it; "at-first-point" when any pass was a lower bound."""
+    out: dict[str, QpsAt] = {}
+    for t in per_pass[0] if per_pass else ():
+        cells = [p[t] for p in per_pass]
+        hows = {c["how"] for c in cells}
+        if "not-reached" in hows:
+            out[t] = {"qps": None, "how": "not-reached"}
+        else:
+            how = "at-first-point" if "at-first-point" in hows else "interpolated"
+            out[t] = {"qps": median(c["qps"] for c in cells), "how": how}
+    return out
+
+
+def ratios(
+    ours: Mapping[str, Any], peer: Mapping[str, Any],
+    keys: Sequence[str] = ("build_s", "open_ms", "file_bytes"),
+) -> dict[str, Any]:
+    """ours / peer of two summaries: each of `keys` both have, and "qps_at" {mode: {target:
+    ratio}} for the modes both have. QPS: > 1 means ours is faster; times and sizes: < 1."""
+    r: dict[str, Any] = {key: ratio(ours.get(key), peer.get(key)) for key in keys}
+    mine, theirs = ours.get("qps_at", {}), peer.get("qps_at", {})
+    r["qps_at"] = {
+        mode: {t: ratio(cell["qps"], theirs[mode].get(t, {}).get("qps"))
+               for t, cell in mine[mode].items()}
+        for mode in mine if mode in theirs
+    }
+    return r
+
+
+def best_peer(
+    values: Mapping[str, float | None], better: str, ours: Iterable[str] = ("chassis",)
+) -> tuple[str | None, float | None]:
+    """(engine, value) of the best engine not in `ours`: the highest value when `better` is
+    "high" (QPS), the lowest when "low" (times, sizes); (None, None) when none has one."""
+    mine = set(ours)
+    found = [(v, n) for n, v in values.items() if n not in mine and v is not None]
+    if not found:
+        return None, None
+    value, name = (max if better == "high" else min)(found)
+    return name, value
+
+
+def versus_best_peer(
+    results: Mapping[str, Any],
+    columns: Sequence[tuple[str, Callable[[str, Any], float | None], str]],
+    who: str = "chassis",
+    ours: Iterable[str] = ("chassis",),
+) -> dict[str, dict[str, Any]]:
+    """{column: {"chassis", "best_peer", "peer_value", "ratio"}}: `who` / the best engine not
+    in `ours`, for each (key, getter(engine, summary) -> value, "high" | "low") column."""
+    if who not in results:
+        return {}
+    mine = tuple(ours)
+    out = {}
+    for key, getter, better in columns:
+        peer, value = best_peer({n: getter(n, s) for n, s in results.items()}, better, mine)
+        figure = getter(who, results[who])
+        out[key] = {"chassis": figure, "best_peer": peer, "peer_value": value,
+                    "ratio": ratio(figure, value)}
+    return out
+
+
+def sweep_points(dataset: str, sweeps: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
+                 ) -> list[Point]:
+    """{engine: {mode: [points]}} flattened into Points that name their engine, data set and
+    mode: the "points" list of a results file."""
+    return [
+        cast(Point, {"engine": engine, "dataset": dataset, "mode": mode, **p})
+        for engine, modes in sweeps.items() for mode, points in modes.items() for p in points
+    ]
 
 
 # ------------------------------------------------------------------ engines
@@ -493,6 +616,24 @@ def json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value.tolist()
     return str(value)
+
+
+def write_json(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Path:
+    """Write a results document as indented JSON (NumPy values as plain numbers), creating
+    the folder; returns the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=1, default=json_default) + "\n")
+    return out
+
+
+def qps_cell(summary: Mapping[str, Any], mode: str, target: str) -> str:
+    """A table cell for summary["qps_at"][mode][target]: the value, "*" when it is a lower
+    bound (the smallest ef already reached the recall), "-" when not reached or missing."""
+    cell = summary.get("qps_at", {}).get(mode, {}).get(target)
+    if cell is None or cell["qps"] is None:
+        return "-"
+    return fmt(cell["qps"]) + ("*" if cell["how"] == "at-first-point" else "")
 
 
 def fmt(value: float | None, spec: str = ",.0f", suffix: str = "") -> str:
