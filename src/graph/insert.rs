@@ -246,16 +246,7 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
             let mut stack = vec![entry];
             seen[entry as usize] = true;
             let walk = |stack: &mut Vec<u32>, seen: &mut Vec<bool>| {
-                while let Some(s) = stack.pop() {
-                    let l0 = st.l0(s);
-                    for e in &l0[2..2 + lists::list_len(l0)] {
-                        let nb = e.load(Relaxed);
-                        if nb < n && !seen[nb as usize] {
-                            seen[nb as usize] = true;
-                            stack.push(nb);
-                        }
-                    }
-                }
+                lists::mark_reachable(st, n, stack, seen)
             };
             walk(&mut stack, &mut seen);
             if seen.iter().all(|&x| x) {

@@ -70,16 +70,7 @@ impl Index {
             seen[snap.entry as usize] = true;
             stack.push(snap.entry);
         }
-        while let Some(s) = stack.pop() {
-            let l0 = st.l0(s);
-            for e in &l0[2..2 + lists::list_len(l0)] {
-                let nb = e.load(Relaxed);
-                if nb < n && !seen[nb as usize] {
-                    seen[nb as usize] = true;
-                    stack.push(nb);
-                }
-            }
-        }
+        lists::mark_reachable(st, n, &mut stack, &mut seen);
         let unreachable =
             (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
         Ok(CheckReport { unreachable, not_finite, corrupt })

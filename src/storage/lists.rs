@@ -86,3 +86,19 @@ pub fn restore_lists(st: &Storage, slot: u32, words: &[u32]) {
         layer += 1;
     }
 }
+
+/// Mark in `seen` every node below `n` reachable on layer 0 from the nodes on `stack` (marked
+/// already), through deleted nodes too; empties the stack. (`check` reports what stays
+/// unmarked; the batch repair links it in.)
+pub fn mark_reachable(st: &Storage, n: u32, stack: &mut Vec<u32>, seen: &mut [bool]) {
+    while let Some(s) = stack.pop() {
+        let l0 = st.l0(s);
+        for e in &l0[2..2 + list_len(l0)] {
+            let nb = e.load(Relaxed);
+            if nb < n && !seen[nb as usize] {
+                seen[nb as usize] = true;
+                stack.push(nb);
+            }
+        }
+    }
+}
