@@ -1,6 +1,6 @@
 """The index's life cycle: delete, filtered search, rollback, backup, compact, user_version.
 
-Checks (issue "The index's life cycle"):
+Checks:
 
 * a hypothesis state machine against a Python model (id -> float32 vector of live vectors, the
   last flushed copy of it, the flushed user_version, the next default id and the slot count):

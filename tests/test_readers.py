@@ -1,7 +1,6 @@
 """Readers that search while a writer writes: `IndexReader`, snapshots, threads, processes.
 
-Checks (issue "IndexReader: readers in any process that search while a writer writes, and
-searches that never wait for writes"):
+Readers in any process search while a writer writes, and searches never wait for writes. Checks:
 
 * basics: ``IndexReader(path)`` opens while a writer holds the file, raises IndexNotFoundError for a
   missing file (and creates nothing), refuses every write with ReadOnlyError (an

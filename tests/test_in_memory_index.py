@@ -1,5 +1,6 @@
-"""In-memory indexes (issue #8): the writer API without a file, `save` / `load`, anonymous stores
-on huge pages (the THP note) and balanced placement of bulk writes (the NUMA note).
+"""In-memory indexes (``VectorIndex(None, ...)``): the writer API without a file, `save` / `load`,
+anonymous stores on transparent huge pages, and the placement of bulk writes (``balanced``: every
+thread of the pool writes a stretch, so the pages spread over the NUMA nodes; ``local``).
 
 Oracles: brute-force k-NN in NumPy; the same data in a file-backed index; a saved file opened
 by a fresh process; the kernel's own accounting (AnonHugePages in /proc/self/smaps, through
