@@ -21,11 +21,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import chassis
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
-
-import chassis
 
 METRICS = ("euclidean", "cosine", "inner_product")
 PRECISIONS = ("full", "half")
@@ -167,7 +166,9 @@ def brute_force_knn(
     return row_ids[order], np.take_along_axis(d, order, axis=1)
 
 
-def default_tolerance(metric: str, precision: str, data: np.ndarray, query: np.ndarray) -> tuple[float, float]:
+def default_tolerance(
+    metric: str, precision: str, data: np.ndarray, query: np.ndarray
+) -> tuple[float, float]:
     """(rtol, atol) for comparing Chassis's float32 distances with float64 brute force.
 
     ``data`` is the stored data (already f16-rounded for half precision), so the only error left
@@ -232,7 +233,10 @@ def assert_exact_knn(
     true = pairwise_distances(data, query, metric)[0]
     true_of_got = true[[pos[int(i)] for i in got_ids]]
     np.testing.assert_allclose(
-        got_dists, true_of_got, rtol=rtol, atol=atol,
+        got_dists,
+        true_of_got,
+        rtol=rtol,
+        atol=atol,
         err_msg=f"reported distances are not the distances of the reported ids{where}",
     )
     assert np.all(np.diff(got_dists) >= -(atol + rtol * np.abs(got_dists[1:]))), (
@@ -241,7 +245,10 @@ def assert_exact_knn(
     bf_ids, bf_d = brute_force_knn(data, query, kk, metric, data_ids)
     bf_ids, bf_d = bf_ids[0], bf_d[0]
     np.testing.assert_allclose(
-        np.sort(true_of_got), bf_d, rtol=rtol, atol=atol,
+        np.sort(true_of_got),
+        bf_d,
+        rtol=rtol,
+        atol=atol,
         err_msg=f"search is not exact: returned {got_ids.tolist()}, brute force {bf_ids.tolist()}{where}",
     )
     sorted_all = np.sort(true)
@@ -268,12 +275,16 @@ def child_env() -> dict[str, str]:
     """Environment for child interpreters: they import the very ``chassis`` the tests import."""
     env = dict(os.environ)
     pkg_parent = str(Path(chassis.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [pkg_parent] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     env.setdefault("PYTHONFAULTHANDLER", "1")
     return env
 
 
-def run_python(code: str, *args, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, *args, timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (``sys.executable -c``) with ``args`` as argv[1:]."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *[str(a) for a in args]],

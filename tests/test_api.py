@@ -16,14 +16,12 @@ from __future__ import annotations
 import gc
 import io
 import os
+import pathlib
 from pathlib import Path
 
-import pathlib
-
+import chassis
 import numpy as np
 import pytest
-
-import chassis
 from chassis import (
     ChassisError,
     CorruptIndexError,
@@ -75,7 +73,9 @@ ERROR_BASES = {
 }
 
 
-@pytest.mark.parametrize("cls,builtin", list(ERROR_BASES.items()), ids=lambda c: getattr(c, "__name__", str(c)))
+@pytest.mark.parametrize(
+    "cls,builtin", list(ERROR_BASES.items()), ids=lambda c: getattr(c, "__name__", str(c))
+)
 def test_error_classes_derive_from_chassis_error_and_their_builtin(cls, builtin):
     assert issubclass(cls, ChassisError)
     assert issubclass(cls, builtin)
@@ -258,7 +258,9 @@ def test_batch_whose_default_ids_would_pass_the_largest_id_is_refused(index_path
         with pytest.raises(ChassisError):
             index.add_batch(vecs(3))  # would need MAX_ID - 1, MAX_ID and the reserved 2**64-1
         assert len(index) == 1
-        np.testing.assert_array_equal(index.add_batch(vecs(2)), np.array([MAX_ID - 1, MAX_ID], dtype=np.uint64))
+        np.testing.assert_array_equal(
+            index.add_batch(vecs(2)), np.array([MAX_ID - 1, MAX_ID], dtype=np.uint64)
+        )
 
 
 def test_id_in_use(index_path):
@@ -283,45 +285,87 @@ def _batch_case(name: str):
     good = vecs(40, seed=5)
 
     def nan_last():
-        b = good.copy(); b[-1, 3] = np.nan; return b, None
+        b = good.copy()
+        b[-1, 3] = np.nan
+        return b, None
+
     def inf_middle():
-        b = good.copy(); b[20, 0] = np.inf; return b, None
+        b = good.copy()
+        b[20, 0] = np.inf
+        return b, None
+
     def neg_inf_first():
-        b = good.copy(); b[0, 7] = -np.inf; return b, None
+        b = good.copy()
+        b[0, 7] = -np.inf
+        return b, None
+
     def id_in_use():
         return good, list(range(1000, 1039)) + [3]
+
     def id_duplicated_in_batch():
         return good, list(range(1000, 1039)) + [1005]
+
     def invalid_id_last():
         return good, list(range(1000, 1039)) + [NO_ID]
+
     def ids_length_mismatch():
         return good, list(range(1000, 1030))
+
     def wrong_dims():
         return vecs(40, D + 1), None
+
     def half_out_of_range():
-        b = good.copy(); b[39, 1] = 1e5; return b, None
+        b = good.copy()
+        b[39, 1] = 1e5
+        return b, None
+
     def cosine_zero_row():
-        b = good.copy(); b[17] = 0.0; return b, None
+        b = good.copy()
+        b[17] = 0.0
+        return b, None
 
     cases = {
         "nan_in_last_row": (IndexOptions(), nan_last, InvalidArgumentError),
         "inf_in_middle_row": (IndexOptions(), inf_middle, InvalidArgumentError),
         "neg_inf_in_first_row": (IndexOptions(), neg_inf_first, InvalidArgumentError),
         "id_in_use": (IndexOptions(), id_in_use, IdInUseError),
-        "id_duplicated_within_batch": (IndexOptions(), id_duplicated_in_batch, (IdInUseError, InvalidArgumentError)),
+        "id_duplicated_within_batch": (
+            IndexOptions(),
+            id_duplicated_in_batch,
+            (IdInUseError, InvalidArgumentError),
+        ),
         "invalid_id": (IndexOptions(), invalid_id_last, InvalidArgumentError),
-        "ids_length_mismatch": (IndexOptions(), ids_length_mismatch, (InvalidArgumentError, DimensionMismatchError)),
+        "ids_length_mismatch": (
+            IndexOptions(),
+            ids_length_mismatch,
+            (InvalidArgumentError, DimensionMismatchError),
+        ),
         "wrong_dimensions": (IndexOptions(), wrong_dims, DimensionMismatchError),
-        "half_value_out_of_range": (IndexOptions(precision="half"), half_out_of_range, InvalidArgumentError),
-        "cosine_zero_vector": (IndexOptions(metric="cosine"), cosine_zero_row, InvalidArgumentError),
+        "half_value_out_of_range": (
+            IndexOptions(precision="half"),
+            half_out_of_range,
+            InvalidArgumentError,
+        ),
+        "cosine_zero_vector": (
+            IndexOptions(metric="cosine"),
+            cosine_zero_row,
+            InvalidArgumentError,
+        ),
     }
     return cases[name]
 
 
 BATCH_CASES = [
-    "nan_in_last_row", "inf_in_middle_row", "neg_inf_in_first_row", "id_in_use",
-    "id_duplicated_within_batch", "invalid_id", "ids_length_mismatch", "wrong_dimensions",
-    "half_value_out_of_range", "cosine_zero_vector",
+    "nan_in_last_row",
+    "inf_in_middle_row",
+    "neg_inf_in_first_row",
+    "id_in_use",
+    "id_duplicated_within_batch",
+    "invalid_id",
+    "ids_length_mismatch",
+    "wrong_dimensions",
+    "half_value_out_of_range",
+    "cosine_zero_vector",
 ]
 
 
@@ -361,7 +405,11 @@ def test_failing_add_batch_adds_nothing(index_path, case):
 def test_failing_add_leaves_index_unchanged(index_path):
     with VectorIndex(index_path, D) as index:
         index.add(vecs(1)[0])
-        for bad in (np.full(D, np.nan, np.float32), np.full(D, np.inf, np.float32), vecs(1, D + 1)[0]):
+        for bad in (
+            np.full(D, np.nan, np.float32),
+            np.full(D, np.inf, np.float32),
+            vecs(1, D + 1)[0],
+        ):
             with pytest.raises(ChassisError):
                 index.add(bad)
         assert len(index) == 1 and index.pending == 1
@@ -370,7 +418,9 @@ def test_failing_add_leaves_index_unchanged(index_path):
 
 # =========================================================================== properties
 def test_properties(index_path):
-    opts = IndexOptions(max_connections=12, ef_construction=77, ef_search=33, metric="cosine", precision="half")
+    opts = IndexOptions(
+        max_connections=12, ef_construction=77, ef_search=33, metric="cosine", precision="half"
+    )
     index = VectorIndex(Path(index_path), 5, opts)
     try:
         assert index.dimensions == 5
@@ -501,7 +551,9 @@ def test_replace_validates():
 
 def test_options_equality_by_value():
     assert IndexOptions() == IndexOptions()
-    assert IndexOptions(metric="cosine", ef_search=10) == IndexOptions(ef_search=10, metric="cosine")
+    assert IndexOptions(metric="cosine", ef_search=10) == IndexOptions(
+        ef_search=10, metric="cosine"
+    )
     assert IndexOptions() != IndexOptions(ef_search=51)
     assert IndexOptions() != IndexOptions(warm=True)
     assert IndexOptions() != IndexOptions(huge_pages=False)
@@ -564,7 +616,12 @@ def test_missing_file_with_dimensions_none_is_index_not_found(index_path):
 
 @pytest.mark.parametrize(
     "change",
-    [{"metric": "cosine"}, {"metric": "inner_product"}, {"precision": "half"}, {"max_connections": 32}],
+    [
+        {"metric": "cosine"},
+        {"metric": "inner_product"},
+        {"precision": "half"},
+        {"max_connections": 32},
+    ],
     ids=lambda c: next(iter(c.items()))[0] + "=" + str(next(iter(c.values()))),
 )
 def test_reopen_with_other_fixed_option_is_options_mismatch(index_path, change):
@@ -582,7 +639,9 @@ def test_reopen_with_other_fixed_option_is_options_mismatch(index_path, change):
 def test_reopen_with_other_search_settings_is_fine(index_path):
     with VectorIndex(index_path, D, IndexOptions(ef_search=20, ef_construction=50)) as index:
         index.add_batch(vecs(10))
-    with VectorIndex(index_path, D, IndexOptions(ef_search=80, ef_construction=300, warm=True)) as index:
+    with VectorIndex(
+        index_path, D, IndexOptions(ef_search=80, ef_construction=300, warm=True)
+    ) as index:
         assert len(index) == 10
         assert len(index.search(vecs(1)[0], k=3)) == 3
 
@@ -898,7 +957,10 @@ def test_add_batch_accepts_any_layout_with_identical_results(tmp_path, layout):
         assert not variant.flags.c_contiguous
     if layout == "float32_fortran":
         assert variant.flags.f_contiguous and not variant.flags.c_contiguous
-    with VectorIndex(tmp_path / "ref.chassis", D) as ref, VectorIndex(tmp_path / "var.chassis", D) as var:
+    with (
+        VectorIndex(tmp_path / "ref.chassis", D) as ref,
+        VectorIndex(tmp_path / "var.chassis", D) as var,
+    ):
         ref_ids = ref.add_batch(a)
         var_ids = var.add_batch(variant)
         np.testing.assert_array_equal(var_ids, ref_ids)
@@ -933,7 +995,15 @@ def test_add_accepts_any_1d_layout(index_path):
     raw[1:] = np.frombuffer(v.tobytes(), np.uint8)
     unaligned = np.frombuffer(raw.data, np.float32, count=D, offset=1)
     assert not unaligned.flags.aligned
-    variants = [v, v.astype(np.float64), v.tolist(), tuple(v.tolist()), wide[::2], v[::-1].copy()[::-1], unaligned]
+    variants = [
+        v,
+        v.astype(np.float64),
+        v.tolist(),
+        tuple(v.tolist()),
+        wide[::2],
+        v[::-1].copy()[::-1],
+        unaligned,
+    ]
     with VectorIndex(index_path, D) as index:
         for i, variant in enumerate(variants):
             assert index.add(variant) == i

@@ -9,17 +9,19 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import child_env
-
 from chassis import __main__ as cli
 from chassis import _bench
 from chassis import datasets as D
+from conftest import child_env
 
 
 def _run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "chassis", "bench", *args],
-        capture_output=True, text=True, timeout=timeout, env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env(),
     )
 
 
@@ -27,7 +29,9 @@ def _check_sweep(points: list[dict], min_last_recall: float = 0.0) -> None:
     assert points, "empty sweep"
     recalls = [p["recall"] for p in points]
     assert all(0.0 <= r <= 1.0 for r in recalls), recalls
-    assert all(b >= a - 0.02 for a, b in zip(recalls, recalls[1:])), f"recall falls with ef: {recalls}"
+    assert all(b >= a - 0.02 for a, b in zip(recalls, recalls[1:])), (
+        f"recall falls with ef: {recalls}"
+    )
     assert all(p["qps"] > 0 for p in points)
     assert [p["ef"] for p in points] == sorted(p["ef"] for p in points)
     assert recalls[-1] >= min_last_recall, recalls
@@ -70,9 +74,22 @@ def test_data_with_separate_queries_and_truth_files(tmp_path, capsys):
     D.write_fbin(tmp_path / "q.fbin", queries)
     D.write_ivecs(tmp_path / "gt.ivecs", truth)
     out = tmp_path / "o.json"
-    rc = cli.main(["bench", "--data", str(tmp_path / "b.fbin"), "--queries", str(tmp_path / "q.fbin"),
-                   "--truth", str(tmp_path / "gt.ivecs"), "--ef", "20,80", "--quick",
-                   "--json", str(out)])
+    rc = cli.main(
+        [
+            "bench",
+            "--data",
+            str(tmp_path / "b.fbin"),
+            "--queries",
+            str(tmp_path / "q.fbin"),
+            "--truth",
+            str(tmp_path / "gt.ivecs"),
+            "--ef",
+            "20,80",
+            "--quick",
+            "--json",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     assert "ground truth: exact" not in printed
@@ -97,8 +114,22 @@ def test_compare_skips_missing_peers_and_reports_ratios(tmp_path, capsys, monkey
     except ImportError:
         pass
     out = tmp_path / "c.json"
-    rc = cli.main(["bench", "--quick", "--n", "1500", "--queries", "50", "--ef", "10,40",
-                   "--compare", ",".join(peers), "--json", str(out)])
+    rc = cli.main(
+        [
+            "bench",
+            "--quick",
+            "--n",
+            "1500",
+            "--queries",
+            "50",
+            "--ef",
+            "10,40",
+            "--compare",
+            ",".join(peers),
+            "--json",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     assert "skipped usearch" in printed
@@ -120,8 +151,9 @@ def test_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch)
 def test_plot_draws_a_png(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "p.png"
-    rc = cli.main(["bench", "--quick", "--n", "800", "--queries", "30", "--ef", "10,20",
-                   "--plot", str(png)])
+    rc = cli.main(
+        ["bench", "--quick", "--n", "800", "--queries", "30", "--ef", "10,20", "--plot", str(png)]
+    )
     assert rc == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -163,25 +195,46 @@ def test_bench_module_is_shared_with_the_benchmarks():
     spec = importlib.util.spec_from_file_location("_bench_toolkit_under_test", toolkit)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name in ("make_engine", "interpolate_qps", "qps_at_targets", "median_qps_at", "ratios",
-                 "versus_best_peer", "qps_cell", "write_json"):
+    for name in (
+        "make_engine",
+        "interpolate_qps",
+        "qps_at_targets",
+        "median_qps_at",
+        "ratios",
+        "versus_best_peer",
+        "qps_cell",
+        "write_json",
+    ):
         assert getattr(module, name) is getattr(_bench, name), name
 
 
 def test_qps_at_targets_and_ratios_share_one_shape():
-    points = [{"ef": 10, "recall": 0.80, "qps": 1000.0}, {"ef": 20, "recall": 0.90, "qps": 800.0},
-              {"ef": 40, "recall": 1.0, "qps": 400.0}]
+    points = [
+        {"ef": 10, "recall": 0.80, "qps": 1000.0},
+        {"ef": 20, "recall": 0.90, "qps": 800.0},
+        {"ef": 40, "recall": 1.0, "qps": 400.0},
+    ]
     at = _bench.qps_at_targets(points)
     assert at["0.95"] == {"qps": pytest.approx(600.0), "how": "interpolated"}
     assert at["0.99"]["qps"] == pytest.approx(440.0)
     both = _bench.median_qps_at([at, _bench.qps_at_targets(points[:2])])
-    assert both["0.9"]["how"] == "interpolated" and both["0.95"] == {"qps": None, "how": "not-reached"}
+    assert both["0.9"]["how"] == "interpolated" and both["0.95"] == {
+        "qps": None,
+        "how": "not-reached",
+    }
     ours = {"build_s": 1.0, "qps_at": {"batch": at}}
-    peer = {"build_s": 2.0, "qps_at": {"batch": _bench.qps_at_targets(
-        [{**p, "qps": p["qps"] / 2} for p in points])}}
+    peer = {
+        "build_s": 2.0,
+        "qps_at": {"batch": _bench.qps_at_targets([{**p, "qps": p["qps"] / 2} for p in points])},
+    }
     r = _bench.ratios(ours, peer, ("build_s",))
     assert r["build_s"] == 0.5 and r["qps_at"]["batch"]["0.95"] == pytest.approx(2.0)
-    vs = _bench.versus_best_peer({"chassis": ours, "hnswlib": peer, "faiss": {"build_s": 4.0}},
-                                 [("build_s", lambda n, s: s["build_s"], "low")])
+    vs = _bench.versus_best_peer(
+        {"chassis": ours, "hnswlib": peer, "faiss": {"build_s": 4.0}},
+        [("build_s", lambda n, s: s["build_s"], "low")],
+    )
     assert vs["build_s"]["best_peer"] == "hnswlib" and vs["build_s"]["ratio"] == 0.5
-    assert _bench.qps_cell(ours, "batch", "0.9") == "800" and _bench.qps_cell(ours, "loop", "0.9") == "-"
+    assert (
+        _bench.qps_cell(ours, "batch", "0.9") == "800"
+        and _bench.qps_cell(ours, "loop", "0.9") == "-"
+    )

@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from chassis import IndexOptions, VectorIndex
 from conftest import (
     assert_bit_identical,
@@ -147,8 +146,17 @@ def pristine(tmp_path_factory):
         cur.copy: dict(ids=live_ids, user_version=USER_VERSION, seq=cur.seq),
         old.copy: dict(ids=list(range(N)), user_version=0, seq=old.seq),  # before the deletes
     }
-    return dict(path=path, bytes=b, data=data, cur=cur, old=old, layout=layout, states=states, id_of=id_of,
-                slot_of={i: s for s, i in enumerate(id_of)})
+    return dict(
+        path=path,
+        bytes=b,
+        data=data,
+        cur=cur,
+        old=old,
+        layout=layout,
+        states=states,
+        id_of=id_of,
+        slot_of={i: s for s, i in enumerate(id_of)},
+    )
 
 
 def test_layout_arithmetic(pristine):
@@ -161,12 +169,16 @@ def test_layout_arithmetic(pristine):
     assert lay.l0(0) - lay.slot_header(0) == 1024 * 32
     id_of = pristine["id_of"]
     # Each batch fills its own slots (rows 0-1999, then 2000-2999), laid out by locality.
-    assert sorted(id_of[:2000]) == list(range(2000)) and sorted(id_of[2000:]) == list(range(2000, N))
+    assert sorted(id_of[:2000]) == list(range(2000)) and sorted(id_of[2000:]) == list(
+        range(2000, N)
+    )
     assert id_of != list(range(N)), "batches of 1,024 rows or more are laid out by locality"
     for s in [0, 1, 5, 100, 1023, 1024, 1025, 1500, 2100, 2999]:
         sid, upper, marker, crcs = struct.unpack_from("<QQQQ", b, lay.slot_header(s))
         vec = np.frombuffer(b, np.float32, DIMS, lay.vector(s))
-        assert_bit_identical(vec, data[sid], f"vector of slot {s} (id {sid}) at the computed offset")
+        assert_bit_identical(
+            vec, data[sid], f"vector of slot {s} (id {sid}) at the computed offset"
+        )
         assert (marker != 0) == (sid in DELETED)
         head = struct.unpack_from("<I", b, lay.l0(s))[0]
         count, level = head & 0xFFFF, (head >> 16) & 0xFF
@@ -282,25 +294,48 @@ class Case:
 
 
 def make_cases(p) -> list[Case]:
-    lay, cur, b = p["layout"], p["cur"], p["bytes"]
+    lay, cur = p["layout"], p["cur"]
     cases = []
     for c in (0, 1):
         base = c * HEADER_COPY
         which = "newest" if c == cur.copy else "older"
-        for fld, off, mask in (("magic", 0, 0x20), ("version", 8, 0x02), ("seq", 16, 0x01),
-                               ("slot count", 48, 0x04), ("checksum", cur.body, 0x80)):
-            cases.append(Case(f"header copy {c} ({which}) {fld}", [(base + off, mask)], "header", copy=c))
+        for fld, off, mask in (
+            ("magic", 0, 0x20),
+            ("version", 8, 0x02),
+            ("seq", 16, 0x01),
+            ("slot count", 48, 0x04),
+            ("checksum", cur.body, 0x80),
+        ):
+            cases.append(
+                Case(f"header copy {c} ({which}) {fld}", [(base + off, mask)], "header", copy=c)
+            )
     cases += [
-        Case("both copies seq", [(16, 0x01), (HEADER_COPY + 16, 0x01)], "both", error="CorruptIndexError"),
-        Case("both copies version", [(8, 0x02), (HEADER_COPY + 8, 0x02)], "both", error="CorruptIndexError"),
-        Case("both copies slot count and checksum", [(48, 0x10), (HEADER_COPY + cur.body + 3, 0x01)], "both",
-             error="CorruptIndexError"),
-        Case("both copies magic", [(0, 0x20), (HEADER_COPY, 0x20)], "both", error="NotAnIndexError"),
+        Case(
+            "both copies seq",
+            [(16, 0x01), (HEADER_COPY + 16, 0x01)],
+            "both",
+            error="CorruptIndexError",
+        ),
+        Case(
+            "both copies version",
+            [(8, 0x02), (HEADER_COPY + 8, 0x02)],
+            "both",
+            error="CorruptIndexError",
+        ),
+        Case(
+            "both copies slot count and checksum",
+            [(48, 0x10), (HEADER_COPY + cur.body + 3, 0x01)],
+            "both",
+            error="CorruptIndexError",
+        ),
+        Case(
+            "both copies magic", [(0, 0x20), (HEADER_COPY, 0x20)], "both", error="NotAnIndexError"
+        ),
     ]
     up = upper_node(p)
     up2 = upper_node(p, avoid=(up,))
     entry = cur.entry
-    S, I = p["slot_of"], p["id_of"]
+    S, ID = p["slot_of"], p["id_of"]
 
     def at(name, offset_of, id_, mask, off=0, **kw):
         """Damage the slot that holds id_."""
@@ -308,7 +343,7 @@ def make_cases(p) -> list[Case]:
         return Case(name, [(offset_of(slot) + off, mask)], "slot", slot=slot, id=id_, **kw)
 
     def at_slot(name, offset, slot, mask, **kw):
-        return Case(name, [(offset, mask)], "slot", slot=slot, id=I[slot], **kw)
+        return Case(name, [(offset, mask)], "slot", slot=slot, id=ID[slot], **kw)
 
     cases += [
         # slot headers: word 0 is the id (100 ^ 0x40 = 36, an id in use elsewhere)
@@ -329,7 +364,9 @@ def make_cases(p) -> list[Case]:
         # upper lists in a heap chunk: count, crc, M neighbor slots per layer
         at_slot("heap upper-list neighbor entry", lay.upper_list(_upper(p, up), 1) + 8, up, 0x01),
         at_slot("heap upper-list count", lay.upper_list(_upper(p, up2), 1), up2, 0x01),
-        at_slot("entry point's upper-list entry", lay.upper_list(_upper(p, entry), 1) + 12, entry, 0x02),
+        at_slot(
+            "entry point's upper-list entry", lay.upper_list(_upper(p, entry), 1) + 12, entry, 0x02
+        ),
         # delete markers (slot header word 2)
         at("delete marker of a deleted slot", lay.slot_header, 1500, 0x01, off=16),
         at("delete marker of a deleted slot, seq bits", lay.slot_header, 2500, 0x01, off=16 + 3),
@@ -360,7 +397,9 @@ def run_child(p, path: Path, queries: np.ndarray, probe: list[int], workdir: Pat
     assert proc.returncode >= 0, (
         f"the child died: {describe_returncode(proc.returncode)}\n--- stderr ---\n{proc.stderr[-4000:]}"
     )
-    assert proc.returncode == 0, f"the child failed: exit code {proc.returncode}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, (
+        f"the child failed: exit code {proc.returncode}\n{proc.stderr[-4000:]}"
+    )
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     for mode in ("reader", "writer"):
         f = Path(f"{out}.{mode}.npy")
@@ -369,7 +408,9 @@ def run_child(p, path: Path, queries: np.ndarray, probe: list[int], workdir: Pat
     return res
 
 
-def check_state(r: dict, p, ids: list[int], uv: int, queries: np.ndarray, what: str, *, skip_vec=()) -> None:
+def check_state(
+    r: dict, p, ids: list[int], uv: int, queries: np.ndarray, what: str, *, skip_vec=()
+) -> None:
     """The opened file holds exactly ``ids`` (the ids of a commit), vectors bit-identical."""
     data = p["data"]
     assert r["errors"] == [], f"{what}: calls failed: {r['errors'][:5]}"
@@ -384,8 +425,16 @@ def check_state(r: dict, p, ids: list[int], uv: int, queries: np.ndarray, what: 
     for qi, q in enumerate(queries):
         hits = r["searches"]["exact"][qi]
         got = [h for h in hits if h[0] not in skip_vec]
-        assert_exact_knn([h[0] for h in got], [h[1] for h in got], data[keep], keep, q, len(got) if skip_vec else 10,
-                         "euclidean", context=f"{what}: exact search, query {qi}")
+        assert_exact_knn(
+            [h[0] for h in got],
+            [h[1] for h in got],
+            data[keep],
+            keep,
+            q,
+            len(got) if skip_vec else 10,
+            "euclidean",
+            context=f"{what}: exact search, query {qi}",
+        )
 
 
 def check_searches(r: dict, visible: set[int], what: str) -> None:
@@ -396,7 +445,9 @@ def check_searches(r: dict, visible: set[int], what: str) -> None:
             assert hits is not None, f"{what}: search {tag} failed"
             ids = [h[0] for h in hits]
             assert len(ids) == 10, f"{what}: search ({tag}) query {qi} returned {len(ids)} results"
-            assert set(ids) <= visible, f"{what}: search ({tag}) returned unlisted ids {set(ids) - visible}"
+            assert set(ids) <= visible, (
+                f"{what}: search ({tag}) returned unlisted ids {set(ids) - visible}"
+            )
             assert len(set(ids)) == len(ids)
         b = s["batch_" + tag]
         assert b is not None, f"{what}: search_batch {tag} failed"
@@ -406,7 +457,9 @@ def check_searches(r: dict, visible: set[int], what: str) -> None:
     allowed = set(s["filtered_allowed"]) - {1, 2}
     for qi, ids in enumerate(s["filtered"]):
         assert ids is not None and len(ids) == 10, f"{what}: filtered search query {qi}: {ids}"
-        assert set(ids) <= allowed & visible, f"{what}: filtered search returned {set(ids) - (allowed & visible)}"
+        assert set(ids) <= allowed & visible, (
+            f"{what}: filtered search returned {set(ids) - (allowed & visible)}"
+        )
 
 
 def queries_for(p, case: Case) -> np.ndarray:
@@ -420,15 +473,32 @@ def queries_for(p, case: Case) -> np.ndarray:
 def _cases():
     # built lazily from the pristine file; parametrize by name through an index into the list
     return [
-        *(f"header copy {c} {f}" for c in (0, 1) for f in ("magic", "version", "seq", "slot count", "checksum")),
-        "both copies seq", "both copies version", "both copies slot count and checksum", "both copies magic",
-        "slot header id low byte", "slot header id high byte", "slot header checksum word",
-        "vector exponent byte", "vector in segment 0",
-        "level-0 neighbor entry", "level-0 neighbor entry out of range", "level-0 count",
-        "level-0 count far too large", "level-0 level byte", "level-0 list checksum",
+        *(
+            f"header copy {c} {f}"
+            for c in (0, 1)
+            for f in ("magic", "version", "seq", "slot count", "checksum")
+        ),
+        "both copies seq",
+        "both copies version",
+        "both copies slot count and checksum",
+        "both copies magic",
+        "slot header id low byte",
+        "slot header id high byte",
+        "slot header checksum word",
+        "vector exponent byte",
+        "vector in segment 0",
+        "level-0 neighbor entry",
+        "level-0 neighbor entry out of range",
+        "level-0 count",
+        "level-0 count far too large",
+        "level-0 level byte",
+        "level-0 list checksum",
         "entry point's level-0 neighbor entry",
-        "heap upper-list neighbor entry", "heap upper-list count", "entry point's upper-list entry",
-        "delete marker of a deleted slot", "delete marker of a deleted slot, seq bits",
+        "heap upper-list neighbor entry",
+        "heap upper-list count",
+        "entry point's upper-list entry",
+        "delete marker of a deleted slot",
+        "delete marker of a deleted slot, seq bits",
         "delete marker of a live slot",
     ]
 
@@ -441,7 +511,9 @@ def find_case(p, name: str) -> Case:
     raise KeyError(name)
 
 
-@pytest.mark.parametrize("name", _cases(), ids=lambda n: n.replace(" ", "-").replace("'", "").replace(",", ""))
+@pytest.mark.parametrize(
+    "name", _cases(), ids=lambda n: n.replace(" ", "-").replace("'", "").replace(",", "")
+)
 def test_damaged_file(pristine, tmp_path, name):
     p = pristine
     case = find_case(p, name)
@@ -456,7 +528,9 @@ def test_damaged_file(pristine, tmp_path, name):
         what = f"{case.name}, opened as {mode}"
         if case.kind == "both":
             assert "open_error" in r, f"{what}: opened although both header copies are damaged"
-            assert r["open_error"][0] == case.error, f"{what}: {r['open_error']}, expected {case.error}"
+            assert r["open_error"][0] == case.error, (
+                f"{what}: {r['open_error']}, expected {case.error}"
+            )
             continue
         assert "open_error" not in r, f"{what}: could not open: {r.get('open_error')}"
         runtime = [m for cat, m in r["warnings"] if cat == "RuntimeWarning"]
@@ -470,7 +544,9 @@ def test_damaged_file(pristine, tmp_path, name):
                 f"{what}: len() {r['len']}, ids() {len(r['ids'])}, commit {state['seq']} holds {len(state['ids'])}"
             )
             check_state(r, p, state["ids"], state["user_version"], queries, what)
-            assert r["check"]["corrupt"] == [] and r["check"]["not_finite"] == [], f"{what}: {r['check']}"
+            assert r["check"]["corrupt"] == [] and r["check"]["not_finite"] == [], (
+                f"{what}: {r['check']}"
+            )
             assert r["get_errors"] == {}, f"{what}: {r['get_errors']}"
             check_searches(r, set(state["ids"]), what)
             continue
@@ -489,7 +565,9 @@ def test_damaged_file(pristine, tmp_path, name):
         else:
             assert r["get_errors"] == {}, f"{what}: get() errors {r['get_errors']}"
         for h in case.hidden:
-            assert r["contains"][str(h)] is False, f"{what}: the damaged slot's id {h} is still listed"
+            assert r["contains"][str(h)] is False, (
+                f"{what}: the damaged slot's id {h} is still listed"
+            )
         for d in DELETED:
             assert r["contains"][str(d)] is False, f"{what}: deleted id {d} came back"
         assert r["contains"].get("36", False) is True or 36 not in visible
@@ -510,7 +588,14 @@ def test_search_never_returns_a_vector_that_fails_its_checksum(pristine, tmp_pat
     p = pristine
     s = 1234  # the id; its slot is found from the slot headers
     slot = p["slot_of"][s]
-    case = Case("vector low bit", [(p["layout"].vector(slot), 0x01)], "slot", slot=slot, id=s, bad_vector=True)
+    case = Case(
+        "vector low bit",
+        [(p["layout"].vector(slot), 0x01)],
+        "slot",
+        slot=slot,
+        id=s,
+        bad_vector=True,
+    )
     path = damage(p, case, tmp_path / "damaged.chassis")
     queries = queries_for(p, case)
     res = run_child(p, path, queries, [s], tmp_path)

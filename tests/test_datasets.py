@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from chassis import datasets as D
 from chassis.datasets import DatasetError
 
@@ -18,8 +17,13 @@ NO_ID = 2**64 - 1
 
 # extension -> (element type, mapped)
 FORMATS = {
-    ".fvecs": np.float32, ".ivecs": np.int32, ".bvecs": np.uint8,
-    ".fbin": np.float32, ".ibin": np.int32, ".u8bin": np.uint8, ".i8bin": np.int8,
+    ".fvecs": np.float32,
+    ".ivecs": np.int32,
+    ".bvecs": np.uint8,
+    ".fbin": np.float32,
+    ".ibin": np.int32,
+    ".u8bin": np.uint8,
+    ".i8bin": np.int8,
     ".npy": np.float32,
 }
 
@@ -29,7 +33,9 @@ def _sample(dtype, n=23, d=5, seed=0) -> np.ndarray:
     if np.dtype(dtype).kind == "f":
         return rng.standard_normal((n, d)).astype(dtype)
     info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -1000), min(info.max, 1000), (n, d), endpoint=True).astype(dtype)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000), (n, d), endpoint=True).astype(
+        dtype
+    )
 
 
 def _is_file_mapped(arr: np.ndarray) -> bool:
@@ -97,9 +103,12 @@ def test_specific_readers_and_writers(tmp_path):
     i = _sample(np.int32)
     b = _sample(np.uint8)
     for write, read, arr, name in [
-        (D.write_fvecs, D.read_fvecs, f, "a.fvecs"), (D.write_ivecs, D.read_ivecs, i, "a.ivecs"),
-        (D.write_bvecs, D.read_bvecs, b, "a.bvecs"), (D.write_fbin, D.read_fbin, f, "a.fbin"),
-        (D.write_ibin, D.read_ibin, i, "a.ibin"), (D.write_u8bin, D.read_u8bin, b, "a.u8bin"),
+        (D.write_fvecs, D.read_fvecs, f, "a.fvecs"),
+        (D.write_ivecs, D.read_ivecs, i, "a.ivecs"),
+        (D.write_bvecs, D.read_bvecs, b, "a.bvecs"),
+        (D.write_fbin, D.read_fbin, f, "a.fbin"),
+        (D.write_ibin, D.read_ibin, i, "a.ibin"),
+        (D.write_u8bin, D.read_u8bin, b, "a.u8bin"),
     ]:
         write(tmp_path / name, arr)
         np.testing.assert_array_equal(read(tmp_path / name), arr)
@@ -163,8 +172,15 @@ def test_truncated_fvecs_names_file_and_offset(tmp_path):
 
 def test_inconsistent_dimensions_in_fvecs(tmp_path):
     path = tmp_path / "i.fvecs"
-    path.write_bytes(_fvecs_rows((4, [1, 2, 3, 4]), (4, [1, 2, 3, 4]), (4, [0, 0, 0, 0]),
-                                 (5, [1, 2, 3]), (4, [1, 2, 3, 4])))
+    path.write_bytes(
+        _fvecs_rows(
+            (4, [1, 2, 3, 4]),
+            (4, [1, 2, 3, 4]),
+            (4, [0, 0, 0, 0]),
+            (5, [1, 2, 3]),
+            (4, [1, 2, 3, 4]),
+        )
+    )
     _raises_at(path, 60, "row 3 has dimension header 5 but row 0 has 4")
 
 
@@ -264,7 +280,9 @@ def test_big_ann_style_folder(tmp_path):
     base, queries = D.clustered(100, 4, 7, seed=4)
     ids, dist = D.ground_truth(base, queries, 3)
     D.write_u8bin(tmp_path / "base.100.u8bin", np.clip(base * 10 + 128, 0, 255).astype(np.uint8))
-    D.write_u8bin(tmp_path / "query.public.7.u8bin", np.clip(queries * 10 + 128, 0, 255).astype(np.uint8))
+    D.write_u8bin(
+        tmp_path / "query.public.7.u8bin", np.clip(queries * 10 + 128, 0, 255).astype(np.uint8)
+    )
     D.write_bin_ground_truth(tmp_path / "groundtruth.public.7.ibin", ids, dist)
     ds = D.load(tmp_path)
     assert ds.base.dtype == np.float32 and ds.base.shape == (100, 4)

@@ -1,8 +1,7 @@
 """Notebook display: VectorIndex/IndexReader have a useful repr and an HTML summary."""
 
-import numpy as np
-
 import chassis
+import numpy as np
 
 
 def test_html_summary_shows_counts_and_state(tmp_path):
@@ -25,7 +24,12 @@ def test_html_summary_of_an_in_memory_index_shows_its_memory():
     index = chassis.VectorIndex(None, 8)
     index.add_batch(np.random.default_rng(0).random((1234, 8), dtype=np.float32))
     html = index._repr_html_()
-    assert "in memory" in html and "1,234" in html and "file size" not in html and "pending" not in html
+    assert (
+        "in memory" in html
+        and "1,234" in html
+        and "file size" not in html
+        and "pending" not in html
+    )
     assert "path=None (in memory)" in repr(index)
     index.close()
     assert "closed" in index._repr_html_()

@@ -31,10 +31,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import chassis
 import numpy as np
 import pytest
-
-import chassis
 from chassis import IndexLockedError, IndexOptions, VectorIndex
 from conftest import (
     MAX_ID,
@@ -91,7 +90,9 @@ class Child:
 
     def expect(self, word: str, timeout: float = 60.0) -> str:
         line = self.readline(timeout)
-        assert line.split()[0] == word, f"child said {line!r}, expected {word!r}; stderr:\n{self.stderr()}"
+        assert line.split()[0] == word, (
+            f"child said {line!r}, expected {word!r}; stderr:\n{self.stderr()}"
+        )
         return line
 
     def send(self, line: str) -> None:
@@ -152,7 +153,12 @@ def sha(path) -> str:
 
 
 # =========================================================================== fresh-process reopen
-CONFIGS = [("euclidean", "full"), ("cosine", "full"), ("inner_product", "half"), ("euclidean", "half")]
+CONFIGS = [
+    ("euclidean", "full"),
+    ("cosine", "full"),
+    ("inner_product", "half"),
+    ("euclidean", "half"),
+]
 
 
 @pytest.mark.parametrize("metric,precision", CONFIGS, ids=[f"{m}-{p}" for m, p in CONFIGS])
@@ -179,7 +185,9 @@ def test_fresh_process_sees_exactly_the_flushed_state(tmp_path, metric, precisio
     n = len(index)
     parent_hits = [[(h.id, h.distance) for h in index.search(q, 10, ef=n)] for q in queries]
     # not flushed: must be gone in the next process
-    index.add_batch(rng.standard_normal((50, dims)).astype(np.float32), ids=np.arange(20_000, 20_050))
+    index.add_batch(
+        rng.standard_normal((50, dims)).astype(np.float32), ids=np.arange(20_000, 20_050)
+    )
     index.add(rng.standard_normal(dims).astype(np.float32), id=5_000)  # a free id below the max
     assert index.pending == 51
     index.close()
@@ -195,7 +203,9 @@ def test_fresh_process_sees_exactly_the_flushed_state(tmp_path, metric, precisio
         assert_bit_identical(flushed_vecs, to_half(originals) if precision == "half" else originals)
 
     for read_only in (False, True):
-        state = dump_index(path, tmp_path, queries=queries, read_only=read_only, tag=f"ro{int(read_only)}")
+        state = dump_index(
+            path, tmp_path, queries=queries, read_only=read_only, tag=f"ro{int(read_only)}"
+        )
         meta = state["meta"]
         assert meta["len"] == n
         assert (meta["dimensions"], meta["metric"], meta["precision"]) == (dims, metric, precision)
@@ -210,7 +220,9 @@ def test_fresh_process_sees_exactly_the_flushed_state(tmp_path, metric, precisio
             assert got_ids.tolist() == [i for i, _ in parent_hits[qi]]
             np.testing.assert_allclose(got_d, [d for _, d in parent_hits[qi]], rtol=1e-6, atol=1e-6)
             np.testing.assert_array_equal(state["batch_ids"][qi], got_ids)
-            assert_exact_knn(got_ids, got_d, flushed_vecs, expected_ids, q, 10, metric, precision=precision)
+            assert_exact_knn(
+                got_ids, got_d, flushed_vecs, expected_ids, q, 10, metric, precision=precision
+            )
 
 
 def test_many_flush_cycles_each_visible_to_a_reader_in_another_process(tmp_path):
@@ -219,13 +231,17 @@ def test_many_flush_cycles_each_visible_to_a_reader_in_another_process(tmp_path)
     dims = 16
     with VectorIndex(path, dims, IndexOptions(ef_construction=40)) as index:
         for cycle in range(4):
-            index.add_batch(rng.standard_normal((int(rng.integers(1, 200)), dims)).astype(np.float32))
+            index.add_batch(
+                rng.standard_normal((int(rng.integers(1, 200)), dims)).astype(np.float32)
+            )
             for _ in range(int(rng.integers(0, 4))):
                 index.add(rng.standard_normal(dims).astype(np.float32))
             index.flush()
             ids = index.ids().copy()
             vecs = np.stack([index.get(int(i)) for i in ids])
-            index.add(rng.standard_normal(dims).astype(np.float32))  # pending while the reader opens
+            index.add(
+                rng.standard_normal(dims).astype(np.float32)
+            )  # pending while the reader opens
             state = dump_index(path, tmp_path, read_only=True, tag=f"cycle{cycle}")
             np.testing.assert_array_equal(state["ids"], ids)
             assert_bit_identical(state["vecs"], vecs, f"cycle {cycle}")
@@ -276,7 +292,9 @@ def test_writer_in_another_process_is_locked_out_while_we_hold_it(tmp_path):
             out = try_open_elsewhere(path, mode, dims=4)
             assert out["outcome"] == "error" and out["type"] == "IndexLockedError", out
             assert out["oserror"] is True
-            assert len(out["message"].splitlines()) >= 2 and out["message"].splitlines()[1].startswith("help:")
+            assert len(out["message"].splitlines()) >= 2 and out["message"].splitlines()[
+                1
+            ].startswith("help:")
         out = try_open_elsewhere(path, "reader")
         assert out == {"outcome": "opened", "len": 5}
     finally:
@@ -463,8 +481,14 @@ for case in manifest["cases"]:
 """
 
 
-def probe(files: list[Path], workdir: Path, *, dims: int, queries: np.ndarray | None = None,
-          write: bool = False) -> list[dict]:
+def probe(
+    files: list[Path],
+    workdir: Path,
+    *,
+    dims: int,
+    queries: np.ndarray | None = None,
+    write: bool = False,
+) -> list[dict]:
     """Open every file (reader, writer with dims, writer) in ONE child; return one record per open.
 
     Fails the test if the child dies (a signal: SIGSEGV, SIGBUS, abort) or exits non-zero,
@@ -513,14 +537,24 @@ def flushed_corpus(tmp_path_factory):
         index.add_batch(b, ids=np.arange(1000, 1300))
     states = {
         "A": (np.arange(200, dtype=np.uint64), a),
-        "B": (np.concatenate([np.arange(200), np.arange(1000, 1300)]).astype(np.uint64), np.concatenate([a, b])),
+        "B": (
+            np.concatenate([np.arange(200), np.arange(1000, 1300)]).astype(np.uint64),
+            np.concatenate([a, b]),
+        ),
     }
     raw = np.fromfile(path, dtype=np.uint8)
     last_nz = int(np.flatnonzero(raw)[-1]) + 1
     queries = rng.standard_normal((4, dims)).astype(np.float32)
     # the file may be sparse past its content: keep the content and the size, not every zero
-    return {"path": path, "bytes": raw[:last_nz].tobytes(), "size": int(raw.size), "dims": dims,
-            "states": states, "last_nz": last_nz, "queries": queries}
+    return {
+        "path": path,
+        "bytes": raw[:last_nz].tobytes(),
+        "size": int(raw.size),
+        "dims": dims,
+        "states": states,
+        "last_nz": last_nz,
+        "queries": queries,
+    }
 
 
 def write_variant(f: Path, content: bytes, size: int | None) -> Path:
@@ -539,11 +573,21 @@ def matching_state(rec: dict, corpus: dict) -> str | None:
         b_d = z["batch_d"] if "batch_d" in z.files else None
     for name, (s_ids, s_vecs) in corpus["states"].items():
         if ids.shape == s_ids.shape and (ids == s_ids).all():
-            assert_bit_identical(vecs, s_vecs, f"{rec['file']} ({rec['mode']}) opened as state {name}")
+            assert_bit_identical(
+                vecs, s_vecs, f"{rec['file']} ({rec['mode']}) opened as state {name}"
+            )
             assert b_ids is not None
             for qi, q in enumerate(corpus["queries"]):
-                assert_exact_knn(b_ids[qi], b_d[qi], s_vecs, s_ids, q, 10, "euclidean",
-                                 context=f"{rec['file']} ({rec['mode']})")
+                assert_exact_knn(
+                    b_ids[qi],
+                    b_d[qi],
+                    s_vecs,
+                    s_ids,
+                    q,
+                    10,
+                    "euclidean",
+                    context=f"{rec['file']} ({rec['mode']})",
+                )
             return name
     return None
 
@@ -551,7 +595,9 @@ def matching_state(rec: dict, corpus: dict) -> str | None:
 def check_damaged(records: list[dict], corpus: dict, *, strict: bool) -> None:
     for rec in records:
         if rec["outcome"] == "error":
-            assert rec["type"] in CORRUPT_KINDS, f"expected NotAnIndexError/CorruptIndexError: {rec}"
+            assert rec["type"] in CORRUPT_KINDS, (
+                f"expected NotAnIndexError/CorruptIndexError: {rec}"
+            )
         elif strict:
             raise AssertionError(f"a damaged index must not open: {rec}")
         elif rec["outcome"] == "opened":
@@ -565,7 +611,9 @@ def check_damaged(records: list[dict], corpus: dict, *, strict: bool) -> None:
 
 def test_corpus_is_valid(flushed_corpus, tmp_path):
     copy = write_variant(tmp_path / "copy.chassis", flushed_corpus["bytes"], flushed_corpus["size"])
-    records = probe([copy], tmp_path, dims=flushed_corpus["dims"], queries=flushed_corpus["queries"], write=True)
+    records = probe(
+        [copy], tmp_path, dims=flushed_corpus["dims"], queries=flushed_corpus["queries"], write=True
+    )
     for rec in records:
         assert rec["outcome"] == "opened", rec
         assert matching_state(rec, flushed_corpus) == "B"
@@ -576,16 +624,32 @@ def _cuts(corpus: dict) -> list[tuple[str, int, bool]]:
     nz = corpus["last_nz"]
     size = corpus["size"]
     cuts = [
-        ("empty", 0, True), ("1_byte", 1, True), ("8_bytes", 8, True), ("100_bytes", 100, True),
-        ("4KiB", 4096, True), ("half_of_content", nz // 2, True),
-        ("three_quarters_of_content", (3 * nz) // 4, False), ("last_content_byte_cut", nz - 1, False),
-        ("trailing_zeros_cut", nz, False), ("one_byte_short", size - 1, False),
+        ("empty", 0, True),
+        ("1_byte", 1, True),
+        ("8_bytes", 8, True),
+        ("100_bytes", 100, True),
+        ("4KiB", 4096, True),
+        ("half_of_content", nz // 2, True),
+        ("three_quarters_of_content", (3 * nz) // 4, False),
+        ("last_content_byte_cut", nz - 1, False),
+        ("trailing_zeros_cut", nz, False),
+        ("one_byte_short", size - 1, False),
     ]
     return [(name, at, strict) for name, at, strict in cuts if at < size]
 
 
-TRUNCATIONS = ["empty", "1_byte", "8_bytes", "100_bytes", "4KiB", "half_of_content",
-               "three_quarters_of_content", "last_content_byte_cut", "trailing_zeros_cut", "one_byte_short"]
+TRUNCATIONS = [
+    "empty",
+    "1_byte",
+    "8_bytes",
+    "100_bytes",
+    "4KiB",
+    "half_of_content",
+    "three_quarters_of_content",
+    "last_content_byte_cut",
+    "trailing_zeros_cut",
+    "one_byte_short",
+]
 
 
 @pytest.mark.parametrize("cut", TRUNCATIONS)
@@ -595,10 +659,14 @@ def test_truncated_index_is_refused_without_crashing(flushed_corpus, tmp_path, c
         pytest.skip(f"the file is too small for the {cut} cut")
     at, strict = cuts[cut]
     content = flushed_corpus["bytes"]
-    f = write_variant(tmp_path / f"cut-{cut}.chassis", content[:at], at if at > len(content) else None)
+    f = write_variant(
+        tmp_path / f"cut-{cut}.chassis", content[:at], at if at > len(content) else None
+    )
     assert f.stat().st_size == at
     before = sha(f)
-    records = probe([f], tmp_path, dims=flushed_corpus["dims"], queries=flushed_corpus["queries"], write=True)
+    records = probe(
+        [f], tmp_path, dims=flushed_corpus["dims"], queries=flushed_corpus["queries"], write=True
+    )
     if cut == "empty":
         for rec in records:
             assert rec["outcome"] == "error" and rec["type"] == "NotAnIndexError", rec
@@ -634,7 +702,9 @@ def test_flipped_bytes_anywhere_never_crash(flushed_corpus, tmp_path):
         damaged = bytearray(data)
         damaged[int(off)] ^= int(rng.integers(1, 256))
         files.append(write_variant(tmp_path / f"any-{j}-{int(off)}.chassis", bytes(damaged), size))
-    probe(files, tmp_path, dims=flushed_corpus["dims"], queries=flushed_corpus["queries"], write=True)
+    probe(
+        files, tmp_path, dims=flushed_corpus["dims"], queries=flushed_corpus["queries"], write=True
+    )
 
 
 def _not_index_files(tmp_path: Path, corpus: dict) -> dict[str, Path]:
@@ -664,7 +734,9 @@ def test_files_that_are_not_indexes_are_refused_and_left_untouched(flushed_corpu
     for rec in records:
         assert rec["outcome"] == "error", f"opened something that is not an index: {rec}"
         assert rec["type"] == "NotAnIndexError", rec
-        assert len(rec["message"].splitlines()) >= 2 and rec["message"].splitlines()[1].startswith("help:"), rec
+        assert len(rec["message"].splitlines()) >= 2 and rec["message"].splitlines()[1].startswith(
+            "help:"
+        ), rec
     for name, p in files.items():
         assert sha(p) == hashes[name], f"opening {name} changed it"
 

@@ -7,10 +7,9 @@ import os
 import subprocess
 import sys
 
+import chassis
 import numpy as np
 import pytest
-
-import chassis
 
 CHILD = r"""
 import json, sys, tempfile, os
@@ -50,7 +49,9 @@ def _oracle(stored, q, metric):
 @pytest.mark.parametrize("level", chassis.cpu_info()["kernels_available"])
 def test_every_kernel_level_matches_numpy(level):
     env = dict(os.environ, CHASSIS_KERNEL=level)
-    r = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["kernel"] == level, "CHASSIS_KERNEL did not select the level"
@@ -72,7 +73,11 @@ def test_prefetch_policy_is_reported_per_adr_0015():
         zen4 = 0x10 <= info["model"] <= 0x1F or 0x60 <= info["model"] <= 0xAF
         assert info["prefetch_policy"] == ("zen4" if zen4 else "default")
     if info["vendor"] == "GenuineIntel":
-        assert (info["prefetch_policy"], info["prefetch_lines"], info["prefetch_cache"]) == ("default", 8, "L2")
+        assert (info["prefetch_policy"], info["prefetch_lines"], info["prefetch_cache"]) == (
+            "default",
+            8,
+            "L2",
+        )
 
 
 GROUP_CHILD = r"""
@@ -89,26 +94,46 @@ print(json.dumps({"kernel": chassis.cpu_info()["kernel"], "ids": ids.tolist(),
 
 
 @pytest.mark.parametrize("level", chassis.cpu_info()["kernels_available"])
-@pytest.mark.parametrize("dims,precision,metric", [(385, "full", "euclidean"), (600, "half", "cosine"),
-                                                   (300, "full", "inner_product"), (24, "full", "euclidean")])
-def test_grouped_distances_give_the_same_search_bit_for_bit(tmp_path, level, dims, precision, metric):
+@pytest.mark.parametrize(
+    "dims,precision,metric",
+    [
+        (385, "full", "euclidean"),
+        (600, "half", "cosine"),
+        (300, "full", "inner_product"),
+        (24, "full", "euclidean"),
+    ],
+)
+def test_grouped_distances_give_the_same_search_bit_for_bit(
+    tmp_path, level, dims, precision, metric
+):
     # Searches over long vectors compute a node's neighbors' distances four at a time; forced on
     # for every length and off for all (CHASSIS_GROUP_MIN_BYTES in fresh processes), the same
     # graph must give the same ids and the same distance bits, and good answers.
     rng = np.random.default_rng(dims)
     centres = rng.standard_normal((25, dims)).astype(np.float32)
-    data = (centres[rng.integers(0, 25, 2500)] + 0.3 * rng.standard_normal((2500, dims))).astype(np.float32)
-    queries = (centres[rng.integers(0, 25, 60)] + 0.3 * rng.standard_normal((60, dims))).astype(np.float32)
+    data = (centres[rng.integers(0, 25, 2500)] + 0.3 * rng.standard_normal((2500, dims))).astype(
+        np.float32
+    )
+    queries = (centres[rng.integers(0, 25, 60)] + 0.3 * rng.standard_normal((60, dims))).astype(
+        np.float32
+    )
     path = tmp_path / "g.chassis"
-    with chassis.VectorIndex(path, dims, chassis.IndexOptions(metric=metric, precision=precision, ef_construction=80)) as ix:
+    with chassis.VectorIndex(
+        path, dims, chassis.IndexOptions(metric=metric, precision=precision, ef_construction=80)
+    ) as ix:
         ix.add_batch(data)
         ix.flush()
     np.save(tmp_path / "q.npy", queries)
     outs = {}
     for group in ("0", str(1 << 30)):
         env = dict(os.environ, CHASSIS_KERNEL=level, CHASSIS_GROUP_MIN_BYTES=group)
-        r = subprocess.run([sys.executable, "-c", GROUP_CHILD, str(path), str(tmp_path / "q.npy")],
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", GROUP_CHILD, str(path), str(tmp_path / "q.npy")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         outs[group] = json.loads(r.stdout)
         assert outs[group]["kernel"] == level

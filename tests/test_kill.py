@@ -33,8 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from chassis import IndexOptions, VectorIndex
+from chassis import VectorIndex
 from conftest import (
     NO_ID,
     assert_bit_identical,
@@ -252,7 +251,9 @@ def read_log(log: Path) -> list[str]:
     return text[: text.rfind("\n") + 1].splitlines()
 
 
-def wait_for(proc: subprocess.Popen, log: Path, ready, what: str, timeout: float = 120.0) -> list[str]:
+def wait_for(
+    proc: subprocess.Popen, log: Path, ready, what: str, timeout: float = 120.0
+) -> list[str]:
     """Poll the log until ``ready(lines)`` or the child logged DONE; fail if the child died."""
     deadline = time.monotonic() + timeout
     while True:
@@ -285,7 +286,17 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
         pass  # the file exists (empty, flushed) before the child starts
 
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(path), str(log), str(seed), str(N_STEPS), precision, mode, str(stop)],
+        [
+            sys.executable,
+            str(script),
+            str(path),
+            str(log),
+            str(seed),
+            str(N_STEPS),
+            precision,
+            mode,
+            str(stop),
+        ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -304,7 +315,9 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
             time.sleep(rnd.choice([0.0, rnd.uniform(0.0, 0.003)]))
         elif kind == "batch":
             m = rnd.randint(1, 12)
-            wait_for(proc, log, lambda ls: sum(x.startswith("BATCH") for x in ls) >= m, f"batch {m}")
+            wait_for(
+                proc, log, lambda ls: sum(x.startswith("BATCH") for x in ls) >= m, f"batch {m}"
+            )
             time.sleep(rnd.uniform(0.0, 0.01))
         elif kind == "close":
             wait_for(proc, log, lambda ls: "CLOSE_BEGIN" in ls, "CLOSE_BEGIN")
@@ -371,17 +384,31 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
     assert_bit_identical(rec["vecs"], state_vecs, f"vectors after SIGKILL ({kind} trial {trial})")
     for qi, q in enumerate(queries):
         live = rec["s_ids"][qi] != np.uint64(NO_ID)
-        assert_exact_knn(rec["s_ids"][qi][live], rec["s_d"][qi][live], state_vecs, state_ids, q, k,
-                         "euclidean", precision=precision, context=f"search after SIGKILL, query {qi}")
+        assert_exact_knn(
+            rec["s_ids"][qi][live],
+            rec["s_d"][qi][live],
+            state_vecs,
+            state_ids,
+            q,
+            k,
+            "euclidean",
+            precision=precision,
+            context=f"search after SIGKILL, query {qi}",
+        )
         np.testing.assert_array_equal(rec["b_ids"][qi], rec["s_ids"][qi])
 
     # writable again: one default-id add, flushed, seen by a reader
     expected_new = int(state_ids.max()) + 1 if n else 0
     assert result["new_id"] == expected_new
-    np.testing.assert_array_equal(aft["ids"], np.concatenate([state_ids, [expected_new]]).astype(np.uint64))
+    np.testing.assert_array_equal(
+        aft["ids"], np.concatenate([state_ids, [expected_new]]).astype(np.uint64)
+    )
     expected_new_vec = to_half(new_vec) if precision == "half" else new_vec
-    assert_bit_identical(aft["vecs"], np.concatenate([state_vecs, expected_new_vec[None, :]]),
-                         "vectors after writing again")
+    assert_bit_identical(
+        aft["vecs"],
+        np.concatenate([state_vecs, expected_new_vec[None, :]]),
+        "vectors after writing again",
+    )
     return {"matched": matched, "candidates": candidates, "n": n}
 
 

@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from chassis import IndexOptions, VectorIndex
 from conftest import (
     assert_bit_identical,
@@ -59,7 +58,7 @@ KINDS = ["delete", "compact", "backup"]
 INDEX_NAME = "kill.chassis"
 DEST_NAME = "dest.chassis"
 
-CHILD = r'''
+CHILD = r"""
 import os, pickle, sys, threading, time
 import numpy as np
 import chassis
@@ -140,9 +139,9 @@ elif kind == "backup_reader":
             note(f"BK_FAIL {n} {type(e).__name__}: {str(e).splitlines()[0]}")
 note("DONE")
 time.sleep(120)  # wait to be killed
-'''
+"""
 
-VERIFY = r'''
+VERIFY = r"""
 import json, os, sys
 import numpy as np
 import chassis
@@ -185,12 +184,19 @@ with chassis.IndexReader(dest) as b:
     result["rebackup_has_new"] = result["new_id"] in b
 index.close()
 print(json.dumps(result))
-'''
+"""
 
 
 # --------------------------------------------------------------------------- plans
-def make_plan(rng: np.random.Generator, state0: dict, next_id: int, n_rounds: int, *,
-              deletes=(20, 200), adds=(0, 60)) -> tuple[list, list, list]:
+def make_plan(
+    rng: np.random.Generator,
+    state0: dict,
+    next_id: int,
+    n_rounds: int,
+    *,
+    deletes=(20, 200),
+    adds=(0, 60),
+) -> tuple[list, list, list]:
     """Rounds of changes and the state (dict id -> vector, insertion order) after each."""
     model = dict(state0)
     states, next_ids, rounds = [dict(model)], [next_id], []
@@ -227,7 +233,7 @@ def build_template(path: Path, n: int, seed: int, m: int, ef_c: int, delete_ever
     with VectorIndex(path, DIMS, IndexOptions(max_connections=m, ef_construction=ef_c)) as ix:
         ix.add_batch(data[: n // 2])
         ix.flush()
-        ix.add_batch(data[n // 2:])
+        ix.add_batch(data[n // 2 :])
         ix.flush()
         for i in range(0, n, delete_every):
             ix.delete(i)
@@ -257,8 +263,9 @@ def templates(tmp_path_factory):
 def pytest_generate_tests(metafunc):
     if "lifecycle_kill_trial" in metafunc.fixturenames:
         n = max(len(KINDS), metafunc.config.getoption("kills"))
-        metafunc.parametrize("lifecycle_kill_trial", range(n),
-                             ids=[f"{KINDS[i % len(KINDS)]}{i}" for i in range(n)])
+        metafunc.parametrize(
+            "lifecycle_kill_trial", range(n), ids=[f"{KINDS[i % len(KINDS)]}{i}" for i in range(n)]
+        )
 
 
 # --------------------------------------------------------------------------- harness
@@ -308,14 +315,19 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
 
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(path), str(dest), str(log), str(plan_file), kind],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=child_env(),
     )
     try:
         if kind == "delete":
             j = rnd.randint(1, n_rounds)
             if rnd.random() < 0.5:
                 wait_for(proc, log, lambda ls: f"ROUND {j}" in ls, f"ROUND {j}")
-                time.sleep(rnd.uniform(0.0, 0.004))  # among the deletes (each one logs an undo record)
+                time.sleep(
+                    rnd.uniform(0.0, 0.004)
+                )  # among the deletes (each one logs an undo record)
             else:
                 wait_for(proc, log, lambda ls: f"BEGIN {j}" in ls, f"BEGIN {j}")
                 time.sleep(rnd.choice([0.0, rnd.uniform(0.0, 0.002)]))
@@ -327,8 +339,14 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
             if u == 0:  # anywhere in the compaction
                 time.sleep(rnd.uniform(0.0, 1.2 * t))
             elif u == 1:  # while the new file is being built
-                wait_for(proc, log, lambda ls: any(f.startswith(f".{INDEX_NAME}.compacting-")
-                                                   for f in os.listdir(tmp_path)), "the .compacting- file")
+                wait_for(
+                    proc,
+                    log,
+                    lambda ls: any(
+                        f.startswith(f".{INDEX_NAME}.compacting-") for f in os.listdir(tmp_path)
+                    ),
+                    "the .compacting- file",
+                )
                 time.sleep(rnd.uniform(0.0, 0.8 * t))
             else:  # right after the rename over the index (adoption, undo log removal)
                 wait_for(proc, log, lambda ls: _inode(path) not in (ino, None), "the rename")
@@ -341,8 +359,10 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
             wait_for(proc, log, lambda ls: "BK_BEGIN 2" in ls, "BK_BEGIN 2")
             time.sleep(rnd.uniform(0.0, 0.25))
         if proc.poll() is not None:
-            raise AssertionError(f"child ended on its own ({describe_returncode(proc.returncode)})\n"
-                                 f"{proc.stderr.read().decode(errors='replace')[-4000:]}")
+            raise AssertionError(
+                f"child ended on its own ({describe_returncode(proc.returncode)})\n"
+                f"{proc.stderr.read().decode(errors='replace')[-4000:]}"
+            )
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
@@ -391,8 +411,16 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
     assert_bit_identical(rec["vecs"], svecs, f"vectors after SIGKILL ({kind} trial {trial})")
     for qi, q in enumerate(queries):
         live = rec["s_ids"][qi] != np.uint64(2**64 - 1)
-        assert_exact_knn(rec["s_ids"][qi][live], rec["s_d"][qi][live], svecs, sids, q, 10, "euclidean",
-                         context=f"exact search after SIGKILL, query {qi}")
+        assert_exact_knn(
+            rec["s_ids"][qi][live],
+            rec["s_d"][qi][live],
+            svecs,
+            sids,
+            q,
+            10,
+            "euclidean",
+            context=f"exact search after SIGKILL, query {qi}",
+        )
     assert res["new_id"] == next_ids[matched], (
         f"default id after reopening {res['new_id']}, expected {next_ids[matched]} (largest id ever + 1)"
     )
@@ -401,11 +429,15 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
         if matched == 1:
             compacted = meta["deleted"] == 0
         if matched == 0:
-            assert meta["deleted"] > 0, "state before round 1 was compacted, although compact() flushes first"
+            assert meta["deleted"] > 0, (
+                "state before round 1 was compacted, although compact() flushes first"
+            )
     # leftovers of a compaction / creation next to the index are gone after a writer open
     assert res["leftovers_after_open"] == []
     after = os.listdir(tmp_path)
-    assert not [f for f in after if f.startswith((f".{INDEX_NAME}.compacting-", f".{INDEX_NAME}.creating-"))]
+    assert not [
+        f for f in after if f.startswith((f".{INDEX_NAME}.compacting-", f".{INDEX_NAME}.creating-"))
+    ]
     assert res["rebackup_len"] == len(state) + 1 and res["rebackup_has_new"]
 
     # the backup destination: absent, or one whole flushed state
@@ -417,7 +449,9 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
         assert 0 <= k <= max(candidates) and k < len(states), f"backup holds user_version {k}"
         bstate = states[k]
         assert bk["ids"].tolist() == list(bstate), f"backup ids differ from flushed state {k}"
-        assert_bit_identical(bk["vecs"], np.stack(list(bstate.values())), f"backup vectors (state {k})")
+        assert_bit_identical(
+            bk["vecs"], np.stack(list(bstate.values())), f"backup vectors (state {k})"
+        )
         assert res["dest"]["corrupt"] == [] and res["dest"]["not_finite"] == [], res["dest"]
         dest_state = k
     assert ("dest" in res) == dest_existed
@@ -428,10 +462,17 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
         f"IndexReader.backup() raised while the writer flushed ({len(fails)} of "
         f"{sum(x.startswith('BK_BEGIN') for x in lines)} backups): {fails[:3]}"
     )
-    return dict(kind=kind, matched=matched, candidates=candidates, compacted=compacted,
-                dest_state=dest_state, left_compacting=len(left_compacting), left_backup=len(left_backup),
-                in_window=_in_window(kind, lines),
-                compact_seconds=[x.split()[1] for x in lines if x.startswith("COMPACTED")])
+    return dict(
+        kind=kind,
+        matched=matched,
+        candidates=candidates,
+        compacted=compacted,
+        dest_state=dest_state,
+        left_compacting=len(left_compacting),
+        left_backup=len(left_backup),
+        in_window=_in_window(kind, lines),
+        compact_seconds=[x.split()[1] for x in lines if x.startswith("COMPACTED")],
+    )
 
 
 def _inode(path: Path) -> int | None:
@@ -443,7 +484,11 @@ def _inode(path: Path) -> int | None:
 
 def _in_window(kind: str, lines: list[str]) -> bool:
     """Whether the kill landed inside the operation aimed at (its BEGIN logged, no END)."""
-    last = [x.split()[0] for x in lines if x.split()[0] in ("BEGIN", "END", "BK_BEGIN", "BK_END", "BK_FAIL", "ROUND")]
+    last = [
+        x.split()[0]
+        for x in lines
+        if x.split()[0] in ("BEGIN", "END", "BK_BEGIN", "BK_END", "BK_FAIL", "ROUND")
+    ]
     if not last:
         return False
     if kind.startswith("backup"):
@@ -452,6 +497,8 @@ def _in_window(kind: str, lines: list[str]) -> bool:
     return last[-1] in ("BEGIN", "ROUND")
 
 
-def test_sigkill_during_a_lifecycle_operation_leaves_a_flushed_state(templates, tmp_path, lifecycle_kill_trial):
+def test_sigkill_during_a_lifecycle_operation_leaves_a_flushed_state(
+    templates, tmp_path, lifecycle_kill_trial
+):
     info = run_trial(templates, tmp_path, lifecycle_kill_trial)
     print(f"\n{info}")

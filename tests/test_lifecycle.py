@@ -1,6 +1,6 @@
 """The index's life cycle: delete, filtered search, rollback, backup, compact, user_version.
 
-Checks (issue "The index's life cycle"):
+Checks:
 
 * a hypothesis state machine against a Python model (id -> float32 vector of live vectors, the
   last flushed copy of it, the flushed user_version, the next default id and the slot count):
@@ -35,10 +35,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
 from chassis import IdInUseError, IndexOptions, IndexReader, InvalidArgumentError, VectorIndex
 from conftest import (
     NO_ID,
@@ -50,6 +46,9 @@ from conftest import (
     pairwise_distances,
     recall_at_k,
 )
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 POSIX_ONLY = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
 
@@ -150,11 +149,21 @@ class LifecycleMachine(RuleBasedStateMachine):
         ef = max(len(model), k)
         for q in self.queries():
             hits = index.search(q, k, ef=ef)
-            assert_exact_knn([h.id for h in hits], [h.distance for h in hits], data, data_ids, q, k,
-                             "euclidean", context=f"{what}: exact search")
+            assert_exact_knn(
+                [h.id for h in hits],
+                [h.distance for h in hits],
+                data,
+                data_ids,
+                q,
+                k,
+                "euclidean",
+                context=f"{what}: exact search",
+            )
 
     # ------------------------------------------------------------------ setup
-    @initialize(dims=st.integers(4, 8), m=st.sampled_from([4, 8, 16]), qseed=st.integers(0, 2**32 - 1))
+    @initialize(
+        dims=st.integers(4, 8), m=st.sampled_from([4, 8, 16]), qseed=st.integers(0, 2**32 - 1)
+    )
     def create(self, dims: int, m: int, qseed: int) -> None:
         self.dims = dims
         self.opts = IndexOptions(max_connections=m, ef_construction=32)
@@ -176,7 +185,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def add(self, data) -> None:
         v = self.vectors(data, 1)[0]
-        kind = data.draw(st.sampled_from(["default", "fresh", "reuse_deleted", "live"]), label="id kind")
+        kind = data.draw(
+            st.sampled_from(["default", "fresh", "reuse_deleted", "live"]), label="id kind"
+        )
         if kind == "reuse_deleted" and not self.dead_ids():
             kind = "fresh"
         if kind == "live" and not self.live:
@@ -190,14 +201,20 @@ class LifecycleMachine(RuleBasedStateMachine):
             with pytest.raises(IdInUseError):
                 self.index.add(v, taken)
         else:
-            i = self.fresh_id(data) if kind == "fresh" else data.draw(st.sampled_from(self.dead_ids()))
+            i = (
+                self.fresh_id(data)
+                if kind == "fresh"
+                else data.draw(st.sampled_from(self.dead_ids()))
+            )
             assert self.index.add(v, i) == i
             self.note_add([i], [v])
 
     @rule(data=st.data(), n=st.integers(1, 20))
     def add_batch(self, data, n: int) -> None:
         vecs = self.vectors(data, n)
-        kind = data.draw(st.sampled_from(["default", "explicit", "explicit", "refused"]), label="batch kind")
+        kind = data.draw(
+            st.sampled_from(["default", "explicit", "explicit", "refused"]), label="batch kind"
+        )
         if kind == "default":
             got = self.index.add_batch(vecs)
             expected = np.arange(self.next_id, self.next_id + n, dtype=np.uint64)
@@ -342,7 +359,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         index = self.index
         live_ids = list(self.live)
-        data = np.stack(list(self.live.values())) if live_ids else np.empty((0, self.dims), np.float32)
+        data = (
+            np.stack(list(self.live.values())) if live_ids else np.empty((0, self.dims), np.float32)
+        )
         q = self.qrng.standard_normal(self.dims).astype(np.float32)
         # filtered: allowed mixes live, deleted and never-used ids (<= 8 x ef: scanned exactly)
         cand = live_ids + self.dead_ids() + [self.next_id + 7]
@@ -350,24 +369,37 @@ class LifecycleMachine(RuleBasedStateMachine):
         allowed = [c for c, p in zip(cand, pick) if p]
         excluded = [c for c in live_ids if self.qrng.random() < 0.2]
         keep = [j for j, i in enumerate(live_ids) if i in set(allowed) and i not in set(excluded)]
-        ef = max(50, len(cand) // 8 + 1)  # allowed <= 8 x ef: the allowed vectors are scanned exactly
+        ef = max(
+            50, len(cand) // 8 + 1
+        )  # allowed <= 8 x ef: the allowed vectors are scanned exactly
         hits = index.search(q, 5, allowed=allowed, excluded=excluded, ef=ef)
-        assert_exact_knn([h.id for h in hits], [h.distance for h in hits], data[keep],
-                         np.array([live_ids[j] for j in keep], dtype=np.uint64), q, 5, "euclidean",
-                         context="filtered search (allowed + excluded)")
+        assert_exact_knn(
+            [h.id for h in hits],
+            [h.distance for h in hits],
+            data[keep],
+            np.array([live_ids[j] for j in keep], dtype=np.uint64),
+            q,
+            5,
+            "euclidean",
+            context="filtered search (allowed + excluded)",
+        )
         # approximate (graph walk, deleted nodes routing): only live ids, true distances
         if len(live_ids) > 6:
             hits = index.search(q, 5, ef=5)
             got = [h.id for h in hits]
             assert len(set(got)) == len(got)
-            assert set(got) <= set(live_ids), f"search returned deleted/unknown ids {set(got) - set(live_ids)}"
+            assert set(got) <= set(live_ids), (
+                f"search returned deleted/unknown ids {set(got) - set(live_ids)}"
+            )
             if got:
                 true = pairwise_distances(np.stack([self.live[i] for i in got]), q, "euclidean")[0]
                 np.testing.assert_allclose([h.distance for h in hits], true, rtol=1e-4, atol=1e-4)
             rep = index.check()
             assert rep.corrupt == [] and rep.not_finite == []
             if not rep.unreachable:
-                assert len(got) == 5, f"graph search found {len(got)} of 5 with every live node reachable"
+                assert len(got) == 5, (
+                    f"graph search found {len(got)} of 5 with every live node reachable"
+                )
 
 
 TestLifecycleMachine = LifecycleMachine.TestCase
@@ -375,7 +407,11 @@ TestLifecycleMachine.settings = settings(
     max_examples=max(100, settings().max_examples),  # ~6 s here; HYPOTHESIS_PROFILE=thorough: 300
     stateful_step_count=40,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
 )
 
 
@@ -384,7 +420,9 @@ class MemoryLifecycleMachine(LifecycleMachine):
     "flushed", so flush changes nothing, rollback is refused and keeps everything, and what
     leaves the process goes through save(path) (a reopen is save + VectorIndex.load)."""
 
-    @initialize(dims=st.integers(4, 8), m=st.sampled_from([4, 8, 16]), qseed=st.integers(0, 2**32 - 1))
+    @initialize(
+        dims=st.integers(4, 8), m=st.sampled_from([4, 8, 16]), qseed=st.integers(0, 2**32 - 1)
+    )
     def create(self, dims: int, m: int, qseed: int) -> None:
         super().create(dims, m, qseed)
         self.index.close()
@@ -442,7 +480,11 @@ TestMemoryLifecycleMachine.settings = settings(
     max_examples=max(60, settings().max_examples),
     stateful_step_count=40,
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
 )
 
 
@@ -472,7 +514,9 @@ def test_filtered_search_recall(filter_index, selectivity):
     allowed = np.sort(g.choice(N_FILTER, n_allowed, replace=False)).astype(np.uint64)
     k = 10
     kk = min(k, n_allowed)
-    true_ids, _ = brute_force_knn(data[allowed.astype(np.int64)], queries, kk, "euclidean", ids=allowed)
+    true_ids, _ = brute_force_knn(
+        data[allowed.astype(np.int64)], queries, kk, "euclidean", ids=allowed
+    )
 
     t0 = time.perf_counter()
     got = [index.search(q, k, allowed=allowed) for q in queries]
@@ -487,12 +531,18 @@ def test_filtered_search_recall(filter_index, selectivity):
     t0 = time.perf_counter()
     b_ids, b_d = index.search_batch(queries, k, allowed=allowed)
     dt_batch = time.perf_counter() - t0
-    np.testing.assert_array_equal(b_ids[:, :kk], got_ids, err_msg="search_batch(allowed=) != loop of search")
-    np.testing.assert_allclose(b_d[:, :kk], np.array([[h.distance for h in r] for r in got]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(
+        b_ids[:, :kk], got_ids, err_msg="search_batch(allowed=) != loop of search"
+    )
+    np.testing.assert_allclose(
+        b_d[:, :kk], np.array([[h.distance for h in r] for r in got]), rtol=1e-6, atol=1e-6
+    )
     assert (b_ids[:, kk:] == np.uint64(NO_ID)).all() and np.isinf(b_d[:, kk:]).all()
 
-    print(f"\nselectivity {selectivity:>6.1%} ({n_allowed} allowed): recall@10 {recall:.4f}, "
-          f"search loop {len(queries) / dt_loop:,.0f} QPS, search_batch {len(queries) / dt_batch:,.0f} QPS")
+    print(
+        f"\nselectivity {selectivity:>6.1%} ({n_allowed} allowed): recall@10 {recall:.4f}, "
+        f"search loop {len(queries) / dt_loop:,.0f} QPS, search_batch {len(queries) / dt_batch:,.0f} QPS"
+    )
     assert recall >= 0.95, f"filtered recall@10 {recall:.4f} at selectivity {selectivity}"
 
 
@@ -503,12 +553,16 @@ def test_excluded_ids_are_never_returned(filter_index, selectivity):
     allowed = None
     pool = np.arange(N_FILTER, dtype=np.uint64)
     if selectivity < 1.0:
-        pool = np.sort(g.choice(N_FILTER, int(N_FILTER * selectivity), replace=False)).astype(np.uint64)
+        pool = np.sort(g.choice(N_FILTER, int(N_FILTER * selectivity), replace=False)).astype(
+            np.uint64
+        )
         allowed = pool
     qs = queries[:60]
     # exclude the exact 5 nearest allowed neighbours of the first queries, plus random ids
     near, _ = brute_force_knn(data[pool.astype(np.int64)], qs[:20], 5, "euclidean", ids=pool)
-    excluded = np.unique(np.concatenate([near.ravel(), g.choice(N_FILTER, 500, replace=False).astype(np.uint64)]))
+    excluded = np.unique(
+        np.concatenate([near.ravel(), g.choice(N_FILTER, 500, replace=False).astype(np.uint64)])
+    )
     ex_set = set(excluded.tolist())
     keep = np.array(sorted(set(pool.tolist()) - ex_set), dtype=np.uint64)
     true_ids, _ = brute_force_knn(data[keep.astype(np.int64)], qs, 10, "euclidean", ids=keep)
@@ -549,9 +603,15 @@ def test_filters_with_unknown_deleted_and_overlapping_ids(tmp_path):
         hits = index.search(q, 10, allowed=allowed, ef=10)
         assert len(hits) == 10 and all(h.id % 3 for h in hits)
         keep = np.array(live)
-        assert_exact_knn([h.id for h in index.search(q, 10, allowed=allowed, ef=300)],
-                         [h.distance for h in index.search(q, 10, allowed=allowed, ef=300)],
-                         data[keep], keep, q, 10, "euclidean")
+        assert_exact_knn(
+            [h.id for h in index.search(q, 10, allowed=allowed, ef=300)],
+            [h.distance for h in index.search(q, 10, allowed=allowed, ef=300)],
+            data[keep],
+            keep,
+            q,
+            10,
+            "euclidean",
+        )
 
 
 # =========================================================================== A3. processes
@@ -592,7 +652,11 @@ class ReaderChild:
         np.save(qfile, np.ascontiguousarray(queries, dtype=np.float32))
         self.proc = subprocess.Popen(
             [sys.executable, "-c", READER_CHILD, str(path), str(qfile)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
         )
         assert self.proc.stdout.readline().strip() == "READY", self.proc.stderr.read()
 
@@ -618,7 +682,9 @@ class ReaderChild:
 
 
 def exact_ids(data_ids, data, queries, k=10):
-    ids, _ = brute_force_knn(data, queries, k, "euclidean", ids=np.asarray(data_ids, dtype=np.uint64))
+    ids, _ = brute_force_knn(
+        data, queries, k, "euclidean", ids=np.asarray(data_ids, dtype=np.uint64)
+    )
     return ids
 
 
@@ -644,13 +710,17 @@ def test_reader_in_another_process_sees_a_delete_only_after_the_flush(tmp_path):
             for i, q in zip(gone, queries):
                 assert i not in w and w.get(i) is None
                 assert i not in [h.id for h in w.search(q, 10, ef=500)]
-                assert i not in [h.id for h in w.search(q, 10)]  # graph walk: still routes, never returned
+                assert i not in [
+                    h.id for h in w.search(q, 10)
+                ]  # graph walk: still routes, never returned
             # the other process: not until the flush
             mid = child.ask(*gone)
             assert mid["len"] == 500 and mid["deleted"] == 0
             assert all(mid["contains"][str(i)] for i in gone)
             for i in gone:
-                assert_bit_identical(np.array(mid["got"][str(i)], np.float32), data[i], f"reader get({i})")
+                assert_bit_identical(
+                    np.array(mid["got"][str(i)], np.float32), data[i], f"reader get({i})"
+                )
             assert [s[0] for s in mid["search"]] == gone
             w.flush()
             after = child.ask(*gone, full=True)
@@ -659,8 +729,12 @@ def test_reader_in_another_process_sees_a_delete_only_after_the_flush(tmp_path):
             assert all(after["got"][str(i)] is None for i in gone)
             keep = [i for i in range(500) if i not in gone]
             assert after["ids"] == keep
-            assert_bit_identical(np.array(after["vec_bits"], np.uint32).view(np.float32), data[keep])
-            np.testing.assert_array_equal(np.array(after["search"], np.uint64), exact_ids(keep, data[keep], queries))
+            assert_bit_identical(
+                np.array(after["vec_bits"], np.uint32).view(np.float32), data[keep]
+            )
+            np.testing.assert_array_equal(
+                np.array(after["search"], np.uint64), exact_ids(keep, data[keep], queries)
+            )
         finally:
             child.close()
 
@@ -673,7 +747,7 @@ def test_compaction_is_followed_by_readers_here_and_in_another_process(tmp_path)
     w = VectorIndex(path, 8, IndexOptions(max_connections=8, ef_construction=64))
     try:
         for s in range(0, 3000, 500):  # several commits: the old file's seq is well above 1
-            w.add_batch(data[s:s + 500])
+            w.add_batch(data[s : s + 500])
             w.flush()
         dead = list(range(0, 3000, 4)) + [2999]  # includes the largest id
         for i in dead:
@@ -691,7 +765,9 @@ def test_compaction_is_followed_by_readers_here_and_in_another_process(tmp_path)
             snap = local.snapshot()  # pins the old file
 
             w.compact()
-            assert os.stat(path).st_ino != old_inode, "compact() did not rename a new file over the path"
+            assert os.stat(path).st_ino != old_inode, (
+                "compact() did not rename a new file over the path"
+            )
             assert leftovers(tmp_path, "c.chassis") == []
             assert w.deleted_count() == 0 and len(w) == len(keep)
             assert w.ids().tolist() == keep
@@ -711,16 +787,22 @@ def test_compaction_is_followed_by_readers_here_and_in_another_process(tmp_path)
             # the readers move to the new file by themselves (~50 ms after the rename, next call)
             time.sleep(0.25)
             view = child.ask(full=True)
-            assert view["ids"] == all_ids, "the reader in another process did not follow the compaction"
+            assert view["ids"] == all_ids, (
+                "the reader in another process did not follow the compaction"
+            )
             assert view["deleted"] == 0 and view["user_version"] == 4242
             assert_bit_identical(np.array(view["vec_bits"], np.uint32).view(np.float32), all_vecs)
             np.testing.assert_array_equal(np.array(view["search"], np.uint64), expected_search)
 
-            assert local.ids().tolist() == all_ids, "the reader in this process did not follow the compaction"
+            assert local.ids().tolist() == all_ids, (
+                "the reader in this process did not follow the compaction"
+            )
             assert local.deleted_count() == 0 and local.user_version == 4242
             for i, v in zip(all_ids, all_vecs):
                 assert_bit_identical(local.get(i), v, f"reader get({i})")
-            got = np.array([[h.id for h in local.search(q, 10, ef=len(all_ids))] for q in queries], np.uint64)
+            got = np.array(
+                [[h.id for h in local.search(q, 10, ef=len(all_ids))] for q in queries], np.uint64
+            )
             np.testing.assert_array_equal(got, expected_search)
             # the snapshot still holds the old file's state
             assert len(snap) == len(keep) and snap.ids().tolist() == keep
@@ -784,12 +866,14 @@ def test_backup_from_a_reader_while_a_writer_thread_writes_is_one_flushed_state(
             while not stop.is_set() and nxt + 300 <= len(pool):
                 k += 1
                 n = int(g.integers(50, 300))
-                ids = w.add_batch(pool[nxt:nxt + n])
+                ids = w.add_batch(pool[nxt : nxt + n])
                 assert ids[0] == nxt
                 for i in range(nxt, nxt + n):
                     model[i] = pool[i]
                 nxt += n
-                for i in g.choice(sorted(model), 40, replace=False).tolist():  # deletes change markers in place
+                for i in g.choice(
+                    sorted(model), 40, replace=False
+                ).tolist():  # deletes change markers in place
                     assert w.delete(i)
                     del model[i]
                 victim = int(g.choice(sorted(model)))  # a replace: same id, new vector
@@ -829,7 +913,9 @@ def test_backup_from_a_reader_while_a_writer_thread_writes_is_one_flushed_state(
             k = r.user_version
             assert k in states, f"{dest.name}: user_version {k} is no flushed state"
             model_k = states[k]
-            assert r.ids().tolist() == list(model_k), f"{dest.name}: ids differ from flushed state {k}"
+            assert r.ids().tolist() == list(model_k), (
+                f"{dest.name}: ids differ from flushed state {k}"
+            )
             assert len(r) == len(model_k)
             for i, v in model_k.items():
                 assert_bit_identical(r.get(i), v, f"{dest.name} (state {k}): get({i})")
@@ -839,8 +925,15 @@ def test_backup_from_a_reader_while_a_writer_thread_writes_is_one_flushed_state(
             data = np.stack(list(model_k.values()))
             for qi in q:
                 hits = r.search(qi, 10, ef=len(model_k))
-                assert_exact_knn([h.id for h in hits], [h.distance for h in hits], data,
-                                 np.array(list(model_k), np.uint64), qi, 10, "euclidean")
+                assert_exact_knn(
+                    [h.id for h in hits],
+                    [h.distance for h in hits],
+                    data,
+                    np.array(list(model_k), np.uint64),
+                    qi,
+                    10,
+                    "euclidean",
+                )
             seen.append(k)
         # the backup is a working index: a writer opens it (no undo log replay surprises)
         with VectorIndex(dest) as bw:

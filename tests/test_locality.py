@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from chassis import IndexOptions, VectorIndex
 from conftest import assert_bit_identical, assert_exact_knn, clustered_data, dump_index, to_half
 
@@ -36,10 +35,20 @@ def test_a_large_batch_keeps_its_ids_vectors_and_order(tmp_path, precision):
     queries = clustered_data(5, DIMS, seed=5, sample_seed=77)
     state = dump_index(path, tmp_path, queries=queries)
     np.testing.assert_array_equal(state["ids"], np.arange(3000))
-    assert_bit_identical(state["vecs"], stored(rows, precision), "vectors read back in a fresh process")
+    assert_bit_identical(
+        state["vecs"], stored(rows, precision), "vectors read back in a fresh process"
+    )
     for qi, q in enumerate(queries):
-        assert_exact_knn(state["search_ids"][qi], state["search_d"][qi], stored(rows, precision), np.arange(3000), q,
-                         10, "euclidean", context=f"exact search {qi} in a fresh process")
+        assert_exact_knn(
+            state["search_ids"][qi],
+            state["search_d"][qi],
+            stored(rows, precision),
+            np.arange(3000),
+            q,
+            10,
+            "euclidean",
+            context=f"exact search {qi} in a fresh process",
+        )
         np.testing.assert_array_equal(state["batch_ids"][qi], state["search_ids"][qi])
 
 
@@ -59,7 +68,9 @@ def test_insertion_order_survives_mixed_batches_deletes_and_compaction(tmp_path)
         add(ix, data[1500:2700], ids=np.arange(20_000, 18_800, -1))  # falling ids: kept as given
         add(ix, data[2700:3800])  # default ids from 20_001: by locality
         add(ix, data[3800:5000], ids=np.arange(30_000, 31_200))  # rising, above all: by locality
-        add(ix, data[5000:6000], ids=np.arange(5_000, 6_000))  # rising, but below the largest: as given
+        add(
+            ix, data[5000:6000], ids=np.arange(5_000, 6_000)
+        )  # rising, but below the largest: as given
         add(ix, data[:3], ids=[40_002, 40_000, 40_001])  # a small batch
         np.testing.assert_array_equal(ix.ids(), order)
         for i in order[::5]:
@@ -79,4 +90,6 @@ def test_insertion_order_survives_mixed_batches_deletes_and_compaction(tmp_path)
         np.testing.assert_array_equal(ix.ids(), live)
     state = dump_index(path, tmp_path)
     np.testing.assert_array_equal(state["ids"], live, "ids() in a fresh process")
-    assert_bit_identical(state["vecs"], np.stack([vec[i] for i in live]), "vectors in a fresh process")
+    assert_bit_identical(
+        state["vecs"], np.stack([vec[i] for i in live]), "vectors in a fresh process"
+    )

@@ -1,7 +1,6 @@
 """Readers that search while a writer writes: `IndexReader`, snapshots, threads, processes.
 
-Checks (issue "IndexReader: readers in any process that search while a writer writes, and
-searches that never wait for writes"):
+Readers in any process search while a writer writes, and searches never wait for writes. Checks:
 
 * basics: ``IndexReader(path)`` opens while a writer holds the file, raises IndexNotFoundError for a
   missing file (and creates nothing), refuses every write with ReadOnlyError (an
@@ -43,10 +42,9 @@ import time
 import warnings
 from pathlib import Path
 
+import chassis
 import numpy as np
 import pytest
-
-import chassis
 from chassis import (
     IndexLockedError,
     IndexNotFoundError,
@@ -135,7 +133,11 @@ def test_reader_refuses_writes_with_read_only_error(index_path, op, how):
         writer.add_batch(vecs(4))
         writer.user_version = 3
         writer.flush()
-        reader = IndexReader(index_path) if how == "IndexReader" else VectorIndex(index_path, read_only=True)
+        reader = (
+            IndexReader(index_path)
+            if how == "IndexReader"
+            else VectorIndex(index_path, read_only=True)
+        )
         try:
             with pytest.raises(ReadOnlyError) as e:
                 WRITES[op](reader)
@@ -198,7 +200,9 @@ def test_read_only_vector_index_is_the_same_as_index_reader(index_path):
             assert (a.metric, a.precision, a.dimensions) == (b.metric, b.precision, b.dimensions)
             np.testing.assert_array_equal(a.ids(), b.ids())
             q = vecs(3, seed=8)
-            np.testing.assert_array_equal(a.search_batch(q, 5, ef=100)[0], b.search_batch(q, 5, ef=100)[0])
+            np.testing.assert_array_equal(
+                a.search_batch(q, 5, ef=100)[0], b.search_batch(q, 5, ef=100)[0]
+            )
             writer.add(vecs(1, seed=3)[0])
             assert len(a) == len(b) == 25
             writer.flush()
@@ -242,7 +246,9 @@ def test_reader_never_sees_unflushed_adds_and_sees_each_flush_at_its_next_call(i
                 for i in range(lo, min(hi, lo + 3)):
                     assert writer.add(data[i]) == i
                 if hi > lo + 3:
-                    np.testing.assert_array_equal(writer.add_batch(data[lo + 3 : hi]), np.arange(lo + 3, hi))
+                    np.testing.assert_array_equal(
+                        writer.add_batch(data[lo + 3 : hi]), np.arange(lo + 3, hi)
+                    )
                 assert len(writer) == hi and writer.pending == hi - flushed
 
                 assert len(reader) == flushed
@@ -253,7 +259,9 @@ def test_reader_never_sees_unflushed_adds_and_sees_each_flush_at_its_next_call(i
                 for i in (lo, hi - 1):
                     ids, dist = exact(reader, data[i], k=10)
                     assert ids.max() < flushed, f"unflushed ids in search results: {ids.tolist()}"
-                    assert_exact_knn(ids, dist, data[:flushed], np.arange(flushed), data[i], 10, "euclidean")
+                    assert_exact_knn(
+                        ids, dist, data[:flushed], np.arange(flushed), data[i], 10, "euclidean"
+                    )
                 b_ids, _ = reader.search_batch(data[lo:hi], 10, ef=1000)
                 assert b_ids.max() < flushed
 
@@ -267,7 +275,9 @@ def test_reader_never_sees_unflushed_adds_and_sees_each_flush_at_its_next_call(i
                     assert_bit_identical(reader.get(i), data[i], f"vector {i} after flush")
                 ids, dist = exact(reader, data[hi - 1], k=10)
                 assert int(ids[0]) == hi - 1
-                assert_exact_knn(ids, dist, data[:flushed], np.arange(flushed), data[hi - 1], 10, "euclidean")
+                assert_exact_knn(
+                    ids, dist, data[:flushed], np.arange(flushed), data[hi - 1], 10, "euclidean"
+                )
         finally:
             reader.close()
 
@@ -321,13 +331,31 @@ def test_snapshot_pins_one_state_while_the_reader_moves_on(index_path):
                     assert_bit_identical(s.get(49), data[49], "a pinned vector")
                     for qi, q in enumerate(queries):
                         hits = s.search(q, k, ef=1000)
-                        assert_exact_knn([h.id for h in hits], [h.distance for h in hits], data[:50],
-                                         np.arange(50), q, k, "euclidean", context=f"snapshot search {qi}")
+                        assert_exact_knn(
+                            [h.id for h in hits],
+                            [h.distance for h in hits],
+                            data[:50],
+                            np.arange(50),
+                            q,
+                            k,
+                            "euclidean",
+                            context=f"snapshot search {qi}",
+                        )
                     b_ids, b_d = s.search_batch(queries, k, ef=1000, threads=1)
                     for qi, q in enumerate(queries):
-                        assert_exact_knn(b_ids[qi], b_d[qi], data[:50], np.arange(50), q, k, "euclidean",
-                                         context=f"snapshot search_batch {qi}")
-                    assert (b_ids < 50).all(), "a snapshot returned an id flushed after it was taken"
+                        assert_exact_knn(
+                            b_ids[qi],
+                            b_d[qi],
+                            data[:50],
+                            np.arange(50),
+                            q,
+                            k,
+                            "euclidean",
+                            context=f"snapshot search_batch {qi}",
+                        )
+                    assert (b_ids < 50).all(), (
+                        "a snapshot returned an id flushed after it was taken"
+                    )
             # a new snapshot takes the newest state
             with reader.snapshot() as s2:
                 assert len(s2) == 120 and s2.seq > seq0 and s2.user_version == 4
@@ -568,7 +596,10 @@ class Children:
         with open(err, "wb") as ferr:
             proc = subprocess.Popen(
                 [sys.executable, str(script), *[str(a) for a in args]],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=ferr, env=child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=ferr,
+                env=child_env(),
             )
         self.procs.append((name, proc, err))
         return proc
@@ -592,7 +623,9 @@ class Children:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise AssertionError(f"{what} did not finish within {timeout} s\n{self.stderr(proc)}")
+            raise AssertionError(
+                f"{what} did not finish within {timeout} s\n{self.stderr(proc)}"
+            ) from None
         assert proc.returncode == 0, (
             f"{what} failed: {describe_returncode(proc.returncode)}\n--- stderr ---\n{self.stderr(proc)}"
         )
@@ -641,8 +674,19 @@ def start_readers(children_, script, path, tmp_path, n_readers=2):
     for r in range(n_readers):
         ready = tmp_path / f"reader{r}.ready"
         out = tmp_path / f"reader{r}.json"
-        proc = children_.start(script, f"reader{r}", "reader", path, out, stop, ready,
-                               PROC_SEED, PROC_POOL, PROC_DIMS, 100 + r)
+        proc = children_.start(
+            script,
+            f"reader{r}",
+            "reader",
+            path,
+            out,
+            stop,
+            ready,
+            PROC_SEED,
+            PROC_POOL,
+            PROC_DIMS,
+            100 + r,
+        )
         readers.append((proc, ready, out))
     for r, (proc, ready, _) in enumerate(readers):
         wait_until(ready.exists, f"reader {r} to start", [proc], children_)
@@ -658,7 +702,9 @@ def stop_readers(children_, readers, stop: Path) -> list[dict]:
     return results
 
 
-def check_reader_records(r: int, result: dict, allowed_lens: set[int], final_len: int | None = None) -> np.ndarray:
+def check_reader_records(
+    r: int, result: dict, allowed_lens: set[int], final_len: int | None = None
+) -> np.ndarray:
     """The assertions every reader child's records must pass; returns the records array."""
     assert not result["errors"], f"reader {r} raised:\n" + "\n".join(result["errors"][:3])
     rec = np.array(result["records"], dtype=np.float64)
@@ -670,7 +716,7 @@ def check_reader_records(r: int, result: dict, allowed_lens: set[int], final_len
     seq = np.column_stack([n0, n1]).ravel()  # the lengths in the order the reader saw them
     drops = np.nonzero(np.diff(seq) < 0)[0]
     assert len(drops) == 0, (
-        f"reader {r}: len went backwards: ... {seq[max(0, drops[0] - 3): drops[0] + 3].tolist()} ..."
+        f"reader {r}: len went backwards: ... {seq[max(0, drops[0] - 3) : drops[0] + 3].tolist()} ..."
     )
     unknown = sorted(set(seq.tolist()) - allowed_lens)
     assert not unknown, (
@@ -698,9 +744,11 @@ def check_reader_records(r: int, result: dict, allowed_lens: set[int], final_len
     if final_len is not None:
         assert int(seq[-1]) == final_len
     approx = kind == 3
-    print(f"reader {r}: {len(rec)} calls, {len(set(seq.tolist()))} distinct lengths, "
-          f"approximate searches with fewer than 5 hits: {int((rec[approx, 6] < np.minimum(5, n0[approx])).sum())}"
-          f"/{int(approx.sum())}")
+    print(
+        f"reader {r}: {len(rec)} calls, {len(set(seq.tolist()))} distinct lengths, "
+        f"approximate searches with fewer than 5 hits: {int((rec[approx, 6] < np.minimum(5, n0[approx])).sum())}"
+        f"/{int(approx.sum())}"
+    )
     return rec
 
 
@@ -718,8 +766,9 @@ def test_two_reader_processes_follow_a_writer_process(child, children, tmp_path,
     readers, stop = start_readers(children, script, index_path, tmp_path)
 
     log = tmp_path / "writer.log"
-    writer = children.start(script, "writer", "writer", index_path, log, PROC_SEED, PROC_POOL,
-                            PROC_DIMS, 3.5, 7)
+    writer = children.start(
+        script, "writer", "writer", index_path, log, PROC_SEED, PROC_POOL, PROC_DIMS, 3.5, 7
+    )
     children.wait_ok(writer, "writer child")
     for r, (proc, _, _) in enumerate(readers):
         children.check_alive(proc, f"reader {r}")
@@ -737,7 +786,9 @@ def test_two_reader_processes_follow_a_writer_process(child, children, tmp_path,
         rec = check_reader_records(r, result, flushed, final_len=counts[-1])
         seen = set(rec[:, 2].astype(int).tolist()) | set(rec[:, 3].astype(int).tolist())
         # the test's premise: the reader ran while the writer wrote
-        assert len(seen) >= 3, f"reader {r} saw only lengths {sorted(seen)}: it did not overlap the writer"
+        assert len(seen) >= 3, (
+            f"reader {r} saw only lengths {sorted(seen)}: it did not overlap the writer"
+        )
 
     with IndexReader(index_path) as reader:
         assert len(reader) == counts[-1]
@@ -753,16 +804,29 @@ def test_writer_killed_mid_batch_while_readers_search(child, children, tmp_path,
     readers, stop = start_readers(children, script, index_path, tmp_path)
 
     log = tmp_path / "writer.log"
-    writer = children.start(script, "writer_kill", "writer_kill", index_path, log, PROC_SEED,
-                            PROC_POOL, PROC_DIMS, batch)
+    writer = children.start(
+        script,
+        "writer_kill",
+        "writer_kill",
+        index_path,
+        log,
+        PROC_SEED,
+        PROC_POOL,
+        PROC_DIMS,
+        batch,
+    )
 
     def batches_begun(lines):
         return [x for x in lines if x.startswith("BEGIN_BATCH")]
 
     # kill during the third batch (two batches flushed before), after some of its duration
-    wait_until(lambda: len(batches_begun(read_log(log))) >= 3, "the third batch", [writer], children)
+    wait_until(
+        lambda: len(batches_begun(read_log(log))) >= 3, "the third batch", [writer], children
+    )
     lines = read_log(log)
-    t = {(x.split()[0], int(x.split()[1])): float(x.split()[2]) for x in lines if len(x.split()) == 3}
+    t = {
+        (x.split()[0], int(x.split()[1])): float(x.split()[2]) for x in lines if len(x.split()) == 3
+    }
     last_batch = t[("END_BATCH", initial + 2 * batch)] - t[("BEGIN_BATCH", initial + batch)]
     time.sleep(rnd.uniform(0.05, 0.3) * last_batch)
     children.check_alive(writer, "writer child")
@@ -792,7 +856,9 @@ def test_writer_killed_mid_batch_while_readers_search(child, children, tmp_path,
         raise AssertionError(f"the killed writer's lock is still held: {e}") from None
     try:
         n = len(again)
-        assert n in candidates, f"the new writer sees {n} vectors; the flushed states are {sorted(candidates)}"
+        assert n in candidates, (
+            f"the new writer sees {n} vectors; the flushed states are {sorted(candidates)}"
+        )
         assert again.pending == 0
         np.testing.assert_array_equal(again.ids(), np.arange(n, dtype=np.uint64))
         pool = module.make_pool(PROC_SEED, PROC_POOL, PROC_DIMS)
@@ -808,7 +874,9 @@ def test_writer_killed_mid_batch_while_readers_search(child, children, tmp_path,
     for r, result in enumerate(results):
         rec = check_reader_records(r, result, flushed, final_len=n)
         after = rec[rec[:, 0] > kill_time]  # calls begun after the writer was dead
-        assert np.isin(after[:, 1], [0, 1, 2, 3]).sum() > 0, f"reader {r} made no searches after the kill"
+        assert np.isin(after[:, 1], [0, 1, 2, 3]).sum() > 0, (
+            f"reader {r} made no searches after the kill"
+        )
         assert (after[:, 2] == n).all() and (after[:, 3] == n).all(), (
             f"reader {r} after the kill saw lengths {sorted(set(after[:, 2].astype(int).tolist()))}, "
             f"expected only {n}"
@@ -871,7 +939,9 @@ class Searchers:
         self.lock = threading.Lock()
         self.results: list[tuple[frozenset, frozenset, list[int], object, object, int]] = []
         self.errors: list[str] = []
-        self.threads = [threading.Thread(target=self._work, args=(t,), daemon=True) for t in range(n_threads)]
+        self.threads = [
+            threading.Thread(target=self._work, args=(t,), daemon=True) for t in range(n_threads)
+        ]
         for t in self.threads:
             t.start()
 
@@ -894,7 +964,9 @@ class Searchers:
                     dists = [[h.distance for h in hits]]
                 else:
                     qis = rng.integers(0, len(q), size=3).tolist()
-                    b_ids, dists = self.index.search_batch(q[qis], THREAD_K, ef=THREAD_EF, threads=1)
+                    b_ids, dists = self.index.search_batch(
+                        q[qis], THREAD_K, ef=THREAD_EF, threads=1
+                    )
                     ids = b_ids.astype(np.int64)
                 n = len(self.index)
                 after = self.flags()
@@ -926,8 +998,11 @@ class Searchers:
     def states(oracle: ExactOracle, result, sizes: dict[str, int]) -> set[str]:
         """The names of the states (by size) whose exact answer `result` is."""
         _, _, qis, ids, dists, _ = result
-        return {name for name, size in sizes.items()
-                if all(oracle.matches(q, ids[j], dists[j], size) for j, q in enumerate(qis))}
+        return {
+            name
+            for name, size in sizes.items()
+            if all(oracle.matches(q, ids[j], dists[j], size) for j, q in enumerate(qis))
+        }
 
 
 def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(index_path):
@@ -936,7 +1011,9 @@ def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(inde
     data = rng.standard_normal((n_pre + n_batch + n_more, THREAD_DIMS)).astype(np.float32)
     # queries near batch vectors (the batch changes their answer) and near old ones
     picks = np.concatenate([rng.integers(n_pre, n_pre + n_batch, 24), rng.integers(0, n_pre, 8)])
-    queries = (data[picks] + 0.05 * rng.standard_normal((len(picks), THREAD_DIMS))).astype(np.float32)
+    queries = (data[picks] + 0.05 * rng.standard_normal((len(picks), THREAD_DIMS))).astype(
+        np.float32
+    )
     oracle = ExactOracle(data, queries, THREAD_K)
     pre, full = n_pre, n_pre + n_batch
     for q in range(24):
@@ -970,12 +1047,16 @@ def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(inde
             if "started" not in after:  # over before the batch began
                 assert names == {"pre"} and n == pre
             if "done" in before:  # began after add_batch returned
-                assert "full" in names and n == full, f"a search begun after add_batch returned saw {names}"
+                assert "full" in names and n == full, (
+                    f"a search begun after add_batch returned saw {names}"
+                )
             if "started" in before and "done" not in after:
                 during += 1
                 during_pre += "pre" in names
-        print(f"add_batch: {len(results)} searches, {during} completed during the batch, "
-              f"{during_pre} of them saw the state before it")
+        print(
+            f"add_batch: {len(results)} searches, {during} completed during the batch, "
+            f"{during_pre} of them saw the state before it"
+        )
         assert during > 0, (
             "no search completed while add_batch ran: searches wait for the batch "
             "(the GIL is held, or the index is locked for the whole batch)"
@@ -1002,17 +1083,25 @@ def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(inde
                     f"{total} vectors"
                 )
             during_flush += sum(1 for r in results if "started" in r[0] and "done" not in r[1])
-            print(f"flush attempt {attempt}: {len(results)} searches, {during_flush} completed during flushes")
+            print(
+                f"flush attempt {attempt}: {len(results)} searches, {during_flush} completed during flushes"
+            )
             assert index.pending == 0
             if during_flush > 0:
                 break
             # nothing completed inside that flush: give the next one more to write
-            more = np.random.default_rng(100 + attempt).standard_normal((2000, THREAD_DIMS)).astype(np.float32)
+            more = (
+                np.random.default_rng(100 + attempt)
+                .standard_normal((2000, THREAD_DIMS))
+                .astype(np.float32)
+            )
             index.add_batch(more, threads=1)
             data = np.concatenate([data, more])
             oracle = ExactOracle(data, queries, THREAD_K)
             total = len(data)
-        assert during_flush > 0, "no search completed while flush ran (5 tries): searches wait for flush"
+        assert during_flush > 0, (
+            "no search completed while flush ran (5 tries): searches wait for flush"
+        )
     with IndexReader(index_path) as reader:
         assert len(reader) == total
 
@@ -1106,8 +1195,10 @@ def test_approximate_searches_during_a_batch_return_k_results(index_path):
         for t in threads:
             t.join(timeout=60)
         assert not errors, errors
-        print(f"{sum(counts)} searches during {(added - pre) // step} batches, {len(short)} with fewer "
-              f"than {k} results")
+        print(
+            f"{sum(counts)} searches during {(added - pre) // step} batches, {len(short)} with fewer "
+            f"than {k} results"
+        )
         assert not beyond, f"searches returned ids not yet published: (len, id) {beyond[:5]}"
         assert not short, (
             f"{len(short)} of {sum(counts)} searches (default ef) during add_batch returned fewer than "
@@ -1213,28 +1304,38 @@ def test_reader_follows_a_file_renamed_over_its_path(tmp_path, index_path):
         a = {name: z[name] for name in z.files}
 
     assert meta["n_before"] == 50
-    assert meta["followed"], f"the reader still served the replaced file after 10 s ({meta['polls']} polls)"
+    assert meta["followed"], (
+        f"the reader still served the replaced file after 10 s ({meta['polls']} polls)"
+    )
     states = []
     for p, ((n_a, n_b), ids, d) in enumerate(zip(a["poll_n"], a["poll_ids"], a["poll_d"])):
         assert n_a in (50, 80) and n_b in (50, 80), f"poll {p}: len {n_a}/{n_b} is neither file's"
         is_old = all(old_oracle.matches(q, ids[q], d[q], 50) for q in range(len(queries)))
         is_new = all(new_oracle.matches(q, ids[q], d[q], 80) for q in range(len(queries)))
-        assert is_old or is_new, f"poll {p}: a search_batch matched neither file (or mixed them): {ids.tolist()}"
+        assert is_old or is_new, (
+            f"poll {p}: a search_batch matched neither file (or mixed them): {ids.tolist()}"
+        )
         states.append("new" if is_new else "old")
     assert states[-1] == "new"
-    assert "old" not in states[states.index("new"):], f"the reader went back to the old file: {states}"
+    assert "old" not in states[states.index("new") :], (
+        f"the reader went back to the old file: {states}"
+    )
 
     assert meta["len"] == 80 and meta["user_version"] == 2
     np.testing.assert_array_equal(a["ids"], np.arange(80, dtype=np.uint64))
     assert_bit_identical(a["vecs"], new, "the vectors of the new file")
     assert meta["in_79"] and not meta["in_80"]
     for qi, q in enumerate(queries):
-        assert_exact_knn(a["search_ids"][qi], a["search_d"][qi], new, np.arange(80), q, 5, "euclidean")
+        assert_exact_knn(
+            a["search_ids"][qi], a["search_d"][qi], new, np.arange(80), q, 5, "euclidean"
+        )
     assert meta["new_snapshot"] == [80, 2]
     assert meta["pinned"] == [50, 1], "a snapshot taken before the replacement changed"
     assert_bit_identical(a["pinned_get10"], old[10], "a pinned vector of the replaced file")
     for qi, q in enumerate(queries):
-        assert_exact_knn(a["pinned_ids"][qi], a["pinned_d"][qi], old, np.arange(50), q, 5, "euclidean")
+        assert_exact_knn(
+            a["pinned_ids"][qi], a["pinned_d"][qi], old, np.arange(50), q, 5, "euclidean"
+        )
     assert meta["w3_len"] == 80
     assert meta["len_unflushed"] == 80 and meta["len_flushed"] == 81
     assert_bit_identical(a["get80"], extra, "a vector added to the new file")

@@ -23,18 +23,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import chassis
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-
-import chassis
 from chassis import IndexOptions, InvalidArgumentError, SearchResult, VectorIndex
 from conftest import (
     METRICS,
     NO_ID,
     PRECISIONS,
-    assert_exact_knn,
     assert_child_ok,
+    assert_exact_knn,
     brute_force_knn,
     child_env,
     clustered_data,
@@ -42,6 +40,8 @@ from conftest import (
     recall_at_k,
     to_half,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def make_data(rng: np.random.Generator, n: int, dims: int, metric: str) -> np.ndarray:
@@ -92,14 +92,18 @@ def test_cosine_distance_is_one_minus_cosine(index_path, precision):
         hits = index.search([3.0, 0.0], k=4)
     assert [h.id for h in hits] == [10, 13, 11, 12]
     expected = [0.0, 1.0 - math.sqrt(0.5), 1.0, 2.0]
-    assert [h.distance for h in hits] == pytest.approx(expected, abs=2e-3 if precision == "half" else 1e-5)
+    assert [h.distance for h in hits] == pytest.approx(
+        expected, abs=2e-3 if precision == "half" else 1e-5
+    )
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_inner_product_distance_is_negative_dot(index_path, precision):
-    with VectorIndex(index_path, 2, IndexOptions(metric="inner_product", precision=precision)) as index:
-        index.add([1.0, 2.0], id=0)   # dot with (1, 1) = 3
-        index.add([3.0, 4.0], id=1)   # 7
+    with VectorIndex(
+        index_path, 2, IndexOptions(metric="inner_product", precision=precision)
+    ) as index:
+        index.add([1.0, 2.0], id=0)  # dot with (1, 1) = 3
+        index.add([3.0, 4.0], id=1)  # 7
         index.add([-1.0, -1.0], id=2)  # -2
         hits = index.search([1.0, 1.0], k=3)
     assert [h.id for h in hits] == [1, 0, 2]
@@ -134,16 +138,36 @@ def test_exact_search_matches_brute_force(index_path, metric, precision, dims):
         if expected is not None:
             np.testing.assert_array_equal(stored, expected)
         else:
-            np.testing.assert_allclose(stored, normalise(data), atol=2e-3 if precision == "half" else 1e-5)
+            np.testing.assert_allclose(
+                stored, normalise(data), atol=2e-3 if precision == "half" else 1e-5
+            )
         # the reference: stored data for half precision, the caller's data for full
         reference = stored if precision == "half" else data
         b_ids, b_d = index.search_batch(queries, k, ef=n)
         for qi, q in enumerate(queries):
             got_ids, got_d = hits_to_arrays(index.search(q, k, ef=n))
-            assert_exact_knn(got_ids, got_d, reference, ids, q, k, metric, precision=precision,
-                             context=f"search, query {qi}")
-            assert_exact_knn(b_ids[qi], b_d[qi], reference, ids, q, k, metric, precision=precision,
-                             context=f"search_batch, query {qi}")
+            assert_exact_knn(
+                got_ids,
+                got_d,
+                reference,
+                ids,
+                q,
+                k,
+                metric,
+                precision=precision,
+                context=f"search, query {qi}",
+            )
+            assert_exact_knn(
+                b_ids[qi],
+                b_d[qi],
+                reference,
+                ids,
+                q,
+                k,
+                metric,
+                precision=precision,
+                context=f"search_batch, query {qi}",
+            )
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -152,7 +176,9 @@ def test_exact_search_with_sparse_explicit_ids(index_path, metric, rng):
     data = make_data(rng, n, dims, metric)
     ids = rng.choice(2**40, size=n, replace=False).astype(np.uint64)
     ids[0] = 2**64 - 2  # the largest valid id
-    with VectorIndex(index_path, dims, IndexOptions(metric=metric, max_connections=6, ef_construction=40)) as index:
+    with VectorIndex(
+        index_path, dims, IndexOptions(metric=metric, max_connections=6, ef_construction=40)
+    ) as index:
         got = index.add_batch(data, ids)
         np.testing.assert_array_equal(got, ids)
         queries = make_data(rng, 10, dims, metric)
@@ -165,7 +191,9 @@ def test_exact_search_after_incremental_single_adds(index_path, rng):
     """Vectors added one by one (linking one at a time) are found exactly too."""
     n, dims, k = 250, 10, 7
     data = make_data(rng, n, dims, "euclidean")
-    with VectorIndex(index_path, dims, IndexOptions(max_connections=4, ef_construction=16)) as index:
+    with VectorIndex(
+        index_path, dims, IndexOptions(max_connections=4, ef_construction=16)
+    ) as index:
         for i, v in enumerate(data):
             assert index.add(v) == i
             if i in (0, 1, 5, 50, 249):
@@ -199,12 +227,16 @@ def test_exact_search_on_mixed_batches_and_singles(index_path, rng):
     seed=st.integers(0, 2**32 - 1),
     scale=st.sampled_from([1e-3, 1.0, 100.0]),
 )
-def test_exact_search_matches_brute_force_on_random_datasets(n, dims, metric, precision, k, seed, scale):
+def test_exact_search_matches_brute_force_on_random_datasets(
+    n, dims, metric, precision, k, seed, scale
+):
     rng = np.random.default_rng(seed)
     data = (make_data(rng, n, dims, metric) * np.float32(scale)).astype(np.float32)
     queries = (make_data(rng, 3, dims, metric) * np.float32(scale)).astype(np.float32)
     with tempfile.TemporaryDirectory() as tmp:
-        opts = IndexOptions(metric=metric, precision=precision, max_connections=4, ef_construction=20)
+        opts = IndexOptions(
+            metric=metric, precision=precision, max_connections=4, ef_construction=20
+        )
         with VectorIndex(Path(tmp) / "h.chassis", dims, opts) as index:
             ids = index.add_batch(data)
             stored = stored_vectors(index, ids)
@@ -217,8 +249,9 @@ def test_exact_search_matches_brute_force_on_random_datasets(n, dims, metric, pr
             for qi, q in enumerate(queries):
                 got_ids, got_d = hits_to_arrays(index.search(q, k, ef=ef))
                 assert_exact_knn(got_ids, got_d, reference, ids, q, k, metric, precision=precision)
-                assert_exact_knn(b_ids[qi, :kk], b_d[qi, :kk], reference, ids, q, k, metric,
-                                 precision=precision)
+                assert_exact_knn(
+                    b_ids[qi, :kk], b_d[qi, :kk], reference, ids, q, k, metric, precision=precision
+                )
 
 
 @given(
@@ -236,7 +269,9 @@ def test_exact_search_with_duplicates_and_ties(n, dims, metric, k, data):
     x = np.array(values, dtype=np.float32)
     if metric == "cosine":
         x[~x.any(axis=1), 0] = 1.0  # cosine refuses zero vectors
-    q = np.array(data.draw(st.lists(st.integers(-2, 2), min_size=dims, max_size=dims)), dtype=np.float32)
+    q = np.array(
+        data.draw(st.lists(st.integers(-2, 2), min_size=dims, max_size=dims)), dtype=np.float32
+    )
     if metric == "cosine" and not q.any():
         q[0] = 1.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -283,10 +318,13 @@ def test_search_batch_equals_loop_of_search(index_path, metric, rng):
                 assert b_ids.shape == (len(queries), k) and b_d.shape == (len(queries), k)
                 for qi, hits in enumerate(loop):
                     l_ids, l_d = hits_to_arrays(hits)
-                    np.testing.assert_array_equal(b_ids[qi, : len(hits)], l_ids,
-                                                  err_msg=f"ef={ef} threads={threads} query {qi}")
+                    np.testing.assert_array_equal(
+                        b_ids[qi, : len(hits)],
+                        l_ids,
+                        err_msg=f"ef={ef} threads={threads} query {qi}",
+                    )
                     np.testing.assert_allclose(b_d[qi, : len(hits)], l_d, rtol=1e-6, atol=1e-6)
-                    assert (b_ids[qi, len(hits):] == NO_ID).all()
+                    assert (b_ids[qi, len(hits) :] == NO_ID).all()
 
 
 @pytest.mark.parametrize("precision", ["full", "half"])
@@ -296,7 +334,9 @@ def test_large_batch_answers_each_query_as_alone_whatever_its_position(index_pat
     n, dims, k = 6000, 16, 10
     centres = rng.standard_normal((20, dims)).astype(np.float32) * 4
     data = (centres[rng.integers(0, 20, n)] + rng.standard_normal((n, dims))).astype(np.float32)
-    queries = (centres[rng.integers(0, 20, 300)] + rng.standard_normal((300, dims))).astype(np.float32)
+    queries = (centres[rng.integers(0, 20, 300)] + rng.standard_normal((300, dims))).astype(
+        np.float32
+    )
     opts = IndexOptions(ef_construction=40, precision=precision)
     with VectorIndex(index_path, dims, opts) as index:
         index.add_batch(data)
@@ -309,12 +349,20 @@ def test_large_batch_answers_each_query_as_alone_whatever_its_position(index_pat
         with chassis.IndexReader(index_path) as reader:
             for who, handle in (("writer", index), ("reader", reader)):
                 for threads in (1, 2):
-                    ids, dists = handle.search_batch(queries, k, ef=20, threads=threads, excluded=excluded)
-                    p_ids, p_d = handle.search_batch(queries[perm], k, ef=20, threads=threads, excluded=excluded)
-                    np.testing.assert_array_equal(p_ids, ids[perm], err_msg=f"{who} threads={threads}")
+                    ids, dists = handle.search_batch(
+                        queries, k, ef=20, threads=threads, excluded=excluded
+                    )
+                    p_ids, p_d = handle.search_batch(
+                        queries[perm], k, ef=20, threads=threads, excluded=excluded
+                    )
+                    np.testing.assert_array_equal(
+                        p_ids, ids[perm], err_msg=f"{who} threads={threads}"
+                    )
                     np.testing.assert_array_equal(p_d, dists[perm])
                     for qi, (l_ids, l_d) in enumerate(loop):
-                        np.testing.assert_array_equal(ids[qi], l_ids, err_msg=f"{who} threads={threads} query {qi}")
+                        np.testing.assert_array_equal(
+                            ids[qi], l_ids, err_msg=f"{who} threads={threads} query {qi}"
+                        )
                         np.testing.assert_allclose(dists[qi], l_d, rtol=1e-6, atol=1e-6)
     # an independent check that the rows are good answers: recall against brute force
     live = np.ones(n, bool)
@@ -468,16 +516,30 @@ np.save(sys.argv[4], ids)
 def test_a_batch_linked_on_its_half_precision_copy_finds_as_many_true_neighbours(tmp_path, scale):
     rng = np.random.default_rng(5)
     data = (clustered_data(3000, 384, seed=5) * scale).astype(np.float32)
-    queries = (data[rng.choice(len(data), 100, replace=False)] + rng.normal(scale=0.2 * scale, size=(100, 384))).astype(np.float32)
+    queries = (
+        data[rng.choice(len(data), 100, replace=False)]
+        + rng.normal(scale=0.2 * scale, size=(100, 384))
+    ).astype(np.float32)
     np.save(tmp_path / "data.npy", data)
     np.save(tmp_path / "queries.npy", queries)
     truth = brute_force_knn(data, queries, 10, "euclidean")[0]
     recall = {}
     for copy in ("0", "1"):
         proc = subprocess.run(
-            [sys.executable, "-c", _BUILD_AND_SEARCH, str(tmp_path / "data.npy"), str(tmp_path / "queries.npy"),
-             str(tmp_path / f"{copy}.chassis"), str(tmp_path / f"ids{copy}.npy")],
-            capture_output=True, text=True, timeout=300, env={**child_env(), "CHASSIS_HALF_COPY": copy})
+            [
+                sys.executable,
+                "-c",
+                _BUILD_AND_SEARCH,
+                str(tmp_path / "data.npy"),
+                str(tmp_path / "queries.npy"),
+                str(tmp_path / f"{copy}.chassis"),
+                str(tmp_path / f"ids{copy}.npy"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**child_env(), "CHASSIS_HALF_COPY": copy},
+        )
         assert_child_ok(proc, f"build with CHASSIS_HALF_COPY={copy}")
         recall[copy] = recall_at_k(np.load(tmp_path / f"ids{copy}.npy"), truth)
     assert recall["0"] >= 0.9, recall

@@ -36,7 +36,9 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ints")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of ints"
+        ) from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError("give one or more positive ints, such as 16,32,64")
     return values
@@ -80,41 +82,56 @@ def _parser() -> argparse.ArgumentParser:
     )
     data = bench.add_argument_group("data")
     data.add_argument(
-        "--data", metavar="PATH",
+        "--data",
+        metavar="PATH",
         help="a folder (base.npy + queries.npy [+ gt_ids.npy], or *base* / *query* / "
         "*groundtruth* files), an ann-benchmarks .hdf5, or one .fvecs/.bvecs/.fbin/.u8bin/"
         ".npy file whose last rows become the queries (default: generated clusters)",
     )
     data.add_argument(
-        "--queries", type=_count_or_path, metavar="Q|PATH",
+        "--queries",
+        type=_count_or_path,
+        metavar="Q|PATH",
         help="a number: how many queries (generated: 1000; --data: the first Q, or the last "
         "Q rows of a single file, default min(1000, n/10)); otherwise a file of queries",
     )
-    data.add_argument("--truth", metavar="PATH",
-                      help="ground-truth ids for the queries (.ivecs, .ibin, .npy); "
-                      "computed exactly when absent")
+    data.add_argument(
+        "--truth",
+        metavar="PATH",
+        help="ground-truth ids for the queries (.ivecs, .ibin, .npy); computed exactly when absent",
+    )
     data.add_argument("--n", type=int, help="base vectors (generated: 20000; --data: first N)")
     data.add_argument("--dims", type=int, help="dimensions of generated data (64)")
     data.add_argument(
-        "--metric", choices=["euclidean", "cosine", "inner_product"],
+        "--metric",
+        choices=["euclidean", "cosine", "inner_product"],
         help="distance (default: euclidean, or what the --data file names)",
     )
     data.add_argument("--seed", type=int, default=0, help="seed for generated data (0)")
 
     run = bench.add_argument_group("index and search")
-    run.add_argument("--ef", type=_int_list, help="ef sweep (16,32,64,128,256; --quick: 10,20,40,80,160)")
+    run.add_argument(
+        "--ef", type=_int_list, help="ef sweep (16,32,64,128,256; --quick: 10,20,40,80,160)"
+    )
     run.add_argument("--k", type=int, default=10, help="neighbours per query (10)")
     run.add_argument("--m", type=int, default=16, help="max_connections / M (16)")
     run.add_argument("--ef-construction", type=int, default=200, help="ef_construction (200)")
     run.add_argument("--threads", type=int, help="build threads, every engine (default: all cores)")
-    run.add_argument("--loop", action="store_true",
-                     help="also time a Python loop of single-query search() calls")
-    run.add_argument("--quick", action="store_true",
-                     help="CI-size run: 10,000 generated, 200 queries, ef 10..160, short timings")
+    run.add_argument(
+        "--loop", action="store_true", help="also time a Python loop of single-query search() calls"
+    )
+    run.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI-size run: 10,000 generated, 200 queries, ef 10..160, short timings",
+    )
 
     out = bench.add_argument_group("comparison and output")
     out.add_argument(
-        "--compare", type=_engine_list, default=[], metavar="ENGINES",
+        "--compare",
+        type=_engine_list,
+        default=[],
+        metavar="ENGINES",
         help=f"peers to measure too, comma-separated: {','.join(PEERS)} (or all); "
         "missing ones are skipped with a note",
     )
@@ -136,8 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ------------------------------------------------------------------ data
 class _Data:
-    def __init__(self, label: str, base: np.ndarray, queries: np.ndarray,
-                 truth: np.ndarray | None, metric: str, source: str) -> None:
+    def __init__(
+        self,
+        label: str,
+        base: np.ndarray,
+        queries: np.ndarray,
+        truth: np.ndarray | None,
+        metric: str,
+        source: str,
+    ) -> None:
         self.label, self.base, self.queries, self.truth = label, base, queries, truth
         self.metric, self.source = metric, source
         self.truth_origin = "given" if truth is not None else "computed"
@@ -155,8 +179,13 @@ def _load(args: argparse.Namespace) -> _Data:
         dims = args.dims or 64
         q = count or (200 if args.quick else 1_000)
         generated = datasets.clustered(n, dims, q, seed=args.seed)
-        return _Data(f"clustered (generated, seed {args.seed})", *generated, None,
-                     args.metric or "euclidean", "generated")
+        return _Data(
+            f"clustered (generated, seed {args.seed})",
+            *generated,
+            None,
+            args.metric or "euclidean",
+            "generated",
+        )
 
     path = Path(args.data)
     truth: np.ndarray | None = None
@@ -193,20 +222,33 @@ def _load(args: argparse.Namespace) -> _Data:
         raise SystemExit(f"the ground truth has {len(truth)} rows for {len(queries)} queries")
     if queries.shape[1] != base.shape[1]:
         raise SystemExit(f"queries have {queries.shape[1]} dimensions, the base {base.shape[1]}")
-    return _Data(label, np.ascontiguousarray(base, dtype=np.float32),
-                 np.ascontiguousarray(queries, dtype=np.float32), truth, metric, str(path))
+    return _Data(
+        label,
+        np.ascontiguousarray(base, dtype=np.float32),
+        np.ascontiguousarray(queries, dtype=np.float32),
+        truth,
+        metric,
+        str(path),
+    )
 
 
 # ------------------------------------------------------------------ measuring
-def _measure(engine: _bench.Engine, data: _Data, args: argparse.Namespace, folder: Path,
-             threads: int) -> dict[str, Any]:
+def _measure(
+    engine: _bench.Engine, data: _Data, args: argparse.Namespace, folder: Path, threads: int
+) -> dict[str, Any]:
     """Build, persist, reopen and sweep one engine; every figure in a dict."""
     path = str(folder / f"{engine.name}.index")
     assert data.truth is not None
     out: dict[str, Any] = {"version": engine.version}
     n = len(data.base)
-    out["build_s"] = engine.build(path, data.base, metric=data.metric, m=args.m,
-                                  ef_construction=args.ef_construction, threads=threads)
+    out["build_s"] = engine.build(
+        path,
+        data.base,
+        metric=data.metric,
+        m=args.m,
+        ef_construction=args.ef_construction,
+        threads=threads,
+    )
     out["vectors_per_s"] = n / max(out["build_s"], 1e-12)
     out["persist_s"] = engine.persist_seconds
     engine.close()
@@ -216,16 +258,24 @@ def _measure(engine: _bench.Engine, data: _Data, args: argparse.Namespace, folde
     if isinstance(engine, _bench.ChassisEngine):
         engine.read_only = True
         try:
-            out["open_read_only_ms"] = statistics.median(
-                engine.open_seconds(path) for _ in range(args.opens)) * 1e3
+            out["open_read_only_ms"] = (
+                statistics.median(engine.open_seconds(path) for _ in range(args.opens)) * 1e3
+            )
         finally:
             engine.read_only = False
     engine.open(path)
     try:
         out["sweep"] = _bench.measure_sweep(
-            engine, data.queries, data.truth, args.k, args.ef, args.modes,
-            min_seconds=args.min_seconds, max_runs=args.max_runs,
-            warmup=min(len(data.queries), 1_000))
+            engine,
+            data.queries,
+            data.truth,
+            args.k,
+            args.ef,
+            args.modes,
+            min_seconds=args.min_seconds,
+            max_runs=args.max_runs,
+            warmup=min(len(data.queries), 1_000),
+        )
     finally:
         engine.close()
     out["qps_at"] = {mode: _bench.qps_at_targets(points) for mode, points in out["sweep"].items()}
@@ -257,34 +307,58 @@ def _print_results(results: dict[str, dict[str, Any]], args: argparse.Namespace)
 
     print(f"\nsummary (QPS at recall@{args.k}, interpolated between sweep points; 1 thread)")
     headers = ["engine", "version", "build s", "vectors/s", "flush/save ms", "open ms", "MiB"]
-    headers += [f"{m} QPS@{t}" if len(args.modes) > 1 else f"QPS@{t}"
-                for m in args.modes for t in targets]
+    headers += [
+        f"{m} QPS@{t}" if len(args.modes) > 1 else f"QPS@{t}" for m in args.modes for t in targets
+    ]
     rows = []
     for e, r in results.items():
         size = r["file_bytes"] / 2**20 if r["file_bytes"] is not None else None
-        rows.append([e, r["version"], fmt(r["build_s"], ".2f"), fmt(r["vectors_per_s"]),
-                     fmt(r["persist_s"] * 1e3, ".1f"), fmt(r["open_ms"], ".3f"),
-                     fmt(size, ".1f")]
-                    + [_bench.qps_cell(r, m, t) for m in args.modes for t in targets])
+        rows.append(
+            [
+                e,
+                r["version"],
+                fmt(r["build_s"], ".2f"),
+                fmt(r["vectors_per_s"]),
+                fmt(r["persist_s"] * 1e3, ".1f"),
+                fmt(r["open_ms"], ".3f"),
+                fmt(size, ".1f"),
+            ]
+            + [_bench.qps_cell(r, m, t) for m in args.modes for t in targets]
+        )
     print(table(headers, rows))
-    print("(* the smallest ef already reached this recall: its QPS, a lower bound; "
-          "- not reached: raise --ef)")
+    print(
+        "(* the smallest ef already reached this recall: its QPS, a lower bound; "
+        "- not reached: raise --ef)"
+    )
 
     if "chassis" in results and len(results) > 1:
-        print("\nchassis / peer (QPS: > 1 means chassis is faster; build, open, size: "
-              "< 1 means chassis is faster or smaller)")
+        print(
+            "\nchassis / peer (QPS: > 1 means chassis is faster; build, open, size: "
+            "< 1 means chassis is faster or smaller)"
+        )
         headers = ["", "build", "open", "size"] + [
             f"{m} QPS@{t}" if len(args.modes) > 1 else f"QPS@{t}"
-            for m in args.modes for t in targets]
+            for m in args.modes
+            for t in targets
+        ]
         rows = []
         for peer, r in results.items():
             if peer == "chassis":
                 continue
             rr = _bench.ratios(results["chassis"], r)
-            rows.append([f"vs {peer}", fmt(rr["build_s"], ".2f", "x"),
-                         fmt(rr["open_ms"], ".2f", "x"), fmt(rr["file_bytes"], ".2f", "x")]
-                        + [fmt(rr["qps_at"].get(m, {}).get(t), ".2f", "x")
-                           for m in args.modes for t in targets])
+            rows.append(
+                [
+                    f"vs {peer}",
+                    fmt(rr["build_s"], ".2f", "x"),
+                    fmt(rr["open_ms"], ".2f", "x"),
+                    fmt(rr["file_bytes"], ".2f", "x"),
+                ]
+                + [
+                    fmt(rr["qps_at"].get(m, {}).get(t), ".2f", "x")
+                    for m in args.modes
+                    for t in targets
+                ]
+            )
         print(table(headers, rows))
 
 
@@ -297,8 +371,11 @@ def _bench_command(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            print("--plot needs matplotlib: pip install matplotlib "
-                  "(or pip install 'chassis-index[plot]')", file=sys.stderr)
+            print(
+                "--plot needs matplotlib: pip install matplotlib "
+                "(or pip install 'chassis-index[plot]')",
+                file=sys.stderr,
+            )
             return 2
     args.ef = args.ef or (QUICK_EF if args.quick else DEFAULT_EF)
     args.modes = ["batch", "loop"] if args.loop else ["batch"]
@@ -316,7 +393,9 @@ def _bench_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     n, dims = data.base.shape
-    print(f"chassis {chassis.__version__}  (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
+    print(
+        f"chassis {chassis.__version__}  (python {sys.version.split()[0]}, {os.cpu_count()} cores)"
+    )
     try:
         info = chassis.cpu_info()
         print("cpu: " + ", ".join(f"{key}={value}" for key, value in info.items()))
@@ -331,8 +410,9 @@ def _bench_command(args: argparse.Namespace) -> int:
 
     if data.truth is None or data.truth.shape[1] < args.k:
         start = time.perf_counter()
-        data.truth, _ = datasets.ground_truth(data.base, data.queries, args.k, data.metric,
-                                              progress=args.progress)
+        data.truth, _ = datasets.ground_truth(
+            data.base, data.queries, args.k, data.metric, progress=args.progress
+        )
         data.truth_origin = "computed"
         data.truth_seconds = time.perf_counter() - start
         print(f"ground truth: exact top-{args.k} in {data.truth_seconds:.2f} s")
@@ -375,8 +455,10 @@ def _bench_command(args: argparse.Namespace) -> int:
                     f"(median of {args.opens}; file {(r['file_bytes'] or 0) / 2**20:.1f} MiB)"
                 )
             else:
-                print(f"{name}: built in {r['build_s']:.2f} s, measured in "
-                      f"{time.perf_counter() - start:.1f} s")
+                print(
+                    f"{name}: built in {r['build_s']:.2f} s, measured in "
+                    f"{time.perf_counter() - start:.1f} s"
+                )
             sys.stdout.flush()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -392,28 +474,42 @@ def _bench_command(args: argparse.Namespace) -> int:
             "chassis_version": chassis.__version__,
             "machine": _bench.machine_info(),
             "args": {key: value for key, value in vars(args).items() if key != "run"},
-            "data": {"label": data.label, "source": data.source, "n": n, "dims": dims,
-                     "queries": len(data.queries), "metric": data.metric,
-                     "ground_truth": data.truth_origin, "ground_truth_s": data.truth_seconds},
+            "data": {
+                "label": data.label,
+                "source": data.source,
+                "n": n,
+                "dims": dims,
+                "queries": len(data.queries),
+                "metric": data.metric,
+                "ground_truth": data.truth_origin,
+                "ground_truth_s": data.truth_seconds,
+            },
             "k": args.k,
             "build_threads": threads,
             "targets": list(_bench.TARGETS),
             "engines": results,
-            "ratios": {peer: _bench.ratios(results["chassis"], r) for peer, r in results.items()
-                       if peer != "chassis" and "chassis" in results},
+            "ratios": {
+                peer: _bench.ratios(results["chassis"], r)
+                for peer, r in results.items()
+                if peer != "chassis" and "chassis" in results
+            },
             "notes": all_notes,
         }
         everything["points"] = _bench.sweep_points(
-            data.label, {name: r["sweep"] for name, r in results.items()})
+            data.label, {name: r["sweep"] for name, r in results.items()}
+        )
         _bench.write_json(args.json, everything)
         print(f"\nwrote {args.json}")
     if args.plot:
-        _bench.plot_sweeps({name: r["sweep"] for name, r in results.items()}, args.plot, k=args.k,
-                           title=f"{data.label}: {n:,} x {dims}, {data.metric}, "
-                                 f"M={args.m}, ef_construction={args.ef_construction}")
+        _bench.plot_sweeps(
+            {name: r["sweep"] for name, r in results.items()},
+            args.plot,
+            k=args.k,
+            title=f"{data.label}: {n:,} x {dims}, {data.metric}, "
+            f"M={args.m}, ef_construction={args.ef_construction}",
+        )
         print(f"wrote {args.plot}")
     return 0
-
 
 
 if __name__ == "__main__":

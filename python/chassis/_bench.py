@@ -182,7 +182,8 @@ def median_qps_at(per_pass: Sequence[Mapping[str, QpsAt]]) -> dict[str, QpsAt]:
 
 
 def ratios(
-    ours: Mapping[str, Any], peer: Mapping[str, Any],
+    ours: Mapping[str, Any],
+    peer: Mapping[str, Any],
     keys: Sequence[str] = ("build_s", "open_ms", "file_bytes"),
 ) -> dict[str, Any]:
     """ours / peer of two summaries: each of `keys` both have, and "qps_at" {mode: {target:
@@ -190,9 +191,12 @@ def ratios(
     r: dict[str, Any] = {key: ratio(ours.get(key), peer.get(key)) for key in keys}
     mine, theirs = ours.get("qps_at", {}), peer.get("qps_at", {})
     r["qps_at"] = {
-        mode: {t: ratio(cell["qps"], theirs[mode].get(t, {}).get("qps"))
-               for t, cell in mine[mode].items()}
-        for mode in mine if mode in theirs
+        mode: {
+            t: ratio(cell["qps"], theirs[mode].get(t, {}).get("qps"))
+            for t, cell in mine[mode].items()
+        }
+        for mode in mine
+        if mode in theirs
     }
     return r
 
@@ -225,18 +229,25 @@ def versus_best_peer(
     for key, getter, better in columns:
         peer, value = best_peer({n: getter(n, s) for n, s in results.items()}, better, mine)
         figure = getter(who, results[who])
-        out[key] = {"chassis": figure, "best_peer": peer, "peer_value": value,
-                    "ratio": ratio(figure, value)}
+        out[key] = {
+            "chassis": figure,
+            "best_peer": peer,
+            "peer_value": value,
+            "ratio": ratio(figure, value),
+        }
     return out
 
 
-def sweep_points(dataset: str, sweeps: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
-                 ) -> list[Point]:
+def sweep_points(
+    dataset: str, sweeps: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
+) -> list[Point]:
     """{engine: {mode: [points]}} flattened into Points that name their engine, data set and
     mode: the "points" list of a results file."""
     return [
         cast(Point, {"engine": engine, "dataset": dataset, "mode": mode, **p})
-        for engine, modes in sweeps.items() for mode, points in modes.items() for p in points
+        for engine, modes in sweeps.items()
+        for mode, points in modes.items()
+        for p in points
     ]
 
 
@@ -281,8 +292,16 @@ class Engine:
         return str(found or "?")
 
     # -- hooks
-    def build(self, path: str, base: np.ndarray, *, metric: str, m: int,
-              ef_construction: int, threads: int) -> float:
+    def build(
+        self,
+        path: str,
+        base: np.ndarray,
+        *,
+        metric: str,
+        m: int,
+        ef_construction: int,
+        threads: int,
+    ) -> float:
         """Create the index at `path`, insert `base` (ids 0..n-1), return the insert seconds.
 
         The index is then made durable (flush / save) outside the timed part and
@@ -322,7 +341,11 @@ class Engine:
 
     def _remember(self, base: np.ndarray, metric: str, m: int, ef_construction: int) -> None:
         self.dims, self.metric, self.m, self.ef_construction = (
-            int(base.shape[1]), metric, m, ef_construction)
+            int(base.shape[1]),
+            metric,
+            m,
+            ef_construction,
+        )
 
     @staticmethod
     def _loop(call: Callable[[np.ndarray], Any], queries: np.ndarray) -> tuple[list[Any], float]:
@@ -356,10 +379,12 @@ class ChassisEngine(Engine):
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
         options = self.module.IndexOptions(
-            max_connections=m, ef_construction=ef_construction, metric=metric)
+            max_connections=m, ef_construction=ef_construction, metric=metric
+        )
         self.index = self.module.VectorIndex(path, self.dims, options)
         _, seconds = timed(
-            lambda: self.index.add_batch(base, threads=threads, progress=self.progress))
+            lambda: self.index.add_batch(base, threads=threads, progress=self.progress)
+        )
         _, self.persist_seconds = timed(self.index.flush)
         return seconds
 
@@ -375,7 +400,8 @@ class ChassisEngine(Engine):
     def search(self, mode, queries, k):
         if mode == "batch":
             (ids, _), seconds = timed(
-                lambda: self.index.search_batch(queries, k, ef=self.ef, threads=1))
+                lambda: self.index.search_batch(queries, k, ef=self.ef, threads=1)
+            )
             return ids, seconds
         results, seconds = self._loop(lambda q: self.index.search(q, k, ef=self.ef), queries)
         return _pad_rows([[hit.id for hit in hits] for hits in results], k), seconds
@@ -391,8 +417,10 @@ class ChassisDBEngine(Engine):
 
     name = package = "chassisdb"
     durable_adds = True
-    notes = ("chassisdb add_batch links on every core (no thread control)",
-             "chassisdb takes ef_search at open: each ef of the sweep reopens the file")
+    notes = (
+        "chassisdb add_batch links on every core (no thread control)",
+        "chassisdb takes ef_search at open: each ef of the sweep reopens the file",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -400,8 +428,11 @@ class ChassisDBEngine(Engine):
 
     def _options(self, ef_search: int = 50):
         return self.module.IndexOptions(
-            max_connections=self.m, ef_construction=self.ef_construction,
-            ef_search=ef_search, metric=self.metric)
+            max_connections=self.m,
+            ef_construction=self.ef_construction,
+            ef_search=ef_search,
+            metric=self.metric,
+        )
 
     def build(self, path, base, *, metric, m, ef_construction, threads):
         if metric not in ("euclidean", "cosine"):
@@ -444,8 +475,9 @@ class HnswlibEngine(Engine):
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
         self.index = self.module.Index(space=self._SPACES[metric], dim=self.dims)
-        self.index.init_index(max_elements=len(base), ef_construction=ef_construction, M=m,
-                              random_seed=100)
+        self.index.init_index(
+            max_elements=len(base), ef_construction=ef_construction, M=m, random_seed=100
+        )
         ids = np.arange(len(base), dtype=np.int64)
         _, seconds = timed(lambda: self.index.add_items(base, ids, num_threads=threads))
         _, self.persist_seconds = timed(lambda: self.index.save_index(path))
@@ -462,8 +494,7 @@ class HnswlibEngine(Engine):
         if mode == "batch":
             (ids, _), seconds = timed(lambda: self.index.knn_query(queries, k, num_threads=1))
             return ids, seconds
-        results, seconds = self._loop(
-            lambda q: self.index.knn_query(q, k, num_threads=1), queries)
+        results, seconds = self._loop(lambda q: self.index.knn_query(q, k, num_threads=1), queries)
         return np.vstack([labels for labels, _ in results]), seconds
 
     def close(self):
@@ -486,8 +517,12 @@ class UsearchEngine(Engine):
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
         self.index = self.module.Index(
-            ndim=self.dims, metric=self._METRICS[metric], dtype="f32",
-            connectivity=m, expansion_add=ef_construction)
+            ndim=self.dims,
+            metric=self._METRICS[metric],
+            dtype="f32",
+            connectivity=m,
+            expansion_add=ef_construction,
+        )
         keys = np.arange(len(base), dtype=np.uint64)
         _, seconds = timed(lambda: self.index.add(keys, base, threads=threads))
         _, self.persist_seconds = timed(lambda: self.index.save(path))
@@ -692,17 +727,23 @@ def measure_sweep(
             times = [seconds]
             while sum(times) < min_seconds and len(times) < max_runs:
                 times.append(engine.search(mode, queries, k)[1])
-            sweep[mode].append({
-                "ef": ef,
-                "recall": recall_at_k(ids, truth, k),
-                "qps": len(queries) / max(statistics.median(times), 1e-12),
-            })
+            sweep[mode].append(
+                {
+                    "ef": ef,
+                    "recall": recall_at_k(ids, truth, k),
+                    "qps": len(queries) / max(statistics.median(times), 1e-12),
+                }
+            )
     return sweep
 
 
 def plot_sweeps(
-    sweeps: dict[str, dict[str, list[dict[str, float]]]], path: str | os.PathLike[str], *,
-    k: int, title: str = "", targets: Sequence[float] = TARGETS,
+    sweeps: dict[str, dict[str, list[dict[str, float]]]],
+    path: str | os.PathLike[str],
+    *,
+    k: int,
+    title: str = "",
+    targets: Sequence[float] = TARGETS,
 ) -> None:
     """Recall@k (x) against QPS (y, log scale) from {engine: {mode: sweep points}}: one colour
     per engine, solid for "batch", dashed for "loop"; the first point of each line is
@@ -725,12 +766,23 @@ def plot_sweeps(
             for mode, points in modes.items():
                 xs = [p["recall"] for p in points]
                 ys = [p["qps"] for p in points]
-                ax.plot(xs, ys, marker="o", markersize=3, color=colours[i % len(colours)],
-                        linestyle="-" if mode == "batch" else "--",
-                        label=engine if mode == "batch" else f"{engine} ({mode})")
+                ax.plot(
+                    xs,
+                    ys,
+                    marker="o",
+                    markersize=3,
+                    color=colours[i % len(colours)],
+                    linestyle="-" if mode == "batch" else "--",
+                    label=engine if mode == "batch" else f"{engine} ({mode})",
+                )
                 if points:
-                    ax.annotate(f"ef={points[0]['ef']}", (xs[0], ys[0]), fontsize=6,
-                                textcoords="offset points", xytext=(3, 3))
+                    ax.annotate(
+                        f"ef={points[0]['ef']}",
+                        (xs[0], ys[0]),
+                        fontsize=6,
+                        textcoords="offset points",
+                        xytext=(3, 3),
+                    )
         for t in targets:
             ax.axvline(t, color="grey", linewidth=0.5, linestyle=":")
         ax.set_yscale("log")

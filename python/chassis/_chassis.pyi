@@ -1,27 +1,44 @@
 """Type stubs for the native module `chassis._chassis` (checked by mypy.stubtest)."""
 
-from os import PathLike
-from types import TracebackType
-from typing import Any, Iterator, Literal, final
-
-from typing_extensions import disjoint_base
-
 import io
+from collections.abc import Iterator
+from os import PathLike
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, final
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 from chassis._check import Check
 from chassis._options import IndexOptions
 
-import numpy as np
-import numpy.typing as npt
-
 __version__: str
 __all__ = [
-    "__version__", "ChassisError", "InvalidArgumentError", "DimensionMismatchError",
-    "OptionsMismatchError", "IndexNotFoundError", "NotAnIndexError", "IdInUseError",
-    "IndexLockedError", "ReadOnlyError", "CorruptIndexError", "IndexFullError",
-    "InvalidPathError", "IdNotFoundError", "IndexClosedError", "StorageError",
-    "ArgumentTypeError", "VectorIndex", "SearchResult", "Snapshot", "cpu_info", "_check_options", "_search_counters",
+    "__version__",
+    "ChassisError",
+    "InvalidArgumentError",
+    "DimensionMismatchError",
+    "OptionsMismatchError",
+    "IndexNotFoundError",
+    "NotAnIndexError",
+    "IdInUseError",
+    "IndexLockedError",
+    "ReadOnlyError",
+    "CorruptIndexError",
+    "IndexFullError",
+    "InvalidPathError",
+    "IdNotFoundError",
+    "IndexClosedError",
+    "StorageError",
+    "ArgumentTypeError",
+    "VectorIndex",
+    "SearchResult",
+    "Snapshot",
+    "cpu_info",
+    "_check_options",
+    "_search_counters",
 ]
 
 Metric = Literal["euclidean", "cosine", "inner_product"]

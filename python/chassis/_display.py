@@ -57,8 +57,15 @@ def repr_html(index: Any) -> str:
     in_memory = path is None
     rows: list[tuple[str, str]] = [
         ("path", "<i>none (in memory)</i>" if in_memory else f"<code>{_text(path)}</code>"),
-        ("class", html.escape(type(index).__name__)
-         + (" (read-only)" if read_only is True and type(index).__name__ == "VectorIndex" else "")),
+        (
+            "class",
+            html.escape(type(index).__name__)
+            + (
+                " (read-only)"
+                if read_only is True and type(index).__name__ == "VectorIndex"
+                else ""
+            ),
+        ),
         ("dimensions", _text(_get(index, "dimensions"))),
         ("metric", _text(_get(index, "metric"))),
         ("precision", _text(_get(index, "precision"))),
@@ -66,13 +73,20 @@ def repr_html(index: Any) -> str:
     ]
     if read_only is False and not in_memory:
         pending = _CLOSED if closed else _get(index, "pending")
-        rows.append(("pending", _text(f"{pending:,}" if isinstance(pending, int) else pending)
-                     + (" (unflushed)" if isinstance(pending, int) and pending else "")))
+        rows.append(
+            (
+                "pending",
+                _text(f"{pending:,}" if isinstance(pending, int) else pending)
+                + (" (unflushed)" if isinstance(pending, int) and pending else ""),
+            )
+        )
     rows.append(("state", "closed" if closed else "open"))
     if in_memory:
         stats = None if closed else _get(index, "memory_stats")
         resident = stats().get("resident_bytes") if callable(stats) else None
-        rows.append(("in memory", html.escape(_bytes_text(resident)) if isinstance(resident, int) else "?"))
+        rows.append(
+            ("in memory", html.escape(_bytes_text(resident)) if isinstance(resident, int) else "?")
+        )
     else:
         rows.append(("file size", html.escape(_size_text(path)) if path is not _CLOSED else "?"))
     options = _CLOSED if closed else _get(index, "options")

@@ -8,13 +8,26 @@ from typing import Any
 from chassis import _chassis
 
 _METRICS = {
-    "euclidean": "euclidean", "l2": "euclidean", "euclid": "euclidean",
-    "cosine": "cosine", "cos": "cosine", "angular": "cosine",
-    "inner_product": "inner_product", "ip": "inner_product", "dot": "inner_product",
+    "euclidean": "euclidean",
+    "l2": "euclidean",
+    "euclid": "euclidean",
+    "cosine": "cosine",
+    "cos": "cosine",
+    "angular": "cosine",
+    "inner_product": "inner_product",
+    "ip": "inner_product",
+    "dot": "inner_product",
 }
 _PRECISIONS = {
-    "full": "full", "f32": "full", "float32": "full", "fp32": "full", "single": "full",
-    "half": "half", "f16": "half", "float16": "half", "fp16": "half",
+    "full": "full",
+    "f32": "full",
+    "float32": "full",
+    "fp32": "full",
+    "single": "full",
+    "half": "half",
+    "f16": "half",
+    "float16": "half",
+    "fp16": "half",
 }
 
 
@@ -60,7 +73,9 @@ class IndexOptions:
         if unknown:
             names = ", ".join(repr(n) for n in unknown)
             valid = ", ".join(f.name for f in dataclasses.fields(IndexOptions))
-            raise _fail(_chassis.ArgumentTypeError, f"unknown option {names}", f"the options are {valid}")
+            raise _fail(
+                _chassis.ArgumentTypeError, f"unknown option {names}", f"the options are {valid}"
+            )
         self.max_connections = max_connections
         self.ef_construction = ef_construction
         self.ef_search = ef_search
@@ -80,24 +95,48 @@ class IndexOptions:
         for name in ("max_connections", "ef_construction", "ef_search"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise _fail(_chassis.ArgumentTypeError, f"{name}={v!r} is not an int", f"pass an int for {name}")
+                raise _fail(
+                    _chassis.ArgumentTypeError,
+                    f"{name}={v!r} is not an int",
+                    f"pass an int for {name}",
+                )
         for name, table in (("metric", _METRICS), ("precision", _PRECISIONS)):
             v = getattr(self, name)
             if not isinstance(v, str):
-                raise _fail(_chassis.ArgumentTypeError, f"{name}={v!r} is not a str", f"pass one of {sorted(set(table.values()))}")
+                raise _fail(
+                    _chassis.ArgumentTypeError,
+                    f"{name}={v!r} is not a str",
+                    f"pass one of {sorted(set(table.values()))}",
+                )
             canon = table.get(v.strip().lower())
             if canon is None:
-                raise _fail(_chassis.InvalidArgumentError, f"unknown {name} {v!r}", f"use one of {sorted(set(table.values()))}")
+                raise _fail(
+                    _chassis.InvalidArgumentError,
+                    f"unknown {name} {v!r}",
+                    f"use one of {sorted(set(table.values()))}",
+                )
             setattr(self, name, canon)
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
-            raise _fail(_chassis.ArgumentTypeError, f"huge_pages={self.huge_pages!r}", "pass True, False or None")
+            raise _fail(
+                _chassis.ArgumentTypeError,
+                f"huge_pages={self.huge_pages!r}",
+                "pass True, False or None",
+            )
         if not isinstance(self.warm, bool):
             raise _fail(_chassis.ArgumentTypeError, f"warm={self.warm!r}", "pass True or False")
         if not isinstance(self.placement, str):
-            raise _fail(_chassis.ArgumentTypeError, f"placement={self.placement!r} is not a str", 'pass "balanced" or "local"')
+            raise _fail(
+                _chassis.ArgumentTypeError,
+                f"placement={self.placement!r} is not a str",
+                'pass "balanced" or "local"',
+            )
         placement = self.placement.strip().lower()
         if placement not in ("balanced", "local"):
-            raise _fail(_chassis.InvalidArgumentError, f"unknown placement {self.placement!r}", 'use "balanced" (the default) or "local"')
+            raise _fail(
+                _chassis.InvalidArgumentError,
+                f"unknown placement {self.placement!r}",
+                'use "balanced" (the default) or "local"',
+            )
         self.placement = placement
         # The ranges are the core's (one place for them).
         _chassis._check_options(self.max_connections, self.ef_construction, self.ef_search)

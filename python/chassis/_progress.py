@@ -22,7 +22,9 @@ class TextProgress:
     def _draw(self, now: float) -> None:
         rate = self.n / max(now - self._start, 1e-9)
         pct = 100.0 * self.n / self.total if self.total else 100.0
-        sys.stderr.write(f"\r{self.desc}: {self.n}/{self.total} {self.unit} ({pct:.0f}%, {rate:,.0f} {self.unit}/s)")
+        sys.stderr.write(
+            f"\r{self.desc}: {self.n}/{self.total} {self.unit} ({pct:.0f}%, {rate:,.0f} {self.unit}/s)"
+        )
         sys.stderr.flush()
 
     def close(self) -> None:

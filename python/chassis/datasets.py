@@ -139,7 +139,9 @@ def _size(path: Path) -> int:
 def _as_2d(array: npt.ArrayLike, path: Path) -> np.ndarray:
     arr = np.asarray(array)
     if arr.ndim != 2:
-        raise DatasetError(path, f"can only write a 2-D (rows, dimensions) array, not shape {arr.shape}")
+        raise DatasetError(
+            path, f"can only write a 2-D (rows, dimensions) array, not shape {arr.shape}"
+        )
     return arr
 
 
@@ -184,7 +186,11 @@ def read_vecs(
     if size == 0:
         return _empty_map((0, 0), dt)
     if size < 4:
-        raise DatasetError(p, f"the file is {size} bytes long, too short for the first row's 4-byte dimension header", 0)
+        raise DatasetError(
+            p,
+            f"the file is {size} bytes long, too short for the first row's 4-byte dimension header",
+            0,
+        )
     dims = int(np.fromfile(p, dtype="<i4", count=1)[0])
     if dims <= 0:
         raise DatasetError(p, f"the first row's dimension header is {dims}; it must be positive", 0)
@@ -233,17 +239,23 @@ def write_vecs(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> N
     rows.tofile(p)
 
 
-def read_fvecs(path: _PathLike, *, mmap: bool = True, validate: bool = True) -> npt.NDArray[np.float32]:
+def read_fvecs(
+    path: _PathLike, *, mmap: bool = True, validate: bool = True
+) -> npt.NDArray[np.float32]:
     """An (n, d) float32 array from a `.fvecs` file (see `read_vecs`)."""
     return read_vecs(path, "<f4", mmap=mmap, validate=validate)
 
 
-def read_ivecs(path: _PathLike, *, mmap: bool = True, validate: bool = True) -> npt.NDArray[np.int32]:
+def read_ivecs(
+    path: _PathLike, *, mmap: bool = True, validate: bool = True
+) -> npt.NDArray[np.int32]:
     """An (n, d) int32 array from an `.ivecs` file (texmex ground truth; see `read_vecs`)."""
     return read_vecs(path, "<i4", mmap=mmap, validate=validate)
 
 
-def read_bvecs(path: _PathLike, *, mmap: bool = True, validate: bool = True) -> npt.NDArray[np.uint8]:
+def read_bvecs(
+    path: _PathLike, *, mmap: bool = True, validate: bool = True
+) -> npt.NDArray[np.uint8]:
     """An (n, d) uint8 array from a `.bvecs` file (see `read_vecs`)."""
     return read_vecs(path, "u1", mmap=mmap, validate=validate)
 
@@ -264,11 +276,19 @@ def write_bvecs(path: _PathLike, array: npt.ArrayLike) -> None:
 def _bin_header(p: Path) -> tuple[int, int, int]:
     size = _size(p)
     if size < 8:
-        raise DatasetError(p, f"the file is {size} bytes long, too short for the 8-byte header (uint32 rows, uint32 dimensions)", 0)
+        raise DatasetError(
+            p,
+            f"the file is {size} bytes long, too short for the 8-byte header (uint32 rows, uint32 dimensions)",
+            0,
+        )
     n, d = (int(x) for x in np.fromfile(p, dtype="<u4", count=2))
     for name, value, at in (("rows", n, 0), ("dimensions", d, 4)):
         if value >= 2**31:
-            raise DatasetError(p, f"the header's {name} field is {value} ({value - 2**32} as int32): not a count", at)
+            raise DatasetError(
+                p,
+                f"the header's {name} field is {value} ({value - 2**32} as int32): not a count",
+                at,
+            )
     if d == 0 and n > 0:
         raise DatasetError(p, f"the header says {n} rows of 0 dimensions", 4)
     return n, d, size
@@ -421,7 +441,9 @@ def read_npy(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
     expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if size < expected:
         raise DatasetError(
-            p, f"truncated: shape {shape} of {dtype} needs {expected} bytes, the file has {size}", size
+            p,
+            f"truncated: shape {shape} of {dtype} needs {expected} bytes, the file has {size}",
+            size,
         )
     try:
         return np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
@@ -479,7 +501,9 @@ def load_npy_folder(path: _PathLike) -> Dataset:
     if (folder / "gt_ids.npy").exists():
         gt_ids = _npy_matrix(folder / "gt_ids.npy")
         if gt_ids.shape[0] != queries.shape[0]:
-            raise DatasetError(folder / "gt_ids.npy", f"{gt_ids.shape[0]} rows for {len(queries)} queries")
+            raise DatasetError(
+                folder / "gt_ids.npy", f"{gt_ids.shape[0]} rows for {len(queries)} queries"
+            )
     if (folder / "gt_dist.npy").exists():
         gt_dist = _npy_matrix(folder / "gt_dist.npy")
 
@@ -503,9 +527,14 @@ def _folder_metric(folder: Path) -> str:
 
 def _canonical_metric(name: Any) -> str | None:
     aliases = {
-        "euclidean": "euclidean", "l2": "euclidean",
-        "cosine": "cosine", "angular": "cosine", "cos": "cosine",
-        "inner_product": "inner_product", "ip": "inner_product", "dot": "inner_product",
+        "euclidean": "euclidean",
+        "l2": "euclidean",
+        "cosine": "cosine",
+        "angular": "cosine",
+        "cos": "cosine",
+        "inner_product": "inner_product",
+        "ip": "inner_product",
+        "dot": "inner_product",
     }
     if isinstance(name, bytes):
         name = name.decode()
@@ -532,14 +561,17 @@ def load_folder(path: _PathLike) -> Dataset:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} is not a folder")
     files = [
-        f for f in sorted(folder.iterdir())
+        f
+        for f in sorted(folder.iterdir())
         if f.is_file() and f.suffix.lower() in ARRAY_EXTENSIONS and "learn" not in f.stem.lower()
     ]
     found: dict[str, Path] = {}
     for role, words in _ROLES.items():
         matches = [
-            f for f in files
-            if _has_word(f.stem.lower(), words) and f not in found.values()
+            f
+            for f in files
+            if _has_word(f.stem.lower(), words)
+            and f not in found.values()
             and not (role == "truth" and "dist" in f.stem.lower())  # gt_dist: distances, not ids
         ]
         if len(matches) > 1:
@@ -549,14 +581,17 @@ def load_folder(path: _PathLike) -> Dataset:
             found[role] = matches[0]
     if "base" not in found:
         raise DatasetError(
-            folder, "no base vectors: expected base.npy, or a *base* / *train* file of "
-            + ", ".join(ARRAY_EXTENSIONS)
+            folder,
+            "no base vectors: expected base.npy, or a *base* / *train* file of "
+            + ", ".join(ARRAY_EXTENSIONS),
         )
     base = _float32(_matrix(found["base"]))
     if "queries" in found:
         queries = _float32(_matrix(found["queries"]))
         if queries.shape[1] != base.shape[1]:
-            raise DatasetError(found["queries"], f"{queries.shape[1]} dimensions, the base has {base.shape[1]}")
+            raise DatasetError(
+                found["queries"], f"{queries.shape[1]} dimensions, the base has {base.shape[1]}"
+            )
     else:
         queries = _empty_map((0, base.shape[1]), np.dtype(np.float32))
     gt_ids = gt_dist = None
@@ -566,7 +601,9 @@ def load_folder(path: _PathLike) -> Dataset:
         else:
             gt_ids = _matrix(found["truth"])
         if gt_ids.shape[0] != queries.shape[0]:
-            raise DatasetError(found["truth"], f"{gt_ids.shape[0]} rows of ground truth for {len(queries)} queries")
+            raise DatasetError(
+                found["truth"], f"{gt_ids.shape[0]} rows of ground truth for {len(queries)} queries"
+            )
     return Dataset(folder.name, base, queries, gt_ids, gt_dist, _folder_metric(folder))
 
 
@@ -622,21 +659,31 @@ def read_hdf5(path: _PathLike, *, mmap: bool = True) -> Dataset:
     with f:
         for name in ("train", "test"):
             if name not in f:
-                raise DatasetError(p, f"no {name!r} data set (found: {', '.join(f.keys()) or 'none'})")
+                raise DatasetError(
+                    p, f"no {name!r} data set (found: {', '.join(f.keys()) or 'none'})"
+                )
         metric_attr = f.attrs.get("distance", "euclidean")
         metric = _canonical_metric(metric_attr)
         if metric is None:
             raise DatasetError(p, f"distance {metric_attr!r} is not one of euclidean, angular, dot")
-        arrays = {name: _h5_array(p, f[name], mmap) for name in ("train", "test", "neighbors", "distances") if name in f}
+        arrays = {
+            name: _h5_array(p, f[name], mmap)
+            for name in ("train", "test", "neighbors", "distances")
+            if name in f
+        }
     for name in ("train", "test"):
         if arrays[name].ndim != 2:
-            raise DatasetError(p, f"{name!r} has shape {arrays[name].shape}, not (count, dimensions)")
+            raise DatasetError(
+                p, f"{name!r} has shape {arrays[name].shape}, not (count, dimensions)"
+            )
     base, queries = _float32(arrays["train"]), _float32(arrays["test"])
     if base.shape[1] != queries.shape[1]:
         raise DatasetError(p, f"'test' has {queries.shape[1]} dimensions, 'train' {base.shape[1]}")
     gt_ids, gt_dist = arrays.get("neighbors"), arrays.get("distances")
     if gt_ids is not None and gt_ids.shape[0] != queries.shape[0]:
-        raise DatasetError(p, f"'neighbors' has {gt_ids.shape[0]} rows for {queries.shape[0]} queries")
+        raise DatasetError(
+            p, f"'neighbors' has {gt_ids.shape[0]} rows for {queries.shape[0]} queries"
+        )
     return Dataset(p.stem, base, queries, gt_ids, gt_dist, metric)
 
 
@@ -669,13 +716,23 @@ def write_hdf5(
 
 # ====================================================================== dispatch
 _READERS: dict[str, Callable[..., np.ndarray]] = {
-    ".fvecs": read_fvecs, ".ivecs": read_ivecs, ".bvecs": read_bvecs,
-    ".fbin": read_fbin, ".ibin": read_ibin, ".u8bin": read_u8bin, ".i8bin": read_i8bin,
+    ".fvecs": read_fvecs,
+    ".ivecs": read_ivecs,
+    ".bvecs": read_bvecs,
+    ".fbin": read_fbin,
+    ".ibin": read_ibin,
+    ".u8bin": read_u8bin,
+    ".i8bin": read_i8bin,
     ".npy": read_npy,
 }
 _WRITERS: dict[str, Callable[[_PathLike, npt.ArrayLike], None]] = {
-    ".fvecs": write_fvecs, ".ivecs": write_ivecs, ".bvecs": write_bvecs,
-    ".fbin": write_fbin, ".ibin": write_ibin, ".u8bin": write_u8bin, ".i8bin": write_i8bin,
+    ".fvecs": write_fvecs,
+    ".ivecs": write_ivecs,
+    ".bvecs": write_bvecs,
+    ".fbin": write_fbin,
+    ".ibin": write_ibin,
+    ".u8bin": write_u8bin,
+    ".i8bin": write_i8bin,
     ".npy": write_npy,
 }
 

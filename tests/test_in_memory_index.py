@@ -1,5 +1,6 @@
-"""In-memory indexes (issue #8): the writer API without a file, `save` / `load`, anonymous stores
-on huge pages (the THP note) and balanced placement of bulk writes (the NUMA note).
+"""In-memory indexes (``VectorIndex(None, ...)``): the writer API without a file, `save` / `load`,
+anonymous stores on transparent huge pages, and the placement of bulk writes (``balanced``: every
+thread of the pool writes a stretch, so the pages spread over the NUMA nodes; ``local``).
 
 Oracles: brute-force k-NN in NumPy; the same data in a file-backed index; a saved file opened
 by a fresh process; the kernel's own accounting (AnonHugePages in /proc/self/smaps, through
@@ -13,19 +14,22 @@ import os
 import sys
 from pathlib import Path
 
+import chassis
 import numpy as np
 import pytest
+from conftest import assert_child_ok, assert_exact_knn, assert_has_help, brute_force_knn, run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import chassis
-from conftest import assert_child_ok, assert_exact_knn, assert_has_help, brute_force_knn, run_python
 
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 def thp_available() -> bool:
-    return sys.platform.startswith("linux") and THP_MODE.exists() and "[never]" not in THP_MODE.read_text()
+    return (
+        sys.platform.startswith("linux")
+        and THP_MODE.exists()
+        and "[never]" not in THP_MODE.read_text()
+    )
 
 
 def search_ids(idx, queries: np.ndarray, k: int, ef: int) -> np.ndarray:
@@ -52,7 +56,15 @@ def test_in_memory_index_has_the_writer_api_and_no_file(tmp_path, rng, monkeypat
     live_ids = np.array([i if i <= 400 else 1000 + i - 401 for i in live], dtype=np.uint64)
     for q in rng.standard_normal((5, 12)).astype(np.float32):
         hits = idx.search(q, 7, ef=500)
-        assert_exact_knn([h.id for h in hits], [h.distance for h in hits], x[live], live_ids, q[None], 7, "euclidean")
+        assert_exact_knn(
+            [h.id for h in hits],
+            [h.distance for h in hits],
+            x[live],
+            live_ids,
+            q[None],
+            7,
+            "euclidean",
+        )
     snap = idx.snapshot()
     idx.add(x[0])
     assert len(snap) == 499 and len(idx) == 500
@@ -184,7 +196,9 @@ def test_load_with_other_fixed_options_is_refused(tmp_path):
     with pytest.raises(chassis.OptionsMismatchError) as e:
         chassis.VectorIndex.load(path, options=chassis.IndexOptions(metric="cosine"))
     assert_has_help(e.value)
-    m = chassis.VectorIndex.load(path, options=chassis.IndexOptions(placement="local", ef_search=80))
+    m = chassis.VectorIndex.load(
+        path, options=chassis.IndexOptions(placement="local", ef_search=80)
+    )
     assert m.options.placement == "local" and m.options.ef_search == 80
 
 
@@ -204,7 +218,9 @@ def test_load_of_a_truncated_file_is_a_corrupt_index_error(tmp_path, rng):
 def big_set():
     # Above the 16,384 items from which bulk writes are balanced.
     rng = np.random.default_rng(8)
-    return rng.standard_normal((20_000, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(np.float32)
+    return rng.standard_normal((20_000, 8)).astype(np.float32), rng.standard_normal((8, 8)).astype(
+        np.float32
+    )
 
 
 def test_balanced_local_and_file_give_identical_results(tmp_path, big_set):
@@ -213,14 +229,18 @@ def test_balanced_local_and_file_give_identical_results(tmp_path, big_set):
     opts = dict(ef_construction=40)
     variants = {
         "file": chassis.VectorIndex(tmp_path / "f.chassis", 8, chassis.IndexOptions(**opts)),
-        "balanced": chassis.VectorIndex(None, 8, chassis.IndexOptions(placement="balanced", **opts)),
+        "balanced": chassis.VectorIndex(
+            None, 8, chassis.IndexOptions(placement="balanced", **opts)
+        ),
         "local": chassis.VectorIndex(None, 8, chassis.IndexOptions(placement="local", **opts)),
     }
     for idx in variants.values():
         idx.add_batch(x, threads=2)
     variants["file"].flush()
     variants["loaded balanced"] = chassis.VectorIndex.load(tmp_path / "f.chassis", threads=2)
-    variants["loaded local"] = chassis.VectorIndex.load(tmp_path / "f.chassis", options=chassis.IndexOptions(placement="local"))
+    variants["loaded local"] = chassis.VectorIndex.load(
+        tmp_path / "f.chassis", options=chassis.IndexOptions(placement="local")
+    )
     bf_ids, _ = brute_force_knn(x, q, 10, "euclidean")
     for name, idx in variants.items():
         np.testing.assert_array_equal(search_ids(idx, q, 10, n), bf_ids, err_msg=name)
@@ -230,7 +250,9 @@ def test_balanced_local_and_file_give_identical_results(tmp_path, big_set):
         idx.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     n=st.integers(1, 300),
     dims=st.integers(1, 24),
@@ -238,7 +260,9 @@ def test_balanced_local_and_file_give_identical_results(tmp_path, big_set):
     precision=st.sampled_from(["full", "half"]),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_memory_and_file_builds_and_saves_agree_exactly(tmp_path_factory, n, dims, metric, precision, seed):
+def test_memory_and_file_builds_and_saves_agree_exactly(
+    tmp_path_factory, n, dims, metric, precision, seed
+):
     tmp = tmp_path_factory.mktemp("prop")
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, dims)).astype(np.float32)
@@ -247,8 +271,18 @@ def test_memory_and_file_builds_and_saves_agree_exactly(tmp_path_factory, n, dim
     q = rng.standard_normal((3, dims)).astype(np.float32)
     ef = max(n, 10)
     results = {}
-    for name, path, placement in [("file", tmp / "f.chassis", "balanced"), ("balanced", None, "balanced"), ("local", None, "local")]:
-        opts = chassis.IndexOptions(metric=metric, precision=precision, placement=placement, max_connections=4, ef_construction=16)
+    for name, path, placement in [
+        ("file", tmp / "f.chassis", "balanced"),
+        ("balanced", None, "balanced"),
+        ("local", None, "local"),
+    ]:
+        opts = chassis.IndexOptions(
+            metric=metric,
+            precision=precision,
+            placement=placement,
+            max_connections=4,
+            ef_construction=16,
+        )
         idx = chassis.VectorIndex(path, dims, opts)
         idx.add_batch(x)
         results[name] = idx.search_batch(q, 5, ef=ef)
@@ -262,14 +296,28 @@ def test_memory_and_file_builds_and_saves_agree_exactly(tmp_path_factory, n, dim
     for name, (ids, d) in results.items():
         np.testing.assert_array_equal(ids, ref_ids, err_msg=name)
         np.testing.assert_array_equal(d, ref_d, err_msg=name)
-    stored = x.astype(np.float16).astype(np.float32) if precision == "half" and metric != "cosine" else x
+    stored = (
+        x.astype(np.float16).astype(np.float32) if precision == "half" and metric != "cosine" else x
+    )
     if metric != "cosine":
         for i in range(len(q)):
-            assert_exact_knn(ref_ids[i][: min(5, n)], ref_d[i][: min(5, n)], stored, np.arange(n), q[i : i + 1], 5, metric, precision=precision)
+            assert_exact_knn(
+                ref_ids[i][: min(5, n)],
+                ref_d[i][: min(5, n)],
+                stored,
+                np.arange(n),
+                q[i : i + 1],
+                5,
+                metric,
+                precision=precision,
+            )
 
 
 # --------------------------------------------------------------------------- huge pages
-@pytest.mark.skipif(not thp_available(), reason="transparent huge pages are not available (not Linux, or THP is [never])")
+@pytest.mark.skipif(
+    not thp_available(),
+    reason="transparent huge pages are not available (not Linux, or THP is [never])",
+)
 def test_a_one_gigabyte_in_memory_store_is_on_huge_pages():
     # 250,000 x 1024 float32 = 1.02 GB of vectors; a sparse graph keeps the build short.
     n, d = 250_000, 1024
@@ -309,7 +357,9 @@ def test_stores_made_after_keep_small_pages_do_not_ask_and_use_huge_pages_asks_a
     assert s["huge_pages_asked"] and s["huge_bytes"] > 0, s
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl(PR_SET_THP_DISABLE) is Linux's")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="prctl(PR_SET_THP_DISABLE) is Linux's"
+)
 def test_a_process_that_opted_out_of_huge_pages_is_warned_exactly_once():
     proc = run_python(
         """
@@ -341,7 +391,11 @@ def test_a_process_that_opted_out_of_huge_pages_is_warned_exactly_once():
     category, message = got["warnings"][0]
     assert category == "RuntimeWarning" and "PR_SET_THP_DISABLE" in message
     lines = got["log"].splitlines()
-    assert len(lines) == 1 and lines[0].startswith("WARNING:chassis:") and "PR_SET_THP_DISABLE" in lines[0], lines
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("WARNING:chassis:")
+        and "PR_SET_THP_DISABLE" in lines[0]
+    ), lines
     assert got["refused"] and got["huge"] == 0
 
 

@@ -47,12 +47,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from chassis import IndexOptions, IndexReader, VectorIndex
 from conftest import assert_child_ok, run_python
 
 LINUX = sys.platform.startswith("linux")
-ON_LINUX = pytest.mark.skipif(not LINUX, reason="page-cache eviction (posix_fadvise DONTNEED) and mincore as used here are Linux's")
+ON_LINUX = pytest.mark.skipif(
+    not LINUX,
+    reason="page-cache eviction (posix_fadvise DONTNEED) and mincore as used here are Linux's",
+)
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 HEADER_AREA = 128 * 1024  # two header copies of 64 KiB (docs/format.md)
 WARM_STEP = 8 << 20  # the warm thread's request size (src/warm.rs)
@@ -74,16 +76,29 @@ def huge_pages_grantable() -> tuple[bool, str]:
     """Whether this system can put a file mapping on huge pages at all (the only reasons to
     skip the "granted" assertions)."""
     if not LINUX:
-        return False, f"huge pages for file mappings are asked with madvise on Linux only (this is {sys.platform})"
+        return (
+            False,
+            f"huge pages for file mappings are asked with madvise on Linux only (this is {sys.platform})",
+        )
     if thp_setting() == "never":
-        return False, "transparent huge pages are disabled on this machine (/sys/kernel/mm/transparent_hugepage/enabled: [never])"
+        return (
+            False,
+            "transparent huge pages are disabled on this machine (/sys/kernel/mm/transparent_hugepage/enabled: [never])",
+        )
     return True, ""
 
 
 if LINUX:
     _libc = ctypes.CDLL(None, use_errno=True)
     _libc.mmap.restype = ctypes.c_void_p
-    _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    _libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
 
@@ -161,11 +176,17 @@ def written_file_ranges(path: str | os.PathLike) -> list[tuple[int, int]]:
             best = (seq, h)
     assert best is not None, f"{path}: no header copy with the magic"
     h = best[1]
-    dims, precision, m = struct.unpack_from("<I", h, 24)[0], h[29], struct.unpack_from("<I", h, 32)[0]
+    dims, precision, m = (
+        struct.unpack_from("<I", h, 24)[0],
+        h[29],
+        struct.unpack_from("<I", h, 32)[0],
+    )
     slots = struct.unpack_from("<Q", h, 48)[0]
     nreg = struct.unpack_from("<I", h, 88)[0]
     vec_bytes = dims * (4 if precision == 1 else 2)
-    stride = -(-vec_bytes // 64) * 64 if vec_bytes >= 64 else max(4, 1 << (vec_bytes - 1).bit_length())
+    stride = (
+        -(-vec_bytes // 64) * 64 if vec_bytes >= 64 else max(4, 1 << (vec_bytes - 1).bit_length())
+    )
     l0b = (2 + 2 * m) * 4
 
     def up(x: int, a: int) -> int:
@@ -209,7 +230,9 @@ def describe_runs(mask: np.ndarray, limit: int = 8) -> str:
     """'[start, end) n KiB' for the first runs of True in a page mask."""
     idx = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
     runs = list(zip(idx[::2], idx[1::2]))
-    text = ", ".join(f"[{a * PAGE:#x}, {b * PAGE:#x}) {(b - a) * PAGE // 1024} KiB" for a, b in runs[:limit])
+    text = ", ".join(
+        f"[{a * PAGE:#x}, {b * PAGE:#x}) {(b - a) * PAGE // 1024} KiB" for a, b in runs[:limit]
+    )
     return text + (f", ... ({len(runs)} runs)" if len(runs) > limit else "")
 
 
@@ -218,11 +241,22 @@ def random_vectors(n: int, d: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).random((n, d), dtype=np.float32)
 
 
-def build(path: str, n: int, d: int, *, huge_pages: bool | None = None, m: int = 8, efc: int = 24,
-          seed: int = 0, keep_open: bool = False):
+def build(
+    path: str,
+    n: int,
+    d: int,
+    *,
+    huge_pages: bool | None = None,
+    m: int = 8,
+    efc: int = 24,
+    seed: int = 0,
+    keep_open: bool = False,
+):
     """An index of n random vectors built by one add_batch and flushed. Returns the open
     writer (keep_open) or None after closing it."""
-    index = VectorIndex(path, d, IndexOptions(max_connections=m, ef_construction=efc, huge_pages=huge_pages))
+    index = VectorIndex(
+        path, d, IndexOptions(max_connections=m, ef_construction=efc, huge_pages=huge_pages)
+    )
     index.add_batch(random_vectors(n, d, seed))
     index.flush()
     if keep_open:
@@ -252,7 +286,8 @@ def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
         share = ms["vector_huge_bytes"] / ms["vector_bytes"]
         assert share > 0.5, (
             f"only {ms['vector_huge_bytes'] / MiB:.0f} of {ms['vector_bytes'] / MiB:.0f} MiB of vectors "
-            f"({share:.0%}) on huge pages after add_batch with huge_pages=True: {ms}")
+            f"({share:.0%}) on huge pages after add_batch with huge_pages=True: {ms}"
+        )
     w.close()
 
     # The page cache now holds the vectors in huge folios. A reader that does not ask must not
@@ -264,7 +299,9 @@ def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
             ms = r.memory_stats()
             assert ms["huge_pages_asked"] is False, f"reader huge_pages={hp}: {ms}"
             if LINUX:
-                assert ms["vector_huge_bytes"] == 0, f"reader huge_pages={hp} maps vectors with huge pages: {ms}"
+                assert ms["vector_huge_bytes"] == 0, (
+                    f"reader huge_pages={hp} maps vectors with huge pages: {ms}"
+                )
                 assert_graph_small(ms, f"reader huge_pages={hp}")
     with IndexReader(path, IndexOptions(huge_pages=True)) as r:
         r.warm()  # touch every written page through the reader's mappings
@@ -274,7 +311,9 @@ def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
             assert_graph_small(ms, "reader that asked")
         if grantable:
             share = ms["vector_huge_bytes"] / ms["vector_bytes"]
-            assert share > 0.5, f"reader with huge_pages=True: {share:.0%} of vectors on huge pages: {ms}"
+            assert share > 0.5, (
+                f"reader with huge_pages=True: {share:.0%} of vectors on huge pages: {ms}"
+            )
     if not grantable:
         pytest.skip(f"huge pages requested but not checked as granted: {why}")
 
@@ -334,7 +373,8 @@ def test_warm_reads_exactly_the_written_ranges(tmp_path):
         # the independent reading of the layout agrees with what the index will read
         assert int(written_mask.sum()) * PAGE == before["written_bytes"], (
             f"written ranges from the header: {int(written_mask.sum()) * PAGE} bytes; "
-            f"memory_stats written_bytes: {before['written_bytes']}")
+            f"memory_stats written_bytes: {before['written_bytes']}"
+        )
         assert before["resident_bytes"] < before["written_bytes"] // 4, f"not evicted? {before}"
         r.warm()
         ms = wait_warm(r)
@@ -345,7 +385,8 @@ def test_warm_reads_exactly_the_written_ranges(tmp_path):
         missing = written_mask & ~res
         assert ms["written_bytes"] - PAGE <= ms["resident_bytes"] <= ms["written_bytes"], (
             f"warm done, but only {ms['resident_bytes']} of {ms['written_bytes']} written bytes resident; "
-            f"not in memory (file offsets): {describe_runs(missing)}; {ms}")
+            f"not in memory (file offsets): {describe_runs(missing)}; {ms}"
+        )
         # Nothing but the written ranges (and the header area, which opening reads) came in:
         # the holes of the sparse file (alignment padding, unused slot capacity) were not read.
         header_mask = np.zeros(npages, dtype=bool)
@@ -356,8 +397,11 @@ def test_warm_reads_exactly_the_written_ranges(tmp_path):
         assert total <= ms["written_bytes"] + HEADER_AREA + slack, (
             f"after warm, {total / MiB:.1f} MiB of the {size / MiB:.1f} MiB file are in memory, for "
             f"{ms['written_bytes'] / MiB:.1f} MiB written: {int(extra.sum()) * PAGE / MiB:.1f} MiB of holes "
-            f"were read: {describe_runs(extra)}")
-        assert not missing.any(), f"written pages not in memory after warm: {describe_runs(missing)}"
+            f"were read: {describe_runs(extra)}"
+        )
+        assert not missing.any(), (
+            f"written pages not in memory after warm: {describe_runs(missing)}"
+        )
 
 
 @ON_LINUX
@@ -381,10 +425,14 @@ def test_memory_stats_that_says_warm_is_done_sees_it_done(tmp_path):
             assert ms["warm_done_bytes"] == ms["warm_total_bytes"] == ms["written_bytes"], ms
             if ms["resident_bytes"] < ms["written_bytes"] - PAGE:
                 fresh = r.memory_stats()
-                bad.append(f"round {round_}: said done with resident {ms['resident_bytes']} of "
-                           f"{ms['written_bytes']}; asked again at once: {fresh['resident_bytes']}")
-    assert not bad, ("memory_stats() reported the warm done together with a residency measured "
-                     "before it finished:\n" + "\n".join(bad))
+                bad.append(
+                    f"round {round_}: said done with resident {ms['resident_bytes']} of "
+                    f"{ms['written_bytes']}; asked again at once: {fresh['resident_bytes']}"
+                )
+    assert not bad, (
+        "memory_stats() reported the warm done together with a residency measured "
+        "before it finished:\n" + "\n".join(bad)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -423,7 +471,9 @@ def start_warm_caught_running(path: str, opts: IndexOptions | None = None, attem
         r.close()
         del r
         gc.collect()
-    pytest.fail(f"could not observe a warm under way in {attempts} attempts (disk too fast for this file?): {last}")
+    pytest.fail(
+        f"could not observe a warm under way in {attempts} attempts (disk too fast for this file?): {last}"
+    )
 
 
 @ON_LINUX
@@ -437,7 +487,9 @@ def test_warm_option_starts_at_open_and_asking_again_does_not_restart(big_index)
         ms1 = r.memory_stats()
         # a second thread would have a fresh progress counter, starting from 0
         assert ms1["warm_total_bytes"] == ms0["warm_total_bytes"], (ms0, ms1)
-        assert ms1["warm_done_bytes"] >= ms0["warm_done_bytes"], f"progress went back: a new warm started? {ms0} -> {ms1}"
+        assert ms1["warm_done_bytes"] >= ms0["warm_done_bytes"], (
+            f"progress went back: a new warm started? {ms0} -> {ms1}"
+        )
         assert ms1["warm_running"] or ms1["warm_done_bytes"] == ms1["warm_total_bytes"], ms1
         ms2 = wait_warm(r, timeout=60)
         assert ms2["warm_done_bytes"] == ms2["warm_total_bytes"] == big_index["written"], ms2
@@ -465,16 +517,21 @@ def test_stopping_a_warm_returns_promptly(big_index, how):
         gc.collect()
     seconds = time.perf_counter() - t0
     after = resident_bytes(path)
-    assert seconds < 3.0, f"{how} during a warm took {seconds:.2f} s (a full warm of this file takes {big_index['full_warm_seconds']:.2f} s)"
+    assert seconds < 3.0, (
+        f"{how} during a warm took {seconds:.2f} s (a full warm of this file takes {big_index['full_warm_seconds']:.2f} s)"
+    )
     # The thread stopped before reading everything (it did not run on to the end before the
     # call returned) ...
     assert after < written - WARM_STEP, (
         f"after {how}, {after / MiB:.0f} of {written / MiB:.0f} MiB written are in memory: the warm ran to "
-        f"the end instead of stopping (caught at {ms['warm_done_bytes'] / MiB:.0f} MiB)")
+        f"the end instead of stopping (caught at {ms['warm_done_bytes'] / MiB:.0f} MiB)"
+    )
     # ... and it is not still reading after the call returned.
     time.sleep(max(0.3, 2 * big_index["full_warm_seconds"]))
     later = resident_bytes(path)
-    assert later <= after + PAGE * 16, f"after {how}: resident grew from {after} to {later}: the warm thread is still running"
+    assert later <= after + PAGE * 16, (
+        f"after {how}: resident grew from {after} to {later}: the warm thread is still running"
+    )
 
 
 # =========================================================================== old kernels
@@ -532,8 +589,10 @@ print(json.dumps({"first": first, "done": done, "last": last}))
 """
 
 
-@pytest.mark.skipif(not LINUX or platform.machine() != "x86_64",
-                    reason="the seccomp filter is written for x86_64 Linux (madvise = syscall 28, AUDIT_ARCH_X86_64)")
+@pytest.mark.skipif(
+    not LINUX or platform.machine() != "x86_64",
+    reason="the seccomp filter is written for x86_64 Linux (madvise = syscall 28, AUDIT_ARCH_X86_64)",
+)
 def test_warm_falls_back_to_willneed_without_populate_read(tmp_path):
     path = str(tmp_path / "old.chassis")
     build(path, 20_000, 256, m=8, efc=16)
@@ -546,7 +605,9 @@ def test_warm_falls_back_to_willneed_without_populate_read(tmp_path):
     assert done["populate"] == "MADV_WILLNEED", f"no fallback after EINVAL: {done}"
     assert done["warm_running"] is False, done
     assert done["warm_done_bytes"] == done["warm_total_bytes"] == done["written_bytes"], done
-    assert last["resident_bytes"] > first["resident_bytes"], f"MADV_WILLNEED read nothing in: {first} -> {last}"
+    assert last["resident_bytes"] > first["resident_bytes"], (
+        f"MADV_WILLNEED read nothing in: {first} -> {last}"
+    )
 
 
 # =========================================================================== fork
