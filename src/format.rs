@@ -291,12 +291,36 @@ impl Header {
             user_version: get_u64(b, 80),
             regions,
         };
-        if h.dims == 0
-            || h.max_connections < 2
-            || h.max_connections > MAX_M as u32
-            || h.live > h.slots
-        {
-            return Err(bad("parameters"));
+        // Every field against what the rest of the header makes possible, before anything
+        // uses it: a field out of range names itself (and a search never loops over it).
+        let field = |name: &str, value: u64, limit: &str| {
+            CopyDamage::Invalid(format!("{name}={value} ({limit})"))
+        };
+        if h.dims == 0 || h.dims as usize > MAX_DIMS {
+            return Err(field("dims", h.dims as u64, &format!("must be 1 to {MAX_DIMS}")));
+        }
+        if h.max_connections < 2 || h.max_connections > MAX_M as u32 {
+            let limit = format!("must be 2 to {MAX_M}");
+            return Err(field("max_connections", h.max_connections as u64, &limit));
+        }
+        for (name, value) in [("ef_construction", h.ef_construction), ("ef_search", h.ef_search)] {
+            if value as usize > MAX_EF {
+                return Err(field(name, value as u64, &format!("must be at most {MAX_EF}")));
+            }
+        }
+        if h.live > h.slots {
+            let limit = format!("must be at most the slot count {}", h.slots);
+            return Err(field("live", h.live, &limit));
+        }
+        // Live ids are distinct, so the largest is at least live - 1 and the next default id
+        // at least live (a lower one would hand out ids in use).
+        if h.next_id < h.live {
+            let limit = format!("must be at least the live count {}", h.live);
+            return Err(field("next_id", h.next_id, &limit));
+        }
+        if h.max_level as usize > MAX_LEVEL || (h.slots == 0 && h.max_level != 0) {
+            let limit = format!("the top layer must be 0 to {MAX_LEVEL}, and 0 when empty");
+            return Err(field("max_level", h.max_level as u64, &limit));
         }
         let geo = Geometry::new(h.dims as usize, h.precision, h.max_connections as usize);
         let segs = h.regions.iter().filter(|r| r.kind == RegionKind::Segment).count();
@@ -304,7 +328,12 @@ impl Header {
             || (h.slots > 0) != (h.entry != EMPTY)
             || (h.entry != EMPTY && h.entry as u64 >= h.slots)
         {
-            return Err(bad("slot count"));
+            let limit = format!(
+                "the segments hold {} slots; the entry point {} must be below the slot count",
+                geo.slots_in_segments(segs),
+                h.entry
+            );
+            return Err(field("slots", h.slots, &limit));
         }
         Ok(h)
     }
@@ -390,6 +419,16 @@ pub fn choose_header(bytes: &[u8], path: &std::path::Path) -> Result<HeaderChoic
 }
 
 pub const MAX_M: usize = 256;
+/// Most dimensions a vector may have.
+pub const MAX_DIMS: usize = 1 << 16;
+/// Highest layer a node may reach (the level draw is capped here).
+pub const MAX_LEVEL: usize = 15;
+/// Largest ef (and k) a header or a call may ask for.
+pub const MAX_EF: usize = 1 << 24;
+/// The highest commit sequence a writer commits or writes from: a delete marker carries the
+/// next sequence in its top 48 bits (`delete_marker`), so sequences stop below 2^48 - 1 and
+/// never wrap (2^48 flushes are 8,900 years at 1,000 flushes a second).
+pub const MAX_WRITABLE_SEQ: u64 = (1 << 48) - 2;
 
 /// Sizes and offsets of everything inside segments and heap chunks, derived from the
 /// parameters fixed at creation.

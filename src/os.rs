@@ -82,6 +82,36 @@ pub fn sync_data(file: &File) -> io::Result<()> {
     file.sync_data()
 }
 
+/// Give back the blocks of `[offset, offset + len)` (a hole that reads as zeros; the file
+/// keeps its size). Where the filesystem cannot punch holes, nothing happens.
+pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: fallocate on a valid descriptor; it reports errors through errno.
+        let r = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+                _ => Err(e),
+            };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset);
+    Ok(())
+}
+
 /// Make a directory entry durable (after a create or rename).
 pub fn sync_dir(path: &std::path::Path) -> io::Result<()> {
     let dir =

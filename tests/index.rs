@@ -73,7 +73,7 @@ fn memory_index_saves_a_file_that_loads_back_with_the_same_bytes_and_results() {
         assert!(mem.delete(5).unwrap());
         assert_eq!(mem.pending(), 0);
         mem.flush().unwrap(); // nothing to do, and no file appears
-        mem.save(&p).unwrap();
+        mem.save(&p, false).unwrap();
         let file = Index::open(&p, None, None, Mode::Read).unwrap();
         assert_eq!(file.len(), n as u64 - 1);
         assert!(!file.contains(5).unwrap());
@@ -227,7 +227,7 @@ fn backup_and_compact_keep_exactly_the_live_vectors() {
     }
     w.set_user_version(77).unwrap();
     let b = dir.path().join("b.chassis");
-    w.backup(&b).unwrap();
+    w.backup(&b, false).unwrap();
     let r = Index::open(&p, None, None, Mode::Read).unwrap();
     w.compact(Some(2), &Control::default()).unwrap();
     assert_eq!(w.deleted_count().unwrap(), 0);
@@ -269,7 +269,7 @@ fn a_reader_backup_is_the_last_flush_although_the_writer_goes_on() {
     w.delete(5).unwrap();
     let r = Index::open(&p, None, None, Mode::Read).unwrap();
     let b = dir.path().join("b.chassis");
-    r.backup(&b).unwrap();
+    r.backup(&b, false).unwrap();
     let bk = Index::open(&b, None, None, Mode::Write).unwrap();
     assert_eq!(bk.len(), 1000);
     assert!(bk.contains(5).unwrap());

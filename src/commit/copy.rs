@@ -4,7 +4,7 @@
 
 use super::undo::Record;
 use crate::control::Control;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::{self, Header, RegionKind, HEADER_COPY_SIZE};
 use crate::os;
 use crate::storage::Storage;
@@ -40,10 +40,50 @@ pub fn sync_file(p: &Path) -> Result<()> {
     File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(e, "syncing", p))
 }
 
+/// Whether a finished copy may be renamed over `dest`: yes if nothing is there, or an empty
+/// file, or an index that no writer holds; any other file only when `overwrite`; never a file
+/// that a writer holds (in this or another process), whose next flush would then go to the
+/// replaced file and be lost. Asked before the copy starts and again just before the rename.
+pub fn check_replaceable(dest: &Path, overwrite: bool) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = match File::open(dest) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(e, "opening", dest)),
+    };
+    if !os::try_lock_exclusive(&file).map_err(|e| Error::io(e, "locking", dest))? {
+        return Err(Error::new(
+            ErrorKind::IndexLocked,
+            format!(
+                "{} is open for writing (in this or another process): replacing it would lose \
+                 that writer's next flush",
+                dest.display()
+            ),
+            "close that writer first, or pass another path",
+        ));
+    }
+    os::unlock(&file);
+    let mut magic = [0u8; 8];
+    let is_index = file.read_exact_at(&mut magic, 0).is_ok() && magic == format::MAGIC;
+    let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
+    if is_index || empty || overwrite {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::NotAnIndex,
+        format!(
+            "{} exists and is not a Chassis index; writing there would replace it",
+            dest.display()
+        ),
+        "pass overwrite=True to replace it, or another path",
+    ))
+}
+
 /// Rename a finished copy `tmp` (if `made` is Ok) to `dest` and make that durable; remove
 /// `tmp` on any failure.
-pub fn put_in_place(made: Result<()>, tmp: &Path, dest: &Path) -> Result<()> {
+pub fn put_in_place(made: Result<()>, tmp: &Path, dest: &Path, overwrite: bool) -> Result<()> {
     let res = made.and_then(|()| {
+        check_replaceable(dest, overwrite)?;
         std::fs::rename(tmp, dest).map_err(|e| Error::io(e, "renaming the copy to", dest))?;
         os::sync_dir(dest).map_err(|e| Error::io(e, "syncing the directory of", dest))
     });

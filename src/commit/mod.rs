@@ -6,7 +6,7 @@
 //! | file      | what it holds                                                               |
 //! |-----------|-----------------------------------------------------------------------------|
 //! | `mod.rs`  | [`commit`] (the flush order), [`roll_back`], [`retire_after_rollback`],      |
-//! |           | [`replay_after_crash`], [`clear_stale_markers`], [`restore`]                |
+//! |           | [`replay_after_crash`], [`forget_lost_commit`], [`restore`]                |
 //! | `undo.rs` | the undo log: committed contents of lists and markers, saved before a change |
 //! | `copy.rs` | a commit copied to another file or into memory (save, backup, load)          |
 //!
@@ -16,35 +16,52 @@
 pub mod copy;
 pub mod undo;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{self, Header, RegionKind};
 use crate::storage::{lists, Storage};
 use std::path::Path;
 use std::sync::atomic::Ordering::*;
 use undo::{undo_path, Record, UndoLog};
 
+/// A commit that failed, and what the file reopens as after it.
+#[derive(Debug)]
+pub struct Failed {
+    pub error: Error,
+    /// Whether the new header may reach the disk anyway (its write or its sync failed, so it
+    /// may be in the page cache): a reopen then finds either the last commit or this one,
+    /// each whole. False: a reopen finds the last commit.
+    pub header_may_land: bool,
+}
+
 /// Commit `next` (the writer's state, sequence one past the committed one) into header copy
-/// `next_copy` (the copy not holding the last commit). On an error the caller must treat what
-/// the disk holds as unknown (the page cache may hold the new header): it poisons the writer.
+/// `next_copy` (the copy not holding the last commit).
+///
+/// On a failure nothing more is written, and the caller must write nothing more either: the
+/// page cache may hold the new header, and putting back the last commit's lists beside it
+/// (a rollback, a close) would make a file that no commit ever was. What the disk holds is
+/// then sorted out by the next open: the undo log (kept) puts the lists back if the old
+/// header is the one on disk, and is stale, so ignored, if the new one landed.
 pub fn commit(
     storage: &Storage,
     undo_log: &mut UndoLog,
     next_copy: usize,
     next: &Header,
-) -> Result<()> {
+) -> std::result::Result<(), Failed> {
+    let before_header = |error| Failed { error, header_may_land: false };
+    let after_header = |error| Failed { error, header_may_land: true };
     // 1. The undo log first. It holds the committed contents of every list and delete marker
     //    changed since the last commit; from step 2 on those changes may reach the disk, and a
     //    crash must find the log there to put them back.
-    undo_log.sync()?;
+    undo_log.sync().map_err(before_header)?;
     // 2. The data: vectors, slot headers, lists and markers written through the mappings. The
     //    committed header does not count the new slots yet, so a crash here reopens as the last
     //    commit (new slots unreachable, changed lists put back from the log).
-    storage.sync_data()?;
+    storage.sync_data().map_err(before_header)?;
     // 3. The new header, into the other copy: a torn write leaves that copy failing its
     //    checksum, and an opener then takes the old copy, which is untouched.
-    storage.write_header(next_copy, next)?;
+    storage.write_header(next_copy, next).map_err(after_header)?;
     // 4. The header made durable: from here a reopen finds the new commit.
-    storage.sync_data()?;
+    storage.sync_data().map_err(after_header)?;
     // 5. Retire the log: its base sequence is no longer the committed one, so it is stale
     //    whether or not this truncation succeeds (an opener ignores a stale log).
     let _ = undo_log.clear();
@@ -52,14 +69,19 @@ pub fn commit(
 }
 
 /// Undo every change since `committed`: the lists and delete markers the undo log saved are
-/// put back, and the heap's used bytes return to the commit's. The log stays: the restored
+/// put back, the heap's used bytes return to the commit's, and the disk blocks reserved for
+/// the slots and lists never committed are given back (`Storage::give_back`). The log stays: the restored
 /// lists are only in the page cache until the next sync, and it still describes the commit.
 pub fn roll_back(storage: &Storage, path: &Path, committed: &Header) -> Result<()> {
     restore(storage, committed.slots, &UndoLog::read(path, committed.seq)?);
-    let heaps = committed.regions.iter().filter(|r| r.kind == RegionKind::Heap);
-    for (chunk, region) in heaps.enumerate() {
-        storage.set_heap_used(chunk, region.used);
+    // Heap chunks back to what the commit used; chunks added since hold nothing committed.
+    let committed_heaps: Vec<u32> =
+        committed.regions.iter().filter(|r| r.kind == RegionKind::Heap).map(|r| r.used).collect();
+    for chunk in 0..storage.heap_chunks() {
+        storage.set_heap_used(chunk, committed_heaps.get(chunk).copied().unwrap_or(0));
     }
+    // The blocks reserved for what was never committed go back to the filesystem.
+    storage.give_back(committed.slots);
     Ok(())
 }
 
@@ -97,21 +119,35 @@ pub fn replay_after_crash(
     Ok(applied)
 }
 
-/// A writer opening on the older header copy (the newer one is damaged): the lost commit's
-/// deletes left markers newer than the commit in use; clear them, so that the next commit
-/// does not make them count. O(slots), and only in this case.
-pub fn clear_stale_markers(storage: &Storage, seq: u64, slots: u64) -> Result<()> {
-    let mut cleared = 0;
+/// A writer opening on the older header copy (the newer one is damaged): what the lost
+/// commit left behind is forgotten, so that the next commit does not make it count and
+/// `check` does not report it as damage. O(slots), and only in this case.
+/// - its deletes left markers newer than the commit in use: cleared;
+/// - its links into the slots it added (at or past the slot count in use) are dropped from
+///   the lists of the slots before them.
+pub fn forget_lost_commit(storage: &Storage, seq: u64, slots: u64) -> Result<()> {
+    let mut changed = 0;
     for slot in 0..slots as u32 {
         let word = &storage.header(slot)[2];
         if let format::Marker::Deleted(marked) = format::read_marker(word.load(Relaxed), slot) {
             if marked > seq {
                 word.store(0, Release);
-                cleared += 1;
+                changed += 1;
+            }
+        }
+        let level = lists::level_of(storage, slot);
+        for layer in 0..=level.min(format::MAX_LEVEL) {
+            let Some(list) = lists::list_of(storage, slot, layer) else { continue };
+            let entries: Vec<u32> =
+                list[2..2 + lists::list_len(list)].iter().map(|e| e.load(Relaxed)).collect();
+            if entries.iter().any(|&e| e as u64 >= slots) {
+                let kept: Vec<u32> = entries.into_iter().filter(|&e| (e as u64) < slots).collect();
+                lists::write_list(list, slot, layer, &kept, level);
+                changed += 1;
             }
         }
     }
-    if cleared > 0 {
+    if changed > 0 {
         storage.sync_data()?;
     }
     Ok(())

@@ -284,8 +284,12 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
                 let _lock = self.locks[v as usize % LOCK_STRIPES].lock();
                 (self.before_modify)(v)?;
                 let list = st.l0(v);
-                let mut cur: Vec<u32> =
-                    list[2..2 + lists::list_len(list)].iter().map(|e| e.load(Relaxed)).collect();
+                // Entries of the node's list that lie outside the graph (a damaged list) go.
+                let mut cur: Vec<u32> = list[2..2 + lists::list_len(list)]
+                    .iter()
+                    .map(|e| e.load(Relaxed))
+                    .filter(|&e| e < n)
+                    .collect();
                 if cur.len() >= cap {
                     // Drop the farthest entry that has another way in.
                     let vv = g.vector_f32(v, &mut buf).to_vec();

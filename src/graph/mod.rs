@@ -31,7 +31,7 @@ use std::cell::RefCell;
 use std::collections::BinaryHeap;
 use std::sync::atomic::Ordering::*;
 
-pub const MAX_LEVEL: usize = 15;
+pub use crate::format::MAX_LEVEL;
 
 pub const LOCK_STRIPES: usize = 1 << 14;
 

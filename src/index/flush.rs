@@ -6,10 +6,14 @@ use crate::commit;
 use crate::os;
 
 impl Index {
-    /// The header that commits the writer's state now (the next sequence number).
-    pub(super) fn next_header(writer: &Writer, snap: &Snap) -> Header {
+    /// The header that commits the writer's state now (the next sequence number; refused,
+    /// never wrapped, at the sequence's limit).
+    pub(super) fn next_header(&self, writer: &Writer, snap: &Snap) -> Result<Header> {
         let mut next = writer.committed.clone();
-        next.seq += 1;
+        next.seq = match next.seq.checked_add(1) {
+            Some(seq) if seq <= format::MAX_WRITABLE_SEQ => seq,
+            _ => return Err(self.seq_at_limit(next.seq)),
+        };
         next.slots = writer.slots;
         next.live = writer.live;
         next.next_id = writer.next_id;
@@ -17,18 +21,36 @@ impl Index {
         next.max_level = snap.max_level as u32;
         next.user_version = writer.user_version;
         next.regions = snap.st.regions();
-        next
+        Ok(next)
     }
 
-    pub(super) fn poisoned_error(&self) -> Error {
+    /// A commit sequence too high to commit after (only a crafted or damaged header has one).
+    pub(super) fn seq_at_limit(&self, seq: u64) -> Error {
         Error::new(
-            ErrorKind::Io,
+            ErrorKind::IndexFull,
             format!(
-                "an earlier flush of {} failed; what the disk holds is unknown",
+                "{}: the commit sequence is {seq}, at its limit; nothing more can be committed \
+                 to this file",
                 self.path.display()
             ),
-            "close and reopen the index; it reopens as of the last successful flush",
+            "open it read-only and back it up (the copy keeps the sequence), or build a new \
+             index from its vectors",
         )
+    }
+
+    /// The error every write of a poisoned writer gets: the original failure, its errno, and
+    /// what a reopen finds.
+    pub(super) fn poisoned_error(&self, poison: &Poison) -> Error {
+        Error {
+            kind: ErrorKind::Io,
+            message: format!(
+                "an earlier flush of {} failed ({}); nothing more is written to it",
+                self.path.display(),
+                poison.message
+            ),
+            help: format!("close the index and open it again: {}", poison.reopens_as()),
+            errno: poison.errno,
+        }
     }
 
     /// Make every change durable. Does nothing when nothing changed. Searches go on meanwhile.
@@ -47,8 +69,8 @@ impl Index {
         if self.memory {
             return Ok(());
         }
-        if writer.poisoned {
-            return Err(self.poisoned_error());
+        if let Some(poison) = &writer.poisoned {
+            return Err(self.poisoned_error(poison));
         }
         let committed = &writer.committed;
         if writer.slots == committed.slots
@@ -59,11 +81,24 @@ impl Index {
             return Ok(());
         }
         let snap = self.view.read().clone();
-        let next = Self::next_header(writer, &snap);
+        let next = self.next_header(writer, &snap)?;
         let mut undo = self.undo.lock();
-        if let Err(error) = commit::commit(&snap.st, &mut undo.log, 1 - writer.copy, &next) {
-            // What the disk holds is unknown now: refuse later flushes.
-            writer.poisoned = true;
+        if let Err(failed) = commit::commit(&snap.st, &mut undo.log, 1 - writer.copy, &next) {
+            // What the disk holds is one of two commits now: write nothing more.
+            let poison = Poison {
+                message: failed.error.message.clone(),
+                errno: failed.error.errno,
+                header_may_land: failed.header_may_land,
+            };
+            let error = Error {
+                help: format!(
+                    "close the index and open it again: {}; check the disk ({})",
+                    poison.reopens_as(),
+                    failed.error.help
+                ),
+                ..failed.error
+            };
+            writer.poisoned = Some(poison);
             return Err(error);
         }
         undo.saved.clear();
@@ -86,6 +121,9 @@ impl Index {
             ));
         }
         let mut writer = self.writer.lock();
+        if let Some(poison) = &writer.poisoned {
+            return Err(self.poisoned_error(poison));
+        }
         self.rollback_locked(&mut writer)
     }
 
@@ -124,12 +162,19 @@ impl Index {
             return Ok(());
         }
         let mut writer = self.writer.lock();
-        let had_log = !self.undo.lock().log.is_empty();
-        self.rollback_locked(&mut writer)?;
         let storage = self.view.read().st.clone();
-        if had_log && !writer.poisoned {
-            commit::retire_after_rollback(&storage, &mut self.undo.lock().log)?;
+        if writer.poisoned.is_none() {
+            let had_log = !self.undo.lock().log.is_empty();
+            self.rollback_locked(&mut writer)?;
+            if had_log {
+                commit::retire_after_rollback(&storage, &mut self.undo.lock().log)?;
+            } else {
+                // Empty or stale: nothing in it to keep.
+                self.undo.lock().log.remove();
+            }
         }
+        // A poisoned writer writes nothing, not even the rollback: the next open sorts out
+        // which commit the disk holds (see `commit::commit`).
         // Snapshots may keep the mappings alive; the lock goes now.
         os::unlock(storage.file());
         Ok(())

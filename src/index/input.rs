@@ -9,7 +9,7 @@ use std::borrow::Cow;
 const F16_MAX: f32 = 65504.0;
 
 pub(super) fn check_dims_arg(d: usize) -> Result<()> {
-    if d == 0 || d > 1 << 16 {
+    if d == 0 || d > format::MAX_DIMS {
         return Err(Error::invalid(
             format!("dimensions={d} is out of range"),
             "pass from 1 to 65536 dimensions",

@@ -11,26 +11,29 @@ use write::Rows;
 impl Index {
     /// Write the index as an ordinary index file at `dest` (any reader or writer opens it),
     /// renamed into place only when whole and synced. A file-backed writer flushes first, as
-    /// `backup` does; an in-memory index writes what it holds now.
-    pub fn save(&self, dest: &Path) -> Result<()> {
+    /// `backup` does; an in-memory index writes what it holds now. `dest` may be an index no
+    /// writer holds; another existing file only with `overwrite` (see
+    /// `copy::check_replaceable`).
+    pub fn save(&self, dest: &Path, overwrite: bool) -> Result<()> {
         if !self.memory {
-            return self.backup(dest);
+            return self.backup(dest, overwrite);
         }
         self.check_open()?;
-        Self::check_dest(dest, None)?;
+        Self::check_dest(dest, None, overwrite)?;
         let w = self.writer.lock();
         let snap = self.view.read().clone();
         // Deletes are marked with the next sequence; the file's commit makes them count.
-        let h = Self::next_header(&w, &snap);
+        let h = self.next_header(&w, &snap)?;
         let tmp = copy::tmp_sibling(dest, "saving");
         copy::put_in_place(
             copy::copy_commit(&snap.st, &h, &tmp).and_then(|()| copy::sync_file(&tmp)),
             &tmp,
             dest,
+            overwrite,
         )
     }
 
-    pub(super) fn check_dest(dest: &Path, itself: Option<&Path>) -> Result<()> {
+    pub(super) fn check_dest(dest: &Path, itself: Option<&Path>, overwrite: bool) -> Result<()> {
         let dest_dir =
             dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if dest.as_os_str().is_empty() || dest.is_dir() || !dest_dir.is_dir() {
@@ -48,18 +51,18 @@ impl Index {
                 ));
             }
         }
-        Ok(())
+        copy::check_replaceable(dest, overwrite)
     }
 
     /// Write a consistent copy of the last flush to `dest` (a writer flushes first), renamed
     /// into place only when whole. A reader copies while the writer keeps writing: lists the
-    /// writer changed meanwhile are put back from its undo log.
-    pub fn backup(&self, dest: &Path) -> Result<()> {
+    /// writer changed meanwhile are put back from its undo log. `dest` as for `save`.
+    pub fn backup(&self, dest: &Path, overwrite: bool) -> Result<()> {
         if self.memory {
-            return self.save(dest);
+            return self.save(dest, overwrite);
         }
         self.check_open()?;
-        Self::check_dest(dest, Some(&self.path))?;
+        Self::check_dest(dest, Some(&self.path), overwrite)?;
         let tmp = copy::tmp_sibling(dest, "backup");
         let res = if self.read_only {
             (|| {
@@ -98,7 +101,7 @@ impl Index {
                 copy::sync_file(&tmp)
             })()
         };
-        copy::put_in_place(res, &tmp, dest)
+        copy::put_in_place(res, &tmp, dest, overwrite)
     }
 
     /// Rewrite the index without its deleted vectors, with a rebuilt graph and the same ids,

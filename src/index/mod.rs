@@ -132,8 +132,31 @@ struct Writer {
     user_version: u64,
     /// Deletes since the last commit.
     deletes: u64,
-    /// A failed sync leaves the page cache in an unknown state: refuse later flushes.
-    poisoned: bool,
+    /// A commit failed: what the disk holds is one of two commits, the page cache is not to
+    /// be trusted, and nothing more is written (not even by rollback or close).
+    poisoned: Option<Poison>,
+}
+
+/// Why a writer refuses to write after a failed commit.
+#[derive(Debug, Clone)]
+struct Poison {
+    /// The failed commit's error, as it was first reported.
+    message: String,
+    errno: Option<i32>,
+    /// The new header may reach the disk (see `commit::Failed`).
+    header_may_land: bool,
+}
+
+impl Poison {
+    /// What a reopen finds, in words.
+    fn reopens_as(&self) -> &'static str {
+        if self.header_may_land {
+            "it reopens as of either the last successful flush or the failed one, whichever \
+             header the disk kept (each whole, never a mixture)"
+        } else {
+            "it reopens as of the last successful flush"
+        }
+    }
 }
 
 /// An open index. Every method takes `&self`: searches run while a batch links or a flush

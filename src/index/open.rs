@@ -169,6 +169,18 @@ impl Index {
         let mut warnings = Vec::new();
         let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
         let fell_back = !warnings.is_empty();
+        if mode == Mode::Write && h.seq > format::MAX_WRITABLE_SEQ {
+            return Err(Error::new(
+                ErrorKind::IndexFull,
+                format!(
+                    "{}: the commit sequence is {}, beyond the {} a writer commits up to",
+                    path.display(),
+                    h.seq,
+                    format::MAX_WRITABLE_SEQ
+                ),
+                "open it read-only (read_only=True) to search it or back it up",
+            ));
+        }
         if let Some(d) = dims {
             if d != h.dims as usize {
                 return Err(Error::new(
@@ -199,14 +211,26 @@ impl Index {
             eff.warm = o.warm;
             eff.placement = o.placement;
         }
+        if mode == Mode::Write && !fell_back {
+            // A writer that died (or was rolled back) may have grown the file with regions it
+            // never committed: nothing maps them (readers map committed regions only), so the
+            // file goes back to the committed end. Best effort: a longer file is only sparse.
+            let end = h.end_of_regions().max(DATA_START);
+            if file.metadata().is_ok_and(|m| m.len() > end) {
+                let _ = file.set_len(end);
+            }
+        }
+        let committed_slots = h.slots;
         let st = Arc::new(Storage::open(path, file, mode == Mode::Write, &h)?);
         let mut idx = Self::assemble(path, eff, st, h, copy, mode == Mode::Read, warnings);
         if mode == Mode::Write {
             idx.replay_undo()?;
             if fell_back {
-                idx.clear_stale_markers()?;
+                idx.forget_lost_commit()?;
             }
             idx.remove_leftovers();
+            // Blocks a dead writer reserved past the commit go back to the filesystem.
+            idx.view.read().st.give_back(committed_slots);
         }
         // huge_pages=None: on when warm is and vectors are 2 KB or longer (as chassisdb).
         if idx.opts.huge_pages.unwrap_or(idx.opts.warm && idx.geo.vec_bytes >= 2048) {
@@ -275,7 +299,7 @@ impl Index {
                 next_id: committed.next_id,
                 user_version: committed.user_version,
                 deletes: 0,
-                poisoned: false,
+                poisoned: None,
                 committed,
             }),
             view: RwLock::new(Arc::new(snap)),
@@ -402,11 +426,11 @@ impl Index {
         Ok(())
     }
 
-    /// A writer opening on the older header copy (the newer one is damaged): clear the lost
-    /// commit's delete markers (`commit::clear_stale_markers`).
-    pub(super) fn clear_stale_markers(&self) -> Result<()> {
+    /// A writer opening on the older header copy (the newer one is damaged): forget what the
+    /// lost commit left (`commit::forget_lost_commit`).
+    pub(super) fn forget_lost_commit(&self) -> Result<()> {
         let snap = self.view.read().clone();
-        commit::clear_stale_markers(&snap.st, snap.seq, snap.slots)
+        commit::forget_lost_commit(&snap.st, snap.seq, snap.slots)
     }
 
     /// Temporary files a killed writer may have left next to the index.

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Metric, Precision};
 
 /// Largest k and ef a call accepts.
-pub const MAX_K: usize = 1 << 24;
+pub const MAX_K: usize = format::MAX_EF;
 
 /// Construction and search parameters. `max_connections`, `metric` and `precision` are fixed
 /// when a file is created.

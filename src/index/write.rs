@@ -48,8 +48,8 @@ impl Index {
         threads: Option<usize>,
         ctl: &Control,
     ) -> Result<Vec<u64>> {
-        if w.poisoned {
-            return Err(self.poisoned_error());
+        if let Some(poison) = &w.poisoned {
+            return Err(self.poisoned_error(poison));
         }
         let d = self.dims();
         let data = match rows {
@@ -113,9 +113,16 @@ impl Index {
         let heap_before = st.heap_state();
         let entry_before = *self.entry.lock();
         let give_back = || {
+            // Heap chunks back to where the batch found them (chunks it added hold nothing),
+            // and the blocks reserved for the batch back to the filesystem.
+            let first_new = heap_before.map_or(0, |(chunk, _)| chunk + 1);
             if let Some((chunk, used)) = heap_before {
                 st.set_heap_used(chunk, used);
             }
+            for chunk in first_new..st.heap_chunks() {
+                st.set_heap_used(chunk, 0);
+            }
+            st.give_back(start);
             *self.entry.lock() = entry_before;
         };
         let m = st.geo.m;
@@ -328,8 +335,8 @@ impl Index {
     pub fn delete(&self, id: u64) -> Result<bool> {
         self.writable()?;
         let mut w = self.writer.lock();
-        if w.poisoned {
-            return Err(self.poisoned_error());
+        if let Some(poison) = &w.poisoned {
+            return Err(self.poisoned_error(poison));
         }
         let snap = self.view.read().clone();
         let Some(slot) = self.slot_of(&snap, id) else { return Ok(false) };

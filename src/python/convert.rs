@@ -139,7 +139,14 @@ pub fn id_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
 pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     let py = obj.py();
     let np = numpy(py)?;
-    let seq = if obj.hasattr("__len__")? || obj.cast::<PyUntypedArray>().is_ok() {
+    // Arrays and sequences as they are; sets, dict keys, generators and other iterables as a
+    // list of their items (NumPy would make one object of a set).
+    let is_sequence = obj.cast::<PyUntypedArray>().is_ok()
+        || obj.is_instance_of::<pyo3::types::PyList>()
+        || obj.is_instance_of::<pyo3::types::PyTuple>()
+        || obj.is_instance_of::<pyo3::types::PyRange>()
+        || (obj.hasattr("__len__")? && obj.hasattr("__getitem__")?);
+    let seq = if is_sequence {
         obj.clone()
     } else {
         py.import("builtins")?.getattr("list")?.call1((obj,))?
@@ -179,6 +186,30 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
             }
         }
         _ if u.len() == 0 => {}
+        // Python ints too large for any integer dtype (2**64 and up) make an object array:
+        // name the first one out of range rather than the dtype.
+        b'O' => {
+            for (i, item) in a.try_iter()?.enumerate() {
+                let item = item?;
+                match int_arg(&item, "id") {
+                    Ok(v) if (0..u64::MAX as i128).contains(&v) => {}
+                    Ok(_) | Err(_) if item.is_instance_of::<PyInt>() => {
+                        return Err(invalid(
+                            py,
+                            format!("id {} (position {i}) is out of range", item.repr()?),
+                            "use ids from 0 to 2**64-2",
+                        ))
+                    }
+                    Ok(_) | Err(_) => {
+                        return Err(type_error(
+                            py,
+                            format!("ids include {} (position {i}), not an integer", item.repr()?),
+                            "pass integers from 0 to 2**64-2",
+                        ))
+                    }
+                }
+            }
+        }
         _ => {
             return Err(type_error(
                 py,

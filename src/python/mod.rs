@@ -358,6 +358,13 @@ fn path_arg<'py>(
     let p: PathBuf = fspath.extract().map_err(|_| {
         type_error(py, "path is not a str path".into(), "pass a str or pathlib.Path")
     })?;
+    if p.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(to_py(Error::new(
+            crate::error::ErrorKind::InvalidPath,
+            format!("path {:?} holds a NUL byte, which no file name can", p.display().to_string()),
+            "remove the NUL character from the path",
+        )));
+    }
     Ok((p, fspath))
 }
 
@@ -443,10 +450,13 @@ impl VectorIndex {
 
     /// Write the index as an ordinary index file at `path` (any IndexReader or VectorIndex opens
     /// it), renamed into place when whole and synced. In memory, what it holds now; a
-    /// file-backed writer flushes first (as `backup`).
-    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// file-backed writer flushes first (as `backup`). `path` may be missing, empty or an index
+    /// no writer holds; any other file is replaced only with `overwrite=True`, and a file a
+    /// writer holds never (IndexLockedError).
+    #[pyo3(signature = (path, *, overwrite = false))]
+    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>, overwrite: bool) -> PyResult<()> {
         let (p, _) = path_arg(py, path)?;
-        self.with(py, |idx| idx.save(&p))
+        self.with(py, |idx| idx.save(&p, overwrite))
     }
 
     /// True for an index without a file (`VectorIndex(None, dims)`, `VectorIndex.load`).
@@ -618,12 +628,9 @@ impl VectorIndex {
     /// Delete `id`: hidden from this handle's searches at once, durable at the next flush.
     /// Returns False if no live vector has it.
     fn delete(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let v = int_arg(id, "id")?;
-        if v < 0 || v >= u64::MAX as i128 {
-            self.index()?;
-            return Ok(false);
-        }
-        self.with(py, |idx| idx.delete(v as u64))
+        // An id no index can hold is refused as `get` refuses it (not "not found").
+        let id = id_arg(id)?;
+        self.with(py, |idx| idx.delete(id))
     }
 
     /// Vectors deleted and not yet compacted away.
@@ -645,10 +652,12 @@ impl VectorIndex {
     }
 
     /// Write a consistent copy of the last flush to `path` (a writer flushes first), renamed
-    /// into place when whole.
-    fn backup(&self, py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// into place when whole. `path` as for `save`: another existing file only with
+    /// `overwrite=True`, a file a writer holds never.
+    #[pyo3(signature = (path, *, overwrite = false))]
+    fn backup(&self, py: Python<'_>, path: &Bound<'_, PyAny>, overwrite: bool) -> PyResult<()> {
         let (p, _) = path_arg(py, path)?;
-        self.with(py, |idx| idx.backup(&p))
+        self.with(py, |idx| idx.backup(&p, overwrite))
     }
 
     /// Rewrite the file without deleted vectors, with a rebuilt graph and the same ids.
@@ -922,7 +931,20 @@ fn _search_counters() -> (u64, u64) {
 /// Range checks of IndexOptions (one place for them: the core's).
 #[pyfunction]
 fn _check_options(max_connections: i64, ef_construction: i64, ef_search: i64) -> PyResult<()> {
-    let conv = |v: i64| if v < 0 { 0 } else { v as usize };
+    // A negative value is named as the caller gave it (not as the 0 it would clamp to).
+    for (name, v) in [
+        ("max_connections", max_connections),
+        ("ef_construction", ef_construction),
+        ("ef_search", ef_search),
+    ] {
+        if v < 0 {
+            return Err(to_py(Error::invalid(
+                format!("{name}={v} is out of range"),
+                "use a positive value",
+            )));
+        }
+    }
+    let conv = |v: i64| v as usize;
     Options {
         max_connections: conv(max_connections),
         ef_construction: conv(ef_construction),

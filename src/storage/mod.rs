@@ -97,6 +97,9 @@ struct Alloc {
     regions: Vec<RegionEntry>,
     /// Slots whose bytes have real blocks behind them (see `os::preallocate`).
     prealloc_slots: u64,
+    /// Per heap chunk, the bytes from its start that have real blocks (a chunk is preallocated
+    /// whole when made; `give_back` punches its unused tail).
+    heap_blocks: Vec<u64>,
 }
 
 // SAFETY: the raw mappings are plain memory shared by design; every access goes through the
@@ -156,7 +159,11 @@ impl Storage {
             heap_count: AtomicUsize::new(0),
             huge: AtomicBool::new(huge),
             header_view,
-            alloc: Mutex::new(Alloc { regions: Vec::new(), prealloc_slots }),
+            alloc: Mutex::new(Alloc {
+                regions: Vec::new(),
+                prealloc_slots,
+                heap_blocks: Vec::new(),
+            }),
         }
     }
 
@@ -293,6 +300,8 @@ impl Storage {
                 let cell = self.heaps.get(k).ok_or_else(Self::full)?;
                 let _ = cell.set(HeapChunk { map, len: r.len });
                 self.heap_count.store(k + 1, Release);
+                // Made whole by `alloc_upper` (or, opened, by whoever made it).
+                a.heap_blocks.push(r.len);
             }
         }
         a.regions.push(r);
@@ -399,6 +408,11 @@ impl Storage {
             .map(|(i, r)| (i, r.used))
     }
 
+    /// How many heap chunks are mapped.
+    pub fn heap_chunks(&self) -> usize {
+        self.heap_count.load(Acquire)
+    }
+
     /// Set the used bytes of heap chunk `chunk` (giving back the space of a failed batch or a
     /// rollback; nothing is unmapped, since searches may still route through it).
     pub fn set_heap_used(&self, chunk: usize, used: u32) {
@@ -436,6 +450,17 @@ impl Storage {
             }
         }
         let (chunk, used) = Self::heap_state_of(&a).unwrap();
+        // A tail that `give_back` punched gets its blocks back before anything is written there.
+        if let (Some(file), Some(len)) = (&self.file, self.heaps[chunk].get().map(|h| h.len)) {
+            let blocks = a.heap_blocks[chunk];
+            if used as u64 + bytes > blocks {
+                let offset = a.regions.iter().filter(|r| r.kind == RegionKind::Heap).nth(chunk);
+                let offset = offset.map(|r| r.offset).unwrap_or(0);
+                os::preallocate(file, offset + blocks, len - blocks)
+                    .map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+                a.heap_blocks[chunk] = len;
+            }
+        }
         let r = format::heap_ref(chunk, used as u64);
         let idx = a.regions.iter().rposition(|r| r.kind == RegionKind::Heap).unwrap();
         a.regions[idx].used = used + bytes as u32;
@@ -445,6 +470,52 @@ impl Storage {
             lists::write_list(list, slot, layer, &[], 0);
         }
         Ok(r)
+    }
+
+    /// Give back the disk blocks of what was reserved and never committed: slots from
+    /// `slots` on (their vectors, headers and lists, preallocated ahead of the adds) and the
+    /// unused tail of every heap chunk (after a rollback has set what each uses). The holes
+    /// read as zeros, so a search still routing there reads empty lists; nothing is unmapped.
+    /// Best effort (a filesystem without hole punching keeps the blocks). File-backed only.
+    pub fn give_back(&self, slots: u64) {
+        let Some(file) = &self.file else { return };
+        let page = os::page_size() as u64;
+        let punch = |start: u64, end: u64| {
+            let (start, end) = (align_up(start, page), end / page * page);
+            if end > start {
+                let _ = os::punch_hole(file, start, end - start);
+            }
+        };
+        let mut a = self.alloc.lock();
+        let mut first = 0u64;
+        for k in 0..self.seg_count.load(Acquire) {
+            let Some(seg) = self.segments[k].get() else { break };
+            let cap = seg.layout.slots;
+            let local = slots.saturating_sub(first).min(cap);
+            first += cap;
+            if local == cap {
+                continue;
+            }
+            let l = &seg.layout;
+            let l0_bytes = self.geo.l0_words as u64 * 4;
+            for (area, size) in [
+                (l.vectors, self.geo.stride as u64),
+                (l.headers, SLOT_HEADER as u64),
+                (l.l0, l0_bytes),
+            ] {
+                punch(seg.offset + area + local * size, seg.offset + area + cap * size);
+            }
+        }
+        a.prealloc_slots = a.prealloc_slots.min(slots);
+        let heaps: Vec<RegionEntry> =
+            a.regions.iter().filter(|r| r.kind == RegionKind::Heap).copied().collect();
+        for (chunk, r) in heaps.iter().enumerate() {
+            let used = align_up(r.used as u64, page);
+            if used < a.heap_blocks[chunk] {
+                punch(r.offset + used, r.offset + r.len);
+                a.heap_blocks[chunk] = used;
+            }
+        }
     }
 
     /// Read both header copies (or as much of them as the file has).
