@@ -17,9 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 import chassis
+import numpy as np
 
 DIMS = 8
 

@@ -5,7 +5,8 @@
 //! |------------------|----------------------------------------------------------------------|
 //! | `mod.rs`         | the struct, its snapshots ([`Snap`]) and writer state, accessors      |
 //! | `options.rs`     | [`Options`], [`Placement`], [`Mode`]: what a caller chooses           |
-//! | `open.rs`        | open, create, in-memory, load; a reader's refresh and reopen          |
+//! | `open.rs`        | open, create, in-memory, load; recovery when a writer opens           |
+//! | `reader.rs`      | a reader following the writer: refresh to each commit, reopen         |
 //! | `input.rs`       | checks of dimensions, values, k and ef; query and row encoding        |
 //! | `ids.rs`         | the id -> slot map, contains, get, ids in insertion order             |
 //! | `write.rs`       | add, add_batch (all or nothing), delete                               |
@@ -28,6 +29,7 @@ mod maintenance;
 mod memory;
 mod open;
 mod options;
+mod reader;
 mod search;
 mod write;
 
