@@ -57,13 +57,17 @@ def main() -> None:
     def flushing(step: str, call) -> bool:
         """A call that commits what the handle holds: on success the committed ids move."""
         state["steps"].append(step)
+        state["attempt"] = sorted(live)  # in case the child is killed inside the call
+        save_state()
         try:
             call()
         except Exception as e:  # noqa: BLE001 - every error is recorded and judged by the parent
             record(step, e)
-            state["attempt"] = sorted(live)
+            save_state()
             return False
         state["committed"] = sorted(live)
+        state["attempt"] = None
+        save_state()
         return True
 
     def writing(step: str, call) -> bool:
@@ -73,8 +77,11 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             record(step, e)
             return False
+        finally:
+            save_state()  # a child killed later leaves what it knew so far
         return True
 
+    save_state()
     try:
         index = chassis.VectorIndex(path, DIMS)
     except Exception as e:  # noqa: BLE001
@@ -83,6 +90,7 @@ def main() -> None:
         return
     state["created"] = True
     state["committed"] = []
+    save_state()
 
     def add_batch(seed: int, n: int, ids=None) -> None:
         got = index.add_batch(rows(seed, n), ids=ids, threads=1)

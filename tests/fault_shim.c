@@ -7,7 +7,8 @@
  * appends "<n> <call> <path>" to CHASSIS_FAULT_LOG if set. Call number CHASSIS_FAULT_AT fails
  * with errno CHASSIS_FAULT_ERRNO (5 = EIO by default) without doing anything, and with
  * CHASSIS_FAULT_MODE=always so does every later one. CHASSIS_FAULT_AT=0 fails nothing (a
- * counting run).
+ * counting run). CHASSIS_FAULT_MODE=kill fails call N once and SIGKILLs the process at the
+ * next failure point: a writer killed while it handles a failing disk.
  *
  * Covered calls: fsync, fdatasync, msync, pwrite64, pwrite, write, ftruncate64, ftruncate,
  * posix_fallocate64, posix_fallocate, fallocate64, fallocate, rename, renameat, renameat2,
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -67,6 +69,7 @@ static int fails(const char *call, const char *path) {
     long at = at_s ? atol(at_s) : 0;
     const char *mode = env("CHASSIS_FAULT_MODE");
     int always = mode && strcmp(mode, "always") == 0;
+    if (at > 0 && n > at && mode && strcmp(mode, "kill") == 0) kill(getpid(), SIGKILL);
     if (at > 0 && (n == at || (always && n > at))) {
         const char *e = env("CHASSIS_FAULT_ERRNO");
         errno = e ? atoi(e) : EIO;
