@@ -90,7 +90,8 @@ fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
             let v = rng.value(width);
             let both = rng.below(2) == 0;
             for c in if both { vec![0, HEADER_COPY_SIZE] } else { vec![copy(rng)] } {
-                let h = &mut bytes[c..c + HEADER_COPY_SIZE];
+                // (A copy an earlier truncation cut is left as it is.)
+                let Some(h) = bytes.get_mut(c..c + HEADER_COPY_SIZE) else { continue };
                 put(h, at, width, v);
                 reseal(h);
             }
@@ -98,7 +99,7 @@ fn mutate(bytes: &mut Vec<u8>, rng: &mut Rng) {
         2 => {
             // A region table entry, resealed.
             let c = copy(rng);
-            let h = &mut bytes[c..c + HEADER_COPY_SIZE];
+            let Some(h) = bytes.get_mut(c..c + HEADER_COPY_SIZE) else { return };
             let n = get(h, 88, 4).min(8);
             let at = format::HEADER_FIXED + rng.below(n.max(1)) as usize * format::REGION_ENTRY;
             let (field, width) = [(0, 4), (4, 4), (8, 8), (16, 8)][rng.below(4) as usize];
