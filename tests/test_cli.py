@@ -167,6 +167,13 @@ def test_malformed_data_file_is_reported(tmp_path, capsys):
     assert "bad.fvecs" in err and "byte offset 48" in err
 
 
+def test_a_missing_data_path_is_named_as_not_found(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder"
+    assert cli.main(["bench", "--data", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--data {missing}: no such file or folder" in err, err
+
+
 def test_option_errors():
     with pytest.raises(SystemExit):
         cli.main(["bench", "--compare", "nosuchlib"])

@@ -188,6 +188,8 @@ def _load(args: argparse.Namespace) -> _Data:
         )
 
     path = Path(args.data)
+    if not path.exists():
+        raise FileNotFoundError(f"--data {path}: no such file or folder")
     truth: np.ndarray | None = None
     queries: np.ndarray | None
     metric = "euclidean"
