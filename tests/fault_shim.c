@@ -202,54 +202,23 @@ static int open_fails(const char *path, int flags) {
     return (flags & O_CREAT) && fails("create", path);
 }
 
-int open64(const char *path, int flags, ...) {
-    REAL(open64);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
+/* open, open64, openat and openat64 alike: the mode argument read only when the flags carry
+ * one, then the real call (with the directory descriptor for the *at forms). */
+#define OPEN_WRAPPER(name, params, args) \
+    int name params { \
+        REAL(name); \
+        mode_t mode = 0; \
+        if (flags & (O_CREAT | O_TMPFILE)) { \
+            va_list ap; \
+            va_start(ap, flags); \
+            mode = va_arg(ap, mode_t); \
+            va_end(ap); \
+        } \
+        if (open_fails(path, flags)) return -1; \
+        return real_##name args; \
     }
-    if (open_fails(path, flags)) return -1;
-    return real_open64(path, flags, mode);
-}
 
-int open(const char *path, int flags, ...) {
-    REAL(open);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    if (open_fails(path, flags)) return -1;
-    return real_open(path, flags, mode);
-}
-
-int openat64(int dir, const char *path, int flags, ...) {
-    REAL(openat64);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    if (open_fails(path, flags)) return -1;
-    return real_openat64(dir, path, flags, mode);
-}
-
-int openat(int dir, const char *path, int flags, ...) {
-    REAL(openat);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    if (open_fails(path, flags)) return -1;
-    return real_openat(dir, path, flags, mode);
-}
+OPEN_WRAPPER(open64, (const char *path, int flags, ...), (path, flags, mode))
+OPEN_WRAPPER(open, (const char *path, int flags, ...), (path, flags, mode))
+OPEN_WRAPPER(openat64, (int dir, const char *path, int flags, ...), (dir, path, flags, mode))
+OPEN_WRAPPER(openat, (int dir, const char *path, int flags, ...), (dir, path, flags, mode))

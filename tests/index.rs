@@ -2,23 +2,14 @@
 //! deletes, backup and compaction, readers beside a writer. Oracles: exact k-NN computed here,
 //! and the same file reopened by a fresh `Index`.
 
+mod common;
+
 use chassis::commit::undo::undo_path;
 use chassis::error::ErrorKind;
 use chassis::index::{Control, Index, Mode, Options, Placement};
 use chassis::storage::lists;
+use common::rand_vecs;
 use std::sync::atomic::Ordering::Relaxed;
-
-fn rand_vecs(n: usize, d: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407) | 1;
-    (0..n * d)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-        })
-        .collect()
-}
 
 fn brute(data: &[f32], d: usize, q: &[f32], k: usize) -> Vec<u64> {
     let mut v: Vec<(f32, u64)> = data

@@ -65,9 +65,20 @@ pub fn base_file(path: &Path, n: usize, d: usize) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
 
-/// Run test `test_name` of this binary as a child on `file` (opened as "read" or "write").
-/// Ok(its OUTCOME line) when it exits 0 having printed one; Err(why) for a crash, a panic, a
-/// non-zero exit or a hang.
+/// Set `value` into field `(at, width)` of the given header copies of a file's bytes, each
+/// copy resealed (its checksum valid).
+pub fn craft(bytes: &mut [u8], copies: &[usize], at: usize, width: usize, value: u64) {
+    for &c in copies {
+        let copy = &mut bytes[c * HEADER_COPY_SIZE..(c + 1) * HEADER_COPY_SIZE];
+        put(copy, at, width, value);
+        reseal(copy);
+    }
+}
+
+/// Run test `test_name` of this binary again, as a child on `file` (opened as "read" or
+/// "write"): the test starts with `if common::child_main() { return; }`, so in the child it
+/// only opens the file. Ok(its OUTCOME line) when it exits 0 having printed one; Err(why) for
+/// a crash, a panic, a non-zero exit or a hang.
 pub fn run_child(test_name: &str, file: &Path, mode: &str) -> Result<String, String> {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
@@ -103,7 +114,8 @@ pub fn run_child(test_name: &str, file: &Path, mode: &str) -> Result<String, Str
 
 /// The child's side: when this process is a child (`run_child`), open the file, use it as a
 /// caller would (len, ids, searches, check, get; a writer also adds and flushes), print one
-/// OUTCOME line and return true. A panic or a crash ends the child without that line.
+/// OUTCOME line and return true; in the parent, return false at once. A panic or a crash
+/// ends the child without that line.
 pub fn child_main() -> bool {
     let Ok(file) = std::env::var(CHILD_FILE) else { return false };
     let limit = libc::rlimit { rlim_cur: ADDRESS_BOUND, rlim_max: ADDRESS_BOUND };
