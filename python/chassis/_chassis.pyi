@@ -127,7 +127,7 @@ class VectorIndex:
     def search(
         self,
         query: _Vector,
-        k: int | None = None,
+        k: int = 10,
         allowed: _Ids | None = None,
         excluded: _Ids | None = None,
         *,
@@ -136,7 +136,7 @@ class VectorIndex:
     def search_batch(
         self,
         queries: _Vector,
-        k: int | None = None,
+        k: int = 10,
         allowed: _Ids | None = None,
         excluded: _Ids | None = None,
         *,
@@ -202,7 +202,7 @@ class Snapshot:
     def search(
         self,
         query: _Vector,
-        k: int | None = None,
+        k: int = 10,
         allowed: _Ids | None = None,
         excluded: _Ids | None = None,
         *,
@@ -211,7 +211,7 @@ class Snapshot:
     def search_batch(
         self,
         queries: _Vector,
-        k: int | None = None,
+        k: int = 10,
         allowed: _Ids | None = None,
         excluded: _Ids | None = None,
         *,

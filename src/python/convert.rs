@@ -1,7 +1,10 @@
 //! NumPy in and out. A C-contiguous float32 array of the right rank is read in place (no
-//! copy); anything else (float64, ints, lists, Fortran order, strided views) is converted once
-//! with `numpy.ascontiguousarray(x, dtype=float32)`, on purpose. Results are Rust vectors
-//! handed to NumPy without a copy.
+//! copy); anything else (float64, float16, ints, lists, Fortran order, strided views) is
+//! converted once to C-contiguous float32 (`chassis._interop.to_float32`), on purpose; a
+//! float64 value beyond the float32 range is refused there, named by row and column, rather
+//! than turned into infinity. Other libraries' arrays (`__dlpack__`, Arrow) are first made
+//! NumPy views of the same memory (`chassis._interop.foreign_array`), so those holding float32
+//! go in without a copy too. Results are Rust vectors handed to NumPy without a copy.
 //!
 //! rust-numpy's `as_slice` accepts Fortran-ordered arrays (they are contiguous too) and would
 //! then read them transposed, so C order is checked explicitly.
@@ -19,6 +22,12 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt};
 fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static NP: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     Ok(NP.get_or_try_init(py, || py.import("numpy").map(|m| m.unbind()))?.bind(py))
+}
+
+/// `chassis._interop`: conversions written in Python, where NumPy and Arrow have the words.
+fn interop(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static INTEROP: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    Ok(INTEROP.get_or_try_init(py, || py.import("chassis._interop").map(|m| m.unbind()))?.bind(py))
 }
 
 fn invalid(py: Python<'_>, message: String, help: &str) -> PyErr {
@@ -50,9 +59,26 @@ pub fn f32_array<'py>(
         ));
     }
     let np = numpy(py)?;
+    let interop = interop(py)?;
+    // Other libraries' arrays as NumPy views of their memory; a float32 one needs nothing more.
+    let mut obj = obj.clone();
+    if obj.cast::<PyUntypedArray>().is_err() {
+        let view = interop.call_method1("foreign_array", (&obj, what))?;
+        if !view.is_none() {
+            obj = view;
+            if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
+                if a.ndim() == ndim
+                    && a.is_c_contiguous()
+                    && (a.data() as usize).is_multiple_of(align_of::<f32>())
+                {
+                    return Ok(a.clone());
+                }
+            }
+        }
+    }
     // Lists and other array-likes: see what NumPy makes of them before converting, so that
     // strings (which NumPy would parse) and objects are refused.
-    let a = np.call_method1("asarray", (obj,)).map_err(|e| {
+    let a = np.call_method1("asarray", (&obj,)).map_err(|e| {
         invalid(
             py,
             format!("{what} cannot be read as an array of numbers ({})", e.value(py)),
@@ -77,10 +103,7 @@ pub fn f32_array<'py>(
         ));
     }
     // The one conversion: to float32, C order, aligned.
-    let kw = PyDict::new(py);
-    kw.set_item("dtype", np.getattr("float32")?)?;
-    kw.set_item("requirements", "CA")?;
-    let conv = np.call_method("require", (a,), Some(&kw))?;
+    let conv = interop.call_method1("to_float32", (a, what))?;
     Ok(conv.cast_into::<PyArrayDyn<f32>>()?)
 }
 
@@ -268,4 +291,13 @@ pub fn matrix<'py, T: numpy::Element>(
 
 pub fn vector<'py, T: numpy::Element>(py: Python<'py>, v: Vec<T>) -> Bound<'py, PyArray1<T>> {
     v.into_pyarray(py)
+}
+
+/// An optional positive count (`threads=None`, `ef=None`): None, or as `count_arg`.
+pub fn opt_count(
+    obj: Option<&Bound<'_, PyAny>>,
+    name: &str,
+    max: usize,
+) -> PyResult<Option<usize>> {
+    obj.filter(|o| !o.is_none()).map(|o| count_arg(o, name, max)).transpose()
 }
