@@ -7,13 +7,36 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """The result of a full scan of an index.
+    """The result of a full scan of an index, as returned by `VectorIndex.check`.
 
-    ``unreachable``: ids of live vectors that no search can reach from the entry point;
-    ``not_finite``: ids of live vectors holding NaN or infinity;
-    ``corrupt`` (beyond chassisdb): slot numbers whose stored vector, slot header, delete
-    marker or neighbor lists fail their checksums or refer outside the index (slots, since a
-    damaged header may not hold a trustworthy id). Searches skip such slots.
+    Each list is empty when the scan found nothing of its kind; `ok` says whether all are.
+
+    Parameters
+    ----------
+    unreachable : list of int
+        Ids of live vectors that no search can reach from the entry point.
+    not_finite : list of int
+        Ids of live vectors holding NaN or infinity.
+    corrupt : list of int, default: []
+        Slot numbers (beyond chassisdb) whose stored vector, slot header, delete marker or
+        neighbor lists fail their checksums or refer outside the index. These are slots, not
+        ids, since a damaged header may not hold a trustworthy id. Searches skip such slots.
+
+    See Also
+    --------
+    VectorIndex.check : The scan that returns a `Check`.
+
+    Examples
+    --------
+    >>> import numpy as np, chassis
+    >>> index = chassis.VectorIndex(None, 2)  # in memory
+    >>> index.add_batch(np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32))
+    array([0, 1], dtype=uint64)
+    >>> report = index.check()
+    >>> report
+    Check(unreachable=[], not_finite=[], corrupt=[])
+    >>> report.ok
+    True
     """
 
     unreachable: list[int]
@@ -22,4 +45,5 @@ class Check:
 
     @property
     def ok(self) -> bool:
+        """Whether the scan found nothing: `unreachable`, `not_finite` and `corrupt` all empty."""
         return not (self.unreachable or self.not_finite or self.corrupt)

@@ -37,16 +37,88 @@ def _fail(cls: type[Exception], message: str, help: str) -> Exception:
 
 @dataclasses.dataclass(init=False)
 class IndexOptions:
-    """Parameters of an index.
+    """Construction and search parameters of an index.
 
-    ``max_connections`` (HNSW M; layer 0 keeps 2M), ``metric`` and ``precision`` are fixed when
-    the file is created; ``ef_construction`` and ``ef_search`` can differ per open.
-    ``huge_pages`` and ``warm`` ask for the memory policies of ADR-0016 and ADR-0019.
-    ``placement`` ("balanced", the default, or "local") decides which threads write an
-    in-memory index's large stores first, and so on which NUMA nodes their pages lie; it
-    changes where memory lies, never what a search returns, and does nothing for a file
-    (whose pages belong to the page cache).
-    Unknown names raise `ArgumentTypeError` (a `TypeError` and an `InvalidArgumentError`).
+    ``max_connections``, ``metric`` and ``precision`` are fixed when the file is created: a
+    writer that opens an existing file with other values raises `OptionsMismatchError`, and a
+    reader takes them from the file. ``ef_construction`` and ``ef_search`` can differ per
+    open. ``huge_pages`` and ``warm`` ask for the memory policies of ADR-0016 and ADR-0019;
+    ``placement`` decides where an in-memory index's pages lie.
+
+    Parameters
+    ----------
+    max_connections : int, default: 16
+        HNSW M: links per node (layer 0 keeps 2M). From 2 to 256; 16 is usual. Fixed when
+        the file is created.
+    ef_construction : int, default: 200
+        Beam width while linking new vectors: higher builds a better graph, more slowly.
+        From 1 to 16,777,216 (2**24).
+    ef_search : int, default: 50
+        Beam width while searching, unless a call passes ``ef``. From 1 to 16,777,216
+        (2**24).
+    metric : {"euclidean", "cosine", "inner_product"}, default: "euclidean"
+        ``"euclidean"`` (L2 distance), ``"cosine"`` (1 - cos; vectors are stored normalised
+        and zero vectors refused) or ``"inner_product"`` (minus the dot product). The aliases
+        ``"l2"``, ``"euclid"``, ``"cos"``, ``"angular"``, ``"ip"`` and ``"dot"`` are accepted,
+        in any case, and stored as the canonical name. Fixed when the file is created.
+    precision : {"full", "half"}, default: "full"
+        ``"full"`` (32-bit floats) or ``"half"`` (16-bit storage, 32-bit queries; values
+        beyond the 16-bit range are refused). The aliases ``"f32"``, ``"float32"``,
+        ``"fp32"``, ``"single"``, ``"f16"``, ``"float16"`` and ``"fp16"`` are accepted, in any
+        case, and stored as the canonical name. Fixed when the file is created.
+    huge_pages : bool or None, default: None
+        ADR-0016: True asks the OS for huge pages under the vectors, False never; None turns
+        them on when ``warm`` is on and vectors are 2 KB or longer. For an in-memory index,
+        None and True ask for them under every store, False never.
+    warm : bool, default: False
+        ADR-0019: read the file into memory on a background thread from opening.
+    placement : {"balanced", "local"}, default: "balanced"
+        Which threads write an in-memory index's large stores first, and so on which NUMA
+        nodes their pages lie: ``"balanced"`` makes bulk writes (16,384 items or more, such
+        as a large ``add_batch`` or the copy ``VectorIndex.load`` makes) from every thread so
+        that pages spread over the nodes, ``"local"`` writes from the calling thread only.
+        It changes where memory lies, never what a search returns, and does nothing for a
+        file (whose pages belong to the page cache).
+    **unknown
+        Not accepted: any other keyword raises `ArgumentTypeError` naming the valid options
+        (it is there to give that message rather than Python's own `TypeError`).
+
+    Raises
+    ------
+    ArgumentTypeError
+        For an unknown option name or a value of the wrong type. It is both an
+        `InvalidArgumentError` and a `TypeError` (chassisdb raised `TypeError`).
+    InvalidArgumentError
+        For a value out of range, or an unknown metric, precision or placement name (a
+        `ValueError`).
+
+    See Also
+    --------
+    VectorIndex : Takes an `IndexOptions` (or a dict of its fields) as ``options``.
+
+    Notes
+    -----
+    `IndexOptions` is a dataclass, as in chassisdb: fields are positional or keyword,
+    mutable, and `dataclasses.replace` works. A field assigned after construction is checked
+    again (by `validate`) when an index is opened with it. A dict of fields is accepted
+    wherever an `IndexOptions` is.
+
+    Examples
+    --------
+    >>> import chassis
+    >>> options = chassis.IndexOptions(max_connections=32, metric="cos", precision="f16")
+    >>> options.metric, options.precision
+    ('cosine', 'half')
+    >>> chassis.IndexOptions(ef_search=0)
+    Traceback (most recent call last):
+        ...
+    chassis.InvalidArgumentError: ef_search=0 is out of range
+    help: use a value from 1 to 16777216
+    >>> try:
+    ...     chassis.IndexOptions(ef_serch=100)
+    ... except TypeError as exc:
+    ...     print(str(exc).splitlines()[0])
+    unknown option 'ef_serch'
     """
 
     max_connections: int = 16
@@ -87,10 +159,26 @@ class IndexOptions:
         self.validate()
 
     def validate(self) -> None:
-        """Check every field (and normalise metric and precision aliases such as "l2", "f16").
+        """Check every field, and normalise metric and precision aliases such as "l2", "f16".
 
         Called on construction and again when an index is opened, since fields may be
         assigned in between.
+
+        Raises
+        ------
+        ArgumentTypeError
+            A field holds a value of the wrong type (it is also a `TypeError`).
+        InvalidArgumentError
+            A field is out of range, or names an unknown metric, precision or placement.
+
+        Examples
+        --------
+        >>> import chassis
+        >>> options = chassis.IndexOptions()
+        >>> options.metric = "L2"
+        >>> options.validate()
+        >>> options.metric
+        'euclidean'
         """
         for name in ("max_connections", "ef_construction", "ef_search"):
             v = getattr(self, name)
@@ -142,7 +230,34 @@ class IndexOptions:
         _chassis._check_options(self.max_connections, self.ef_construction, self.ef_search)
 
     def replace(self, **changes: Any) -> IndexOptions:
-        """A copy with some fields changed (like `dataclasses.replace`)."""
+        """Return a copy with some fields changed, like `dataclasses.replace`.
+
+        The copy is checked as a new `IndexOptions` is; this one is left as it is.
+
+        Parameters
+        ----------
+        **changes
+            New values of fields, by name.
+
+        Returns
+        -------
+        IndexOptions
+            A new instance with the changes applied.
+
+        Raises
+        ------
+        ArgumentTypeError
+            A name is not a field, or a value has the wrong type.
+        InvalidArgumentError
+            A value is out of range or names an unknown metric, precision or placement.
+
+        Examples
+        --------
+        >>> import chassis
+        >>> fast = chassis.IndexOptions().replace(ef_search=20)
+        >>> fast.ef_search, fast.ef_construction
+        (20, 200)
+        """
         fields = dataclasses.asdict(self)
         fields.update(changes)
         return IndexOptions(**fields)

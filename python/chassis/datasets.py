@@ -91,8 +91,36 @@ ARRAY_EXTENSIONS = tuple(VECS_TYPES) + tuple(BIN_TYPES) + (".npy",)
 
 
 class DatasetError(ValueError):
-    """A data file that cannot be read as its format says: `path` and `offset` (bytes, or
-    None when the fault is not at one place) say where."""
+    """A data file that cannot be read as its format says, or an array that cannot be written in it.
+
+    A `ValueError` whose message names the file and, when the fault is at one place, the byte
+    offset there.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (or folder) at fault.
+    message : str
+        What is wrong.
+    offset : int or None, default: None
+        The byte offset of the fault, or None when the fault is not at one place.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The file (or folder) at fault.
+    offset : int or None
+        The byte offset of the fault, or None when the fault is not at one place.
+
+    Examples
+    --------
+    >>> from chassis.datasets import DatasetError
+    >>> exc = DatasetError("sift_base.fvecs", "truncated", 516)
+    >>> str(exc)
+    'sift_base.fvecs at byte offset 516: truncated'
+    >>> isinstance(exc, ValueError), exc.offset
+    (True, 516)
+    """
 
     def __init__(self, path: _PathLike, message: str, offset: int | None = None) -> None:
         self.path = Path(path)
@@ -105,8 +133,40 @@ class DatasetError(ValueError):
 class Dataset:
     """A base set, its queries and (when known) their exact nearest neighbours.
 
-    `base` and `queries` are (n, d) float32; `gt_ids` (q, K) integer ids, nearest
-    first; `gt_dist` (q, K) their distances under `metric`. Row i of `base` has id i.
+    Row i of `base` has id i. `load`, `load_folder`, `load_npy_folder` and `read_hdf5` return
+    one; the dataclass is frozen.
+
+    Parameters
+    ----------
+    name : str
+        A label: the file's stem or the folder's name for a data set that was loaded.
+    base : numpy.ndarray
+        (n, d) float32 base vectors, often a read-only memory map.
+    queries : numpy.ndarray
+        (q, d) float32 queries; (0, d) when the source has none.
+    gt_ids : numpy.ndarray or None
+        (q, K) integer ids of each query's exact nearest neighbours, nearest first, or None
+        when not known.
+    gt_dist : numpy.ndarray or None
+        (q, K) their distances under `metric`, or None when not known.
+    metric : {"euclidean", "cosine", "inner_product"}, default: "euclidean"
+        The metric of the ground truth.
+
+    Attributes
+    ----------
+    dims : int
+        d, the number of dimensions.
+
+    Examples
+    --------
+    >>> from chassis.datasets import Dataset, clustered, ground_truth
+    >>> base, queries = clustered(1_000, 16, 10)
+    >>> ids, dist = ground_truth(base, queries, k=10)
+    >>> data = Dataset("demo", base, queries, ids, dist)
+    >>> data
+    Dataset('demo', base=(1000, 16), queries=(10, 16), ground truth top-10, metric='euclidean')
+    >>> data.dims
+    16
     """
 
     name: str
@@ -118,6 +178,7 @@ class Dataset:
 
     @property
     def dims(self) -> int:
+        """The number of dimensions, d (the width of `base`)."""
         return int(self.base.shape[1])
 
     def __repr__(self) -> str:
@@ -173,12 +234,52 @@ def _empty_map(shape: tuple[int, int], dtype: np.dtype) -> np.ndarray:
 def read_vecs(
     path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True, validate: bool = True
 ) -> np.ndarray:
-    """An (n, d) array from a texmex file whose rows are an int32 d then d values of `dtype`.
+    """Read an (n, d) array from a texmex file: per row an int32 d, then d values of `dtype`.
 
-    With `mmap` (the default) the result is a read-only view into an `np.memmap` of the
-    file, strided to skip each row's 4-byte header: nothing is read until used. With
-    `validate` every row's header is checked against the first (a strided pass over the
-    file); the file length is always checked.
+    With `mmap` (the default) the result is a read-only view into an `np.memmap` of the file,
+    strided to skip each row's 4-byte header: nothing is read until used. An empty file reads
+    as an empty (0, 0) array (without a row the format does not record d).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    dtype : data-type
+        The type of the values, little-endian for types wider than a byte: ``"<f4"`` for
+        `.fvecs`, ``"<i4"`` for `.ivecs`, ``"u1"`` for `.bvecs`.
+    mmap : bool, default: True
+        Map the file (a read-only view) rather than read it into memory (a writable array).
+    validate : bool, default: True
+        Check every row's header against the first (a strided pass over the file). The file
+        length is always checked.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) values of `dtype`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The first header is not a positive count, a row's header differs from the first (with
+        `validate`), or the file is not a whole number of rows; the message names the byte
+        offset at fault.
+
+    See Also
+    --------
+    read_fvecs, read_ivecs, read_bvecs : This function for each texmex type.
+    write_vecs : The writer.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import read_vecs, write_vecs
+    >>> write_vecs("example.fvecs", np.eye(2), "<f4")  # doctest: +SKIP
+    >>> read_vecs("example.fvecs", "<f4")  # doctest: +SKIP
+    memmap([[1., 0.],
+            [0., 1.]], dtype=float32)
     """
     p = Path(path)
     dt = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
@@ -226,7 +327,31 @@ def read_vecs(
 
 
 def write_vecs(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> None:
-    """Write an (n, d) array as texmex rows (int32 d, then d values of `dtype`)."""
+    """Write an (n, d) array as texmex rows: per row an int32 d, then d values of `dtype`.
+
+    Values are converted to `dtype`: to an integer type only when every value fits (floats are
+    refused), to a float type from any numeric type (rounded to its precision). The file is
+    replaced.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    array : array_like
+        (n, d) values, d at least 1.
+    dtype : data-type
+        The stored type: ``"<f4"`` for `.fvecs`, ``"<i4"`` for `.ivecs`, ``"u1"`` for `.bvecs`.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D, has no columns, or holds values that `dtype` cannot hold.
+
+    See Also
+    --------
+    write_fvecs, write_ivecs, write_bvecs : This function for each texmex type.
+    read_vecs : The reader.
+    """
     p = Path(path)
     arr = _as_2d(array, p)
     dt = np.dtype(dtype)
@@ -242,33 +367,158 @@ def write_vecs(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> N
 def read_fvecs(
     path: _PathLike, *, mmap: bool = True, validate: bool = True
 ) -> npt.NDArray[np.float32]:
-    """An (n, d) float32 array from a `.fvecs` file (see `read_vecs`)."""
+    """Read an (n, d) float32 array from a `.fvecs` file (see `read_vecs`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (a read-only view) rather than read it into memory (a writable array).
+    validate : bool, default: True
+        Check every row's header against the first; the file length is always checked.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) float32.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_vecs`); the message names the byte
+        offset at fault.
+
+    Examples
+    --------
+    >>> from chassis.datasets import read_fvecs, write_fvecs
+    >>> write_fvecs("example.fvecs", [[1, 2], [3, 4]])  # doctest: +SKIP
+    >>> read_fvecs("example.fvecs", mmap=False)  # doctest: +SKIP
+    array([[1., 2.],
+           [3., 4.]], dtype=float32)
+    """
     return read_vecs(path, "<f4", mmap=mmap, validate=validate)
 
 
 def read_ivecs(
     path: _PathLike, *, mmap: bool = True, validate: bool = True
 ) -> npt.NDArray[np.int32]:
-    """An (n, d) int32 array from an `.ivecs` file (texmex ground truth; see `read_vecs`)."""
+    """Read an (n, d) int32 array from an `.ivecs` file (texmex ground truth; see `read_vecs`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (a read-only view) rather than read it into memory (a writable array).
+    validate : bool, default: True
+        Check every row's header against the first; the file length is always checked.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) int32.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_vecs`); the message names the byte
+        offset at fault.
+    """
     return read_vecs(path, "<i4", mmap=mmap, validate=validate)
 
 
 def read_bvecs(
     path: _PathLike, *, mmap: bool = True, validate: bool = True
 ) -> npt.NDArray[np.uint8]:
-    """An (n, d) uint8 array from a `.bvecs` file (see `read_vecs`)."""
+    """Read an (n, d) uint8 array from a `.bvecs` file (see `read_vecs`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (a read-only view) rather than read it into memory (a writable array).
+    validate : bool, default: True
+        Check every row's header against the first; the file length is always checked.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) uint8.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_vecs`); the message names the byte
+        offset at fault.
+    """
     return read_vecs(path, "u1", mmap=mmap, validate=validate)
 
 
 def write_fvecs(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as a `.fvecs` file of float32 rows (see `write_vecs`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) numeric values, d at least 1, converted to float32.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_vecs`).
+
+    Examples
+    --------
+    >>> from chassis.datasets import clustered, write_fvecs
+    >>> base, queries = clustered(1_000, 16, 10)
+    >>> write_fvecs("base.fvecs", base)  # doctest: +SKIP
+    """
     write_vecs(path, array, "<f4")
 
 
 def write_ivecs(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as an `.ivecs` file of int32 rows (see `write_vecs`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) integers, d at least 1, each of which must fit in int32.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_vecs`).
+    """
     write_vecs(path, array, "<i4")
 
 
 def write_bvecs(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as a `.bvecs` file of uint8 rows (see `write_vecs`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) integers from 0 to 255, d at least 1.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_vecs`).
+    """
     write_vecs(path, array, "u1")
 
 
@@ -295,11 +545,40 @@ def _bin_header(p: Path) -> tuple[int, int, int]:
 
 
 def read_bin(path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True) -> np.ndarray:
-    """An (n, d) array from a big-ann file: uint32 n, uint32 d, then n x d values of `dtype`.
+    """Read an (n, d) array from a big-ann file: uint32 n, uint32 d, then n x d values of `dtype`.
 
-    With `mmap` (the default) a read-only `np.memmap` from byte 8. An `.ibin` ground-truth
-    file (n x d int32 ids followed by n x d float32 distances) reads as its ids; use
-    `read_bin_ground_truth` for both.
+    With `mmap` (the default) the result is a read-only `np.memmap` from byte 8. Read as int32,
+    a ground-truth file (n x d int32 ids followed by n x d float32 distances, as `.ibin`
+    ground truth is) gives its ids; use `read_bin_ground_truth` for both.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    dtype : data-type
+        The type of the values: ``"<f4"`` for `.fbin`, ``"<i4"`` for `.ibin`, ``"u1"`` for
+        `.u8bin`, ``"i1"`` for `.i8bin`.
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) values of `dtype`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is shorter than its 8-byte header, a header field is not a count (2**31 or
+        more), the header promises rows of 0 dimensions, or the file is shorter or longer than
+        the header says; the message names the byte offset at fault.
+
+    See Also
+    --------
+    read_fbin, read_ibin, read_u8bin, read_i8bin : This function for each big-ann type.
+    write_bin : The writer.
     """
     p = Path(path)
     dt = np.dtype(dtype)
@@ -332,7 +611,33 @@ def read_bin(path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True) -> np.
 
 
 def write_bin(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> None:
-    """Write an (n, d) array as a big-ann file (uint32 n, uint32 d, values of `dtype`)."""
+    """Write an (n, d) array as a big-ann file: uint32 n, uint32 d, then the values as `dtype`.
+
+    Values are converted to `dtype`: to an integer type only when every value fits (floats are
+    refused), to a float type from any numeric type (rounded to its precision). The file is
+    replaced.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    array : array_like
+        (n, d) values.
+    dtype : data-type
+        The stored type: ``"<f4"`` for `.fbin`, ``"<i4"`` for `.ibin`, ``"u1"`` for `.u8bin`,
+        ``"i1"`` for `.i8bin`.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D, n or d is 2**31 or more, or `array` holds values that `dtype`
+        cannot hold.
+
+    See Also
+    --------
+    write_fbin, write_ibin, write_u8bin, write_i8bin : This function for each big-ann type.
+    read_bin : The reader.
+    """
     p = Path(path)
     arr = _as_2d(array, p)
     n, d = arr.shape
@@ -345,42 +650,233 @@ def write_bin(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> No
 
 
 def read_fbin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.float32]:
+    """Read an (n, d) float32 array from a `.fbin` file (see `read_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) float32.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_bin`); the message names the byte
+        offset at fault.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import read_fbin, write_fbin
+    >>> write_fbin("example.fbin", np.arange(6).reshape(2, 3))  # doctest: +SKIP
+    >>> read_fbin("example.fbin")  # doctest: +SKIP
+    memmap([[0., 1., 2.],
+            [3., 4., 5.]], dtype=float32)
+    """
     return read_bin(path, "<f4", mmap=mmap)
 
 
 def read_ibin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.int32]:
+    """Read an (n, d) int32 array from an `.ibin` file (see `read_bin`).
+
+    A ground-truth file (ids, then distances) reads as its ids; `read_bin_ground_truth`
+    reads both.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) int32.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_bin`); the message names the byte
+        offset at fault.
+    """
     return read_bin(path, "<i4", mmap=mmap)
 
 
 def read_u8bin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.uint8]:
+    """Read an (n, d) uint8 array from a `.u8bin` file (see `read_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) uint8.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_bin`); the message names the byte
+        offset at fault.
+    """
     return read_bin(path, "u1", mmap=mmap)
 
 
 def read_i8bin(path: _PathLike, *, mmap: bool = True) -> npt.NDArray[np.int8]:
+    """Read an (n, d) int8 array from an `.i8bin` file (see `read_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) int8.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not what its format says (see `read_bin`); the message names the byte
+        offset at fault.
+    """
     return read_bin(path, "i1", mmap=mmap)
 
 
 def write_fbin(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as a `.fbin` file of float32 values (see `write_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) numeric values, converted to float32.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_bin`).
+    """
     write_bin(path, array, "<f4")
 
 
 def write_ibin(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as an `.ibin` file of int32 values (see `write_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) integers, each of which must fit in int32.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_bin`).
+    """
     write_bin(path, array, "<i4")
 
 
 def write_u8bin(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as a `.u8bin` file of uint8 values (see `write_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) integers from 0 to 255.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_bin`).
+    """
     write_bin(path, array, "u1")
 
 
 def write_i8bin(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an (n, d) array as an `.i8bin` file of int8 values (see `write_bin`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) integers from -128 to 127.
+
+    Raises
+    ------
+    DatasetError
+        `array` is not 2-D or cannot be converted (see `write_bin`).
+    """
     write_bin(path, array, "i1")
 
 
 def read_bin_ground_truth(
     path: _PathLike, *, mmap: bool = True
 ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
-    """(ids, distances), each (n, k), from a big-ann ground-truth file: uint32 n, uint32 k,
-    n x k int32 ids, then n x k float32 distances."""
+    """Read (ids, distances) from a big-ann ground-truth file.
+
+    The layout is uint32 n, uint32 k, n x k int32 ids, then n x k float32 distances.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (usually `.ibin`).
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (writable arrays).
+
+    Returns
+    -------
+    ids : numpy.ndarray
+        (n, k) int32 ids of each query's nearest neighbours, nearest first.
+    distances : numpy.ndarray
+        (n, k) float32, their distances.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The header is malformed or the file is not 8 + 8 x n x k bytes long.
+
+    See Also
+    --------
+    write_bin_ground_truth : The writer.
+
+    Examples
+    --------
+    >>> from chassis.datasets import read_bin_ground_truth, write_bin_ground_truth
+    >>> write_bin_ground_truth("gt.ibin", [[2, 0]], [[0.5, 1.5]])  # doctest: +SKIP
+    >>> ids, distances = read_bin_ground_truth("gt.ibin")  # doctest: +SKIP
+    >>> ids, distances  # doctest: +SKIP
+    (memmap([[2, 0]], dtype=int32), memmap([[0.5, 1.5]], dtype=float32))
+    """
     p = Path(path)
     n, k, size = _bin_header(p)
     expected = 8 + 8 * n * k
@@ -401,6 +897,31 @@ def read_bin_ground_truth(
 
 
 def write_bin_ground_truth(path: _PathLike, ids: npt.ArrayLike, distances: npt.ArrayLike) -> None:
+    """Write ids and their distances as a big-ann ground-truth file.
+
+    The layout is uint32 n, uint32 k, n x k int32 ids, then n x k float32 distances, as
+    `read_bin_ground_truth` reads. The file is replaced.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (usually `.ibin`).
+    ids : array_like
+        (n, k) integer ids, each of which must fit in int32. The padding id 2**64 - 1 of
+        `VectorIndex.search_batch` (uint64) is written as -1.
+    distances : array_like
+        (n, k) distances, converted to float32.
+
+    Raises
+    ------
+    DatasetError
+        `ids` or `distances` is not 2-D, their shapes differ, or an id does not fit in int32.
+
+    See Also
+    --------
+    read_bin_ground_truth : The reader.
+    ground_truth : Exact neighbours to write.
+    """
     p = Path(path)
     ids_arr, dist_arr = _as_2d(ids, p), _as_2d(distances, p)
     if ids_arr.shape != dist_arr.shape:
@@ -431,8 +952,34 @@ def _npy_header(p: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
 
 
 def read_npy(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
-    """The array in a `.npy` file, memory-mapped read-only by default (checked against the
-    file length first, so a truncated file names the offset where data runs out)."""
+    """Read the array in a `.npy` file, memory-mapped read-only by default.
+
+    The header is checked against the file length first, so a truncated file names the offset
+    where data runs out. Any shape and any type but Python objects.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Map the file (read-only) rather than read it into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        The array, in its stored shape and type.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The header cannot be read, the array holds Python objects, or the file is truncated.
+
+    See Also
+    --------
+    numpy.load : What reads the data once the checks pass.
+    """
     p = Path(path)
     shape, _fortran, dtype, offset = _npy_header(p)
     if dtype.hasobject:
@@ -452,6 +999,23 @@ def read_npy(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
 
 
 def write_npy(path: _PathLike, array: npt.ArrayLike) -> None:
+    """Write an array as a `.npy` file, in its own shape and type.
+
+    As `numpy.save` does, ``.npy`` is appended to `path` when it does not end in it. The file
+    is replaced.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    array : array_like
+        The array: any shape, no Python objects.
+
+    Raises
+    ------
+    ValueError
+        `array` holds Python objects (pickling is not allowed).
+    """
     np.save(Path(path), np.asarray(array), allow_pickle=False)
 
 
@@ -476,11 +1040,49 @@ def _float32(array: np.ndarray) -> npt.NDArray[np.float32]:
 
 # ====================================================================== folders
 def load_npy_folder(path: _PathLike) -> Dataset:
-    """Load a folder holding base.npy, queries.npy and optionally gt_ids.npy / gt_dist.npy.
+    """Load a folder holding base.npy and, when present, queries.npy, gt_ids.npy and gt_dist.npy.
 
-    float32 files are memory-mapped (read-only); a float16 base is widened to
-    float32 in memory. The metric is "euclidean" unless stats.json or a metric.txt
-    in the folder names another.
+    float32 files are memory-mapped (read-only); a base or queries of another type (such as
+    float16) is converted to float32 in memory. The metric is "euclidean" unless a metric.txt
+    or stats.json (its "metric" key) in the folder names another; metric.txt comes first.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder.
+
+    Returns
+    -------
+    Dataset
+        Named after the folder; queries of shape (0, d) without queries.npy, ground truth as
+        stored or None without its files.
+
+    Raises
+    ------
+    FileNotFoundError
+        `path` is not a folder, or it holds no base.npy.
+    DatasetError
+        A file is malformed or not 2-D, the queries and base differ in dimensions, gt_ids.npy
+        has another number of rows than the queries, or the metric named is unknown.
+
+    See Also
+    --------
+    load_folder : Also takes folders of other formats.
+
+    Examples
+    --------
+    >>> import os
+    >>> import numpy as np
+    >>> from chassis.datasets import clustered, ground_truth, load_npy_folder
+    >>> base, queries = clustered(1_000, 16, 10)
+    >>> ids, dist = ground_truth(base, queries, k=10)
+    >>> os.makedirs("demo", exist_ok=True)  # doctest: +SKIP
+    >>> np.save("demo/base.npy", base)  # doctest: +SKIP
+    >>> np.save("demo/queries.npy", queries)  # doctest: +SKIP
+    >>> np.save("demo/gt_ids.npy", ids)  # doctest: +SKIP
+    >>> np.save("demo/gt_dist.npy", dist)  # doctest: +SKIP
+    >>> load_npy_folder("demo")  # doctest: +SKIP
+    Dataset('demo', base=(1000, 16), queries=(10, 16), ground truth top-10, metric='euclidean')
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -550,11 +1152,56 @@ _ROLES = {
 
 
 def load_folder(path: _PathLike) -> Dataset:
-    """A folder as a `Dataset`: base.npy + queries.npy (see `load_npy_folder`), or files of any
-    single-array format whose names say their role: `*base*` (or `*train*`), `*query*` (or
-    `*test*`) and optionally `*groundtruth*` (or `*gt*`, `*neighbors*`), such as texmex's
-    sift_base.fvecs, sift_query.fvecs and sift_groundtruth.ivecs. Files named `*learn*` are
-    ignored."""
+    """Load a folder as a `Dataset`, finding each file's role from its name.
+
+    A folder with base.npy is read by `load_npy_folder`. Otherwise its files of any
+    single-array format say their role by name: `*base*` (or `*train*`) for the base,
+    `*query*` (or `*queries*`, `*test*`) for the queries and optionally `*groundtruth*` (or
+    `*ground_truth*`, `*gt*`, `*neighbors*`, `*truth*`) for the ground truth, such as texmex's
+    sift_base.fvecs, sift_query.fvecs and sift_groundtruth.ivecs. A word of three letters or
+    fewer must be a whole part of the name between "_", "-" or "."; a longer one may appear
+    anywhere. Roles are given in the order ground truth, queries, base, so that
+    sift_query_groundtruth.ivecs is ground truth; a name holding "dist" is never ground truth,
+    and files named `*learn*` are ignored. A big-ann ground-truth `.ibin` gives distances as
+    well as ids. The metric is read as `load_npy_folder` reads it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder.
+
+    Returns
+    -------
+    Dataset
+        Named after the folder; queries of shape (0, d) when no file is named for them, no
+        ground truth when no file is named for it.
+
+    Raises
+    ------
+    FileNotFoundError
+        `path` is not a folder.
+    DatasetError
+        No file is named for the base, several are named for one role, a file is malformed,
+        or the files' shapes do not match.
+
+    See Also
+    --------
+    load_npy_folder : The base.npy layout.
+    load : Takes a folder, an HDF5 file or a single-array file.
+
+    Examples
+    --------
+    >>> import os
+    >>> from chassis.datasets import clustered, ground_truth, load_folder, write
+    >>> base, queries = clustered(1_000, 16, 10)
+    >>> ids, _ = ground_truth(base, queries, k=10)
+    >>> os.makedirs("tiny", exist_ok=True)  # doctest: +SKIP
+    >>> write("tiny/tiny_base.fvecs", base)  # doctest: +SKIP
+    >>> write("tiny/tiny_query.fvecs", queries)  # doctest: +SKIP
+    >>> write("tiny/tiny_groundtruth.ivecs", ids)  # doctest: +SKIP
+    >>> load_folder("tiny")  # doctest: +SKIP
+    Dataset('tiny', base=(1000, 16), queries=(10, 16), ground truth top-10, metric='euclidean')
+    """
     folder = Path(path)
     if (folder / "base.npy").exists():
         return load_npy_folder(folder)
@@ -646,9 +1293,43 @@ def _h5_array(p: Path, ds: Any, mmap: bool) -> np.ndarray:
 
 
 def read_hdf5(path: _PathLike, *, mmap: bool = True) -> Dataset:
-    """An ann-benchmarks HDF5 file: `train` (base), `test` (queries), `neighbors` and
-    `distances` (ground truth, optional), attribute `distance` ("euclidean", "angular" ->
-    cosine, "dot"/"ip" -> inner_product). Needs h5py."""
+    """Read an ann-benchmarks HDF5 file as a `Dataset`.
+
+    Its data sets are `train` (the base), `test` (the queries), and optionally `neighbors` and
+    `distances` (the ground truth); its attribute `distance` names the metric ("euclidean",
+    "angular" -> cosine, "dot" or "ip" -> inner_product; euclidean when it is missing). Needs
+    h5py.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (`.hdf5` or `.h5`).
+    mmap : bool, default: True
+        Memory-map the data sets stored contiguous and unfiltered in native byte order (as
+        ann-benchmarks writes them); the others, and all with ``mmap=False``, are read into
+        memory.
+
+    Returns
+    -------
+    Dataset
+        Named after the file's stem; `train` and `test` as float32 (converted in memory when
+        stored otherwise), `neighbors` and `distances` as stored, or None when missing.
+
+    Raises
+    ------
+    ImportError
+        h5py is not installed.
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The file is not HDF5, lacks `train` or `test`, names an unknown distance, or holds
+        arrays whose shapes do not match.
+
+    See Also
+    --------
+    write_hdf5 : The writer.
+    load : Reads `.hdf5` and `.h5` files with this function.
+    """
     h5py = _h5py()
     p = Path(path)
     _size(p)
@@ -695,7 +1376,49 @@ def write_hdf5(
     distances: npt.ArrayLike | None = None,
     metric: str = "euclidean",
 ) -> None:
-    """Write an ann-benchmarks style HDF5 file (contiguous data sets, so `read_hdf5` maps them)."""
+    """Write an ann-benchmarks style HDF5 file.
+
+    The data sets are contiguous, so `read_hdf5` maps them: `train` and `test` as float32,
+    `neighbors` as int32, `distances` as float32. The attribute `distance` is "euclidean",
+    "angular" or "dot" (ann-benchmarks' names); `dimension` and `point_type` are written too.
+    Needs h5py. The file is replaced.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write.
+    train : array_like
+        (n, d) base vectors.
+    test : array_like
+        (q, d) queries.
+    neighbors : array_like or None, default: None
+        (q, k) ids of each query's nearest neighbours, or None to leave them out.
+    distances : array_like or None, default: None
+        (q, k) their distances, or None to leave them out.
+    metric : str, default: "euclidean"
+        "euclidean", "cosine" or "inner_product", or an alias ("l2", "cos", "angular", "ip",
+        "dot").
+
+    Raises
+    ------
+    ImportError
+        h5py is not installed.
+    ValueError
+        `metric` is not a known metric.
+
+    See Also
+    --------
+    read_hdf5 : The reader.
+
+    Examples
+    --------
+    >>> from chassis.datasets import clustered, ground_truth, read_hdf5, write_hdf5
+    >>> base, queries = clustered(1_000, 16, 10)
+    >>> ids, dist = ground_truth(base, queries, k=10)
+    >>> write_hdf5("demo.hdf5", base, queries, ids, dist)  # doctest: +SKIP
+    >>> read_hdf5("demo.hdf5")  # doctest: +SKIP
+    Dataset('demo', base=(1000, 16), queries=(10, 16), ground truth top-10, metric='euclidean')
+    """
     h5py = _h5py()
     canon = _canonical_metric(metric)
     if canon is None:
@@ -738,8 +1461,42 @@ _WRITERS: dict[str, Callable[[_PathLike, npt.ArrayLike], None]] = {
 
 
 def read(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
-    """The array of a single-array file, by extension (.fvecs .ivecs .bvecs .fbin .ibin
-    .u8bin .i8bin .npy), in its stored type; a read-only memory map unless `mmap=False`."""
+    """Read the array of a single-array file, in its stored type, choosing the format by extension.
+
+    The extensions are .fvecs .ivecs .bvecs .fbin .ibin .u8bin .i8bin .npy (in any case).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file.
+    mmap : bool, default: True
+        Return a read-only memory map rather than read the file into memory (a writable array).
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) for the texmex and big-ann formats; any shape for `.npy`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at `path`.
+    DatasetError
+        The extension is none of the above, or the file is not what its format says.
+
+    See Also
+    --------
+    write : The writer.
+    load : Read a file, a folder or an HDF5 file as a `Dataset`.
+
+    Examples
+    --------
+    >>> from chassis.datasets import read, write
+    >>> write("example.u8bin", [[1, 2, 3], [4, 5, 6]])  # doctest: +SKIP
+    >>> read("example.u8bin")  # doctest: +SKIP
+    memmap([[1, 2, 3],
+            [4, 5, 6]], dtype=uint8)
+    """
     p = Path(path)
     reader = _READERS.get(p.suffix.lower())
     if reader is None:
@@ -748,7 +1505,39 @@ def read(path: _PathLike, *, mmap: bool = True) -> np.ndarray:
 
 
 def write(path: _PathLike, array: npt.ArrayLike) -> None:
-    """Write a 2-D array in the format its extension names (values converted when they fit)."""
+    """Write a 2-D array in the format its extension names.
+
+    The extensions are those `read` knows. Values are converted to the format's type when they
+    fit: integer formats refuse floats and values out of range, float formats take any numeric
+    values (rounded to float32); `.npy` stores the array as it is.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to write (replaced).
+    array : array_like
+        (n, d) values (any shape for `.npy`).
+
+    Raises
+    ------
+    DatasetError
+        The extension is not one `read` knows, `array` is not 2-D, or its values do not fit
+        the format's type.
+
+    See Also
+    --------
+    read : The reader.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import read, write
+    >>> write("example.ibin", np.arange(6).reshape(3, 2))  # doctest: +SKIP
+    >>> read("example.ibin", mmap=False)  # doctest: +SKIP
+    array([[0, 1],
+           [2, 3],
+           [4, 5]], dtype=int32)
+    """
     p = Path(path)
     writer = _WRITERS.get(p.suffix.lower())
     if writer is None:
@@ -757,12 +1546,39 @@ def write(path: _PathLike, array: npt.ArrayLike) -> None:
 
 
 def load(path: _PathLike) -> Dataset:
-    """A `Dataset` from a folder, an HDF5 file or a single-array file.
+    """Load a `Dataset` from a folder, an HDF5 file or a single-array file.
 
-    A folder: see `load_folder`. `.hdf5` / `.h5`: see `read_hdf5`. A single array file
-    (.fvecs, .bvecs, .fbin, .u8bin, .npy, ...): its rows are the base, with no queries
-    and no ground truth (split queries off or read them from another file yourself). Bases
-    stored as float32 stay memory-mapped; other types are converted to float32 in memory.
+    A folder: see `load_folder`. `.hdf5` / `.h5`: see `read_hdf5`. A single-array file
+    (.fvecs, .bvecs, .fbin, .u8bin, .npy, ...): its rows are the base, with no queries and no
+    ground truth (split queries off or read them from another file yourself). Bases stored as
+    float32 stay memory-mapped; other types are converted to float32 in memory.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder or file.
+
+    Returns
+    -------
+    Dataset
+        The data set, named after the folder or the file's stem.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at `path`.
+    DatasetError
+        The extension is not known, or a file is not what its format says.
+    ImportError
+        An HDF5 file, and h5py is not installed.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import load, write
+    >>> write("vectors.fbin", np.random.rand(100, 8))  # doctest: +SKIP
+    >>> load("vectors.fbin")  # doctest: +SKIP
+    Dataset('vectors', base=(100, 8), queries=(0, 8), ground truth none, metric='euclidean')
     """
     p = Path(path)
     if p.is_dir():
@@ -784,13 +1600,50 @@ def clustered(
     seed: int = 0,
     spread: float = 0.35,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-    """`n` base vectors and `n_queries` queries from one Gaussian mixture, as float32.
+    """Generate `n` base vectors and `n_queries` queries from one Gaussian mixture, as float32.
 
-    Cluster centres are standard normal; each cluster has its own width, between
-    0.5x and 1.5x `spread` times the typical distance between centres, and its
-    own share of the points, so the data has dense and sparse regions as
-    embeddings do. Queries are fresh draws from the same mixture. Same
-    arguments, same arrays.
+    Cluster centres are standard normal; each cluster has its own width, between 0.5x and 1.5x
+    `spread` times the typical distance between centres, and its own share of the points, so
+    the data has dense and sparse regions as embeddings do. Queries are fresh draws from the
+    same mixture. Same arguments, same arrays.
+
+    Parameters
+    ----------
+    n : int
+        Base vectors, at least 1.
+    dims : int
+        Dimensions, at least 1.
+    n_queries : int
+        Queries, 0 or more.
+    clusters : int, default: 64
+        Clusters in the mixture, at least 1.
+    seed : int, default: 0
+        Seed of the random generator.
+    spread : float, default: 0.35
+        Cluster width relative to the typical distance between centres (on average; each
+        cluster's is 0.5x to 1.5x this).
+
+    Returns
+    -------
+    base : numpy.ndarray
+        (n, dims) float32.
+    queries : numpy.ndarray
+        (n_queries, dims) float32.
+
+    Raises
+    ------
+    ValueError
+        `n`, `dims` or `clusters` is below 1, or `n_queries` below 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import clustered
+    >>> base, queries = clustered(1_000, 32, 10, seed=1)
+    >>> base.shape, queries.shape, base.dtype
+    ((1000, 32), (10, 32), dtype('float32'))
+    >>> np.array_equal(clustered(1_000, 32, 10, seed=1)[0], base)
+    True
     """
     if n < 1 or dims < 1 or n_queries < 0 or clusters < 1:
         raise ValueError("n, dims and clusters must be positive and n_queries non-negative")
@@ -844,19 +1697,62 @@ def ground_truth(
     *,
     progress: bool = False,
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """Exact k nearest neighbours of each query by brute force, ids int64 and distances float32.
+    """Find the exact k nearest neighbours of each query by brute force.
 
-    Distances: "euclidean" the L2 distance (not squared), "cosine" 1 - cos,
-    "inner_product" minus the dot product. Nearest first, ties to the lower id.
-    Rows where the base has fewer than k vectors are padded with id -1, distance inf.
+    Distances: "euclidean" the L2 distance (not squared), "cosine" 1 - cos, "inner_product"
+    minus the dot product. Nearest first, ties to the lower id. Where the base has fewer than
+    k vectors, rows are padded with id -1 and distance inf.
 
-    Work is blocked: `block` base rows against up to 1,024 queries at a time, so
-    memory stays near 4 * 1024 * block bytes whatever the sizes, and a memory-mapped base
-    (of any numeric type: it is converted block by block) is read once per 1,024 queries.
-    Candidates are found with float32 matrix products (BLAS), then their distances are
-    recomputed directly in float64, which removes the rounding of the
-    |q|^2 - 2 q.b + |b|^2 form from the final order. `progress=True` shows a tqdm bar
-    when tqdm is installed.
+    Work is blocked: `block` base rows against up to 1,024 queries at a time, so memory stays
+    near 4 * 1024 * `block` bytes whatever the sizes, and a memory-mapped base (of any numeric
+    type: it is converted block by block) is read once per 1,024 queries. Candidates are found
+    with float32 matrix products (BLAS), then their distances are recomputed directly in
+    float64, which removes the rounding of the |q|^2 - 2 q.b + |b|^2 form from the final
+    order.
+
+    Parameters
+    ----------
+    base : array_like
+        (n, d) base vectors of any numeric type; row i has id i. A memory map is read in
+        blocks.
+    queries : array_like
+        (q, d) queries.
+    k : int
+        Neighbours per query, at least 1.
+    metric : {"euclidean", "cosine", "inner_product"}, default: "euclidean"
+        The distance (exactly one of these names; no aliases).
+    block : int, default: 16384
+        Base rows per block, at least 1.
+    progress : bool, default: False
+        Show a tqdm progress bar when tqdm is installed.
+
+    Returns
+    -------
+    ids : numpy.ndarray
+        (q, k) int64 ids, nearest first.
+    distances : numpy.ndarray
+        (q, k) float32 distances.
+
+    Raises
+    ------
+    ValueError
+        `metric` is not one of the three names, `k` or `block` is below 1, or `base` and
+        `queries` are not two (n, d) matrices of the same d.
+
+    See Also
+    --------
+    recall_at_k : Score a search against these ids.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import ground_truth
+    >>> base = np.array([[0, 0], [3, 4], [1, 0]], dtype=np.float32)
+    >>> ids, dist = ground_truth(base, np.array([[0, 0]]), k=4)
+    >>> ids
+    array([[ 0,  2,  1, -1]])
+    >>> dist
+    array([[ 0.,  1.,  5., inf]], dtype=float32)
     """
     if metric not in _METRICS:
         raise ValueError(f"metric is {metric!r}, expected one of {_METRICS}")
@@ -948,10 +1844,53 @@ def _exact_distances(
 
 # ====================================================================== recall
 def recall_at_k(found_ids: npt.ArrayLike, truth_ids: npt.ArrayLike, k: int) -> float:
-    """Mean over queries of the fraction of the true k nearest found in the first k results.
+    """Compute the mean over queries of the fraction of the true k nearest found in the first k.
 
-    Each true id counts once, however often it is returned. Padding ids
-    (2**64 - 1 from search_batch, -1 from ground_truth) never match.
+    Each true id counts once, however often it is returned. Padding ids (2**64 - 1 from
+    `VectorIndex.search_batch`, -1 from `ground_truth`) never match. Each row counts out of
+    k, so where the ground truth itself is padded (a base of fewer than k vectors) recall
+    stays below 1.
+
+    Parameters
+    ----------
+    found_ids : array_like
+        (q, m) ids a search returned, nearest first; the first k columns count.
+    truth_ids : array_like
+        (q, K) true ids, nearest first, K at least k; the first k columns count.
+    k : int
+        At least 1.
+
+    Returns
+    -------
+    float
+        Recall from 0 to 1; 0.0 when there are no queries.
+
+    Raises
+    ------
+    ValueError
+        `k` is below 1, the ids are not 2-D, their row counts differ, or `truth_ids` has
+        fewer than k columns.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chassis.datasets import recall_at_k
+    >>> truth = np.array([[0, 1, 2], [3, 4, 5]])
+    >>> found = np.array([[0, 2, 9], [5, 4, 3]])
+    >>> recall_at_k(found, truth, k=3)
+    0.8333333333333334
+
+    With an index (in memory here):
+
+    >>> import chassis
+    >>> from chassis.datasets import clustered, ground_truth
+    >>> base, queries = clustered(2_000, 16, 20)
+    >>> truth, _ = ground_truth(base, queries, k=10)
+    >>> index = chassis.VectorIndex(None, 16)
+    >>> ids = index.add_batch(base)
+    >>> found, _ = index.search_batch(queries, k=10)
+    >>> recall_at_k(found, truth, k=10) > 0.9
+    True
     """
     if k < 1:
         raise ValueError(f"k is {k}, must be at least 1")
