@@ -19,6 +19,8 @@ import doctest
 import importlib
 import importlib.util
 import inspect
+import re
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,16 @@ def _public_objects() -> list[tuple[str, Any]]:
                     owner = next((c for c in obj.__mro__ if member in vars(c)), None)
                     if owner is None or owner.__module__.split(".")[0] != "chassis":
                         continue
+                    # Methods and properties; a dataclass field's class attribute is only its
+                    # default (fields are checked in the class docstring, below).
+                    static = vars(owner)[member]
+                    if not (
+                        inspect.isroutine(static)
+                        or isinstance(static, (property, staticmethod, classmethod))
+                        or inspect.isgetsetdescriptor(static)
+                        or inspect.ismethoddescriptor(static)
+                    ):
+                        continue
                     found[f"{module_name}.{name}.{member}"] = getattr(obj, member)
     return sorted(found.items())
 
@@ -105,7 +117,7 @@ def _returns_something(name: str) -> bool:
     except (TypeError, ValueError):
         annotation = inspect.Signature.empty
     if annotation is not inspect.Signature.empty:
-        return annotation not in (None, "None")
+        return annotation not in (None, "None", "NoReturn")
     owner = dict(PUBLIC).get(owner_name)
     stub_class = "<module>"
     if inspect.isclass(owner):
@@ -162,6 +174,23 @@ def test_docstring_style(name: str) -> None:
     ):
         errors.append("RT01 (no Returns section) for a callable that returns a value")
     assert not errors, f"{name}:\n  " + "\n  ".join(errors)
+
+
+def test_dataclass_fields_are_documented() -> None:
+    """A dataclass's fields have no docstrings of their own: each must have an entry
+    (``name : type``) in its class docstring's Parameters or Attributes section."""
+    dataclasses_found = [
+        (name, obj) for name, obj in PUBLIC if inspect.isclass(obj) and is_dataclass(obj)
+    ]
+    assert any(name == "chassis.IndexOptions" for name, _ in dataclasses_found)
+    for name, cls in dataclasses_found:
+        doc = inspect.getdoc(cls) or ""
+        missing = [
+            f.name
+            for f in fields(cls)
+            if not f.name.startswith("_") and not re.search(rf"^{f.name} :", doc, re.MULTILINE)
+        ]
+        assert not missing, f"{name}: fields without an entry in the docstring: {missing}"
 
 
 def _stub_parameters(fn: ast.FunctionDef) -> list[tuple[str, str, Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 from chassis._chassis import VectorIndex
 
@@ -62,7 +62,7 @@ class IndexReader(VectorIndex):
         return super().__new__(cls, path, None, options, True)
 
     @staticmethod
-    def load(*args: Any, **kwargs: Any) -> VectorIndex:  # type: ignore[override]
+    def load(*args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
         """Not available on readers: always raises `TypeError`.
 
         ``VectorIndex.load(path)`` copies an index into memory (a writer of its own);
