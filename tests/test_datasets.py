@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import mmap
 import struct
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,30 @@ def test_writers_refuse_values_that_do_not_fit(tmp_path):
         D.write_fvecs(tmp_path / "x.fvecs", np.zeros(3, np.float32))
     with pytest.raises(DatasetError, match="unknown extension"):
         D.write(tmp_path / "x.txt", np.zeros((1, 1)))
+    # A float64 value beyond float32 would become infinity: refused, with its position.
+    big = np.ones((3, 4))
+    big[2, 1] = 1e39
+    for name in ("x.fvecs", "x.fbin"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(DatasetError, match=r"1 values lie beyond .* at \(2, 1\)"):
+                D.write(tmp_path / name, big)
+        assert not (tmp_path / name).exists() or (tmp_path / name).stat().st_size == 0
+    # Rows of 0 dimensions: the reader would refuse the file the writer made.
+    with pytest.raises(DatasetError, match="0 dimensions"):
+        D.write_fbin(tmp_path / "z.fbin", np.zeros((3, 0), np.float32))
+
+
+def test_bin_ground_truth_refuses_float_ids_and_keeps_the_padding(tmp_path):
+    dist = np.zeros((1, 3), np.float32)
+    with pytest.raises(DatasetError, match="not an integer type"):
+        D.write_bin_ground_truth(tmp_path / "gt.ibin", np.array([[1.7, 2.0, 3.0]]), dist)
+    with pytest.raises(DatasetError, match="do not fit"):
+        D.write_bin_ground_truth(tmp_path / "gt.ibin", np.array([[2**40, 1, 2]], np.uint64), dist)
+    # search_batch's padding id is the format's -1 (the oracle: read_bin_ground_truth).
+    padded = np.array([[5, 2**64 - 1, 2**64 - 1]], dtype=np.uint64)
+    D.write_bin_ground_truth(tmp_path / "gt.ibin", padded, dist)
+    np.testing.assert_array_equal(D.read_bin_ground_truth(tmp_path / "gt.ibin")[0], [[5, -1, -1]])
 
 
 def test_bin_ground_truth_round_trip(tmp_path):

@@ -213,6 +213,18 @@ def _cast_for(arr: np.ndarray, dtype: np.dtype, path: Path) -> np.ndarray:
     if dtype.kind == "f":
         if arr.dtype.kind not in "fiub":
             raise DatasetError(path, f"cannot write {arr.dtype} values as {dtype}")
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize and arr.size:
+            # Rounding is what a narrower float means; turning a finite value into infinity
+            # is not: refuse it, as the index refuses such input.
+            top = float(np.finfo(dtype).max)
+            beyond = np.isfinite(arr) & (np.abs(arr) > top)
+            if beyond.any():
+                where = tuple(int(i) for i in np.argwhere(beyond)[0])
+                raise DatasetError(
+                    path,
+                    f"{int(beyond.sum())} values lie beyond the {dtype} range of +-{top:.7g}, "
+                    f"the first {float(arr[where])!r} at {where}",
+                )
         return arr.astype(dtype)
     if arr.dtype.kind not in "iub":
         raise DatasetError(path, f"cannot write {arr.dtype} values as integer type {dtype}")
@@ -330,7 +342,8 @@ def write_vecs(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> N
     """Write an (n, d) array as texmex rows: per row an int32 d, then d values of `dtype`.
 
     Values are converted to `dtype`: to an integer type only when every value fits (floats are
-    refused), to a float type from any numeric type (rounded to its precision). The file is
+    refused), to a float type from any numeric type (rounded to its precision; a finite value
+    beyond its range is refused rather than made infinite). The file is
     replaced.
 
     Parameters
@@ -614,7 +627,8 @@ def write_bin(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> No
     """Write an (n, d) array as a big-ann file: uint32 n, uint32 d, then the values as `dtype`.
 
     Values are converted to `dtype`: to an integer type only when every value fits (floats are
-    refused), to a float type from any numeric type (rounded to its precision). The file is
+    refused), to a float type from any numeric type (rounded to its precision; a finite value
+    beyond its range is refused rather than made infinite). The file is
     replaced.
 
     Parameters
@@ -643,6 +657,8 @@ def write_bin(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> No
     n, d = arr.shape
     if n >= 2**31 or d >= 2**31:
         raise DatasetError(p, f"shape {arr.shape} does not fit the uint32 header")
+    if d == 0 and n > 0:
+        raise DatasetError(p, "cannot write rows of 0 dimensions (read_bin would refuse them)")
     data = np.ascontiguousarray(_cast_for(arr, np.dtype(dtype), p))
     with open(p, "wb") as f:
         np.array([n, d], dtype="<u4").tofile(f)
@@ -927,9 +943,19 @@ def write_bin_ground_truth(path: _PathLike, ids: npt.ArrayLike, distances: npt.A
     if ids_arr.shape != dist_arr.shape:
         raise DatasetError(p, f"ids {ids_arr.shape} and distances {dist_arr.shape} differ in shape")
     n, k = ids_arr.shape
+    if ids_arr.dtype.kind not in "iu":
+        raise DatasetError(p, f"ids have dtype {ids_arr.dtype}, not an integer type")
+    if ids_arr.dtype == np.uint64:
+        # search_batch's padding id (2**64 - 1) is the format's -1; any other id must fit.
+        padding = ids_arr == np.uint64(2**64 - 1)
+        ids64 = _cast_for(np.where(padding, np.uint64(0), ids_arr), np.dtype(np.int32), p)
+        ids64 = ids64.astype(np.int64)
+        ids64[padding] = -1
+    else:
+        ids64 = ids_arr.astype(np.int64)
     with open(p, "wb") as f:
         np.array([n, k], dtype="<u4").tofile(f)
-        np.ascontiguousarray(_cast_for(ids_arr.astype(np.int64), np.dtype("<i4"), p)).tofile(f)
+        np.ascontiguousarray(_cast_for(ids64, np.dtype("<i4"), p)).tofile(f)
         np.ascontiguousarray(dist_arr, dtype="<f4").tofile(f)
 
 
@@ -1509,7 +1535,8 @@ def write(path: _PathLike, array: npt.ArrayLike) -> None:
 
     The extensions are those `read` knows. Values are converted to the format's type when they
     fit: integer formats refuse floats and values out of range, float formats take any numeric
-    values (rounded to float32); `.npy` stores the array as it is.
+    values (rounded to float32; a finite value beyond its range is refused); `.npy` stores
+    the array as it is.
 
     Parameters
     ----------
