@@ -245,3 +245,187 @@ def test_qps_at_targets_and_ratios_share_one_shape():
         _bench.qps_cell(ours, "batch", "0.9") == "800"
         and _bench.qps_cell(ours, "loop", "0.9") == "-"
     )
+
+
+# ------------------------------------------------------------------ first contact
+def _npy_folder(folder, n: int, q: int, dims: int = 8, *, truth: bool = True, seed: int = 4):
+    """A folder data set of n base vectors and q queries, with exact top-20 ground truth."""
+    base, queries = D.clustered(n, dims, q, seed=seed)
+    folder.mkdir()
+    D.write_npy(folder / "base.npy", base)
+    D.write_npy(folder / "queries.npy", queries)
+    if truth:
+        D.write_npy(folder / "gt_ids.npy", D.ground_truth(base, queries, 20)[0])
+    return folder
+
+
+def test_quick_data_takes_a_sample_and_says_so(tmp_path, capsys):
+    """Oracle: the sizes of the files written; the recall says the ground truth fits the
+    sample (a ground truth of the whole base, kept by mistake, would give a recall near 0)."""
+    folder = _npy_folder(tmp_path / "big", 12_500, 300)
+    out = tmp_path / "q.json"
+    rc = cli.main(["bench", "--data", str(folder), "--quick", "--ef", "10,80", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert (
+        "quick: a random sample of 10,000 of 12,500 vectors and the first 200 of 300 queries"
+        in printed
+    ), printed
+    assert "big: 10,000 x 8, 200 queries" in printed
+    assert "ground truth: exact top-10" in printed
+    everything = json.loads(out.read_text())
+    data = everything["data"]
+    assert (data["n"], data["queries"]) == (10_000, 200)
+    assert data["sampled_from"] == {"n": 12_500, "queries": 300}
+    assert data["ground_truth"] == "computed"
+    _check_sweep(everything["engines"]["chassis"]["sweep"]["batch"], min_last_recall=0.95)
+
+
+def test_quick_data_keeps_the_given_truth_when_only_queries_are_cut(tmp_path, capsys):
+    """The base is small enough: only the queries are cut, and their ground truth rows, sliced,
+    stay exact (oracle: the recall against the file's ground truth)."""
+    folder = _npy_folder(tmp_path / "small", 2_000, 260)
+    out = tmp_path / "s.json"
+    rc = cli.main(["bench", "--data", str(folder), "--quick", "--ef", "10,80", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "quick: the first 200 of 260 queries" in printed, printed
+    assert "random sample" not in printed and "ground truth: exact" not in printed
+    everything = json.loads(out.read_text())
+    assert everything["data"]["ground_truth"] == "given"
+    assert (everything["data"]["n"], everything["data"]["queries"]) == (2_000, 200)
+    _check_sweep(everything["engines"]["chassis"]["sweep"]["batch"], min_last_recall=0.95)
+
+
+def test_quick_data_within_the_caps_is_used_whole(tmp_path, capsys):
+    folder = _npy_folder(tmp_path / "tiny", 1_500, 40)
+    rc = cli.main(["bench", "--data", str(folder), "--quick", "--ef", "10,40"])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    assert "quick:" not in printed and "tiny: 1,500 x 8, 40 queries" in printed
+
+
+def _summary_block(printed: str) -> str:
+    return printed[printed.index("\nsummary") :]
+
+
+def test_footnotes_only_when_a_cell_needs_them(tmp_path, capsys):
+    """Uniform random data (hard for a graph) with a small M: ef=10 stays far below 0.9 and
+    ef=3,000 on 3,000 vectors searches all of them. Oracle: the "how" of each QPS figure in the
+    JSON; no lower bound and nothing unreached, so no footnote."""
+    path = tmp_path / "uniform.npy"
+    D.write_npy(path, np.random.default_rng(1).random((3_050, 32), dtype=np.float32))
+    out = tmp_path / "f.json"
+    common = ["bench", "--data", str(path), "--queries", "50", "--quick", "--m", "6"]
+    rc = cli.main([*common, "--ef-construction", "40", "--ef", "10,3000", "--json", str(out)])
+    printed = _summary_block(capsys.readouterr().out)
+    assert rc == 0
+    hows = [
+        c["how"]
+        for c in json.loads(out.read_text())["engines"]["chassis"]["qps_at"]["batch"].values()
+    ]
+    assert hows == ["interpolated"] * 3, f"the data no longer gives a clean sweep: {hows}"
+    assert "(*" not in printed and "(-" not in printed and "lower bound" not in printed, printed
+
+    # the same data, a sweep too short: only the "not reached" part of the footnote
+    rc = cli.main([*common, "--ef-construction", "40", "--ef", "10,20", "--json", str(out)])
+    printed = _summary_block(capsys.readouterr().out)
+    hows = {
+        c["how"]
+        for c in json.loads(out.read_text())["engines"]["chassis"]["qps_at"]["batch"].values()
+    }
+    assert rc == 0 and "not-reached" in hows and "at-first-point" not in hows, hows
+    assert "(- not reached by the largest ef" in printed and "lower bound" not in printed, printed
+
+
+def test_footnote_for_a_lower_bound_alone(tmp_path, capsys):
+    """Easy clustered data: ef=10 already reaches 0.9 (a lower bound, *) and ef=160 reaches
+    0.99, so only the * part is printed (oracle: the JSON's "how")."""
+    out = tmp_path / "l.json"
+    rc = cli.main(
+        ["bench", "--quick", "--n", "1500", "--queries", "50", "--ef", "10,160", "--json", str(out)]
+    )
+    printed = _summary_block(capsys.readouterr().out)
+    assert rc == 0
+    hows = {
+        c["how"]
+        for c in json.loads(out.read_text())["engines"]["chassis"]["qps_at"]["batch"].values()
+    }
+    assert "at-first-point" in hows and "not-reached" not in hows, hows
+    assert "(* the smallest ef already reached this recall" in printed, printed
+    assert "not reached" not in printed
+
+
+def test_usage_names_the_command_as_invoked(tmp_path):
+    """`python -m chassis` and a `chassis` script (as pip writes it: a file named chassis that
+    calls main) each print their own name in the usage line."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "chassis", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: python -m chassis bench"), proc.stdout[:200]
+
+    script = tmp_path / "chassis"
+    script.write_text("import sys\nfrom chassis.__main__ import main\nsys.exit(main())\n")
+    proc = subprocess.run(
+        [sys.executable, str(script), "bench", "--k", "many"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: chassis bench"), proc.stderr[:200]
+    assert "chassis bench: error: argument --k: invalid int value: 'many'" in proc.stderr
+
+
+def test_cpu_line_is_in_words(capsys):
+    """Oracle: chassis.cpu_info(), whose kernel and prefetch depth the line must say in words
+    (not as key=value pairs)."""
+    import chassis
+    from chassis import bench
+
+    info = chassis.cpu_info()
+    rc = cli.main(["bench", "--quick", "--n", "600", "--queries", "20", "--ef", "10"])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    line = next(x for x in printed.splitlines() if x.startswith("cpu: "))
+    assert "=" not in line and "kernels_available" not in line, line
+    words = {"avx512": "AVX-512", "avx2": "AVX2", "neon": "NEON", "scalar": "without SIMD"}
+    assert words[info["kernel"]] in line, line
+    assert f"prefetch {info['prefetch_lines']} cache lines" in line, line
+    assert line == "cpu: " + bench._cpu_text(info)
+
+
+def test_cpu_words_for_other_machines():
+    from chassis import bench
+
+    forced = bench._cpu_text(
+        {
+            "arch": "x86_64",
+            "vendor": "AuthenticAMD",
+            "kernel": "avx2",
+            "kernels_available": ["avx512", "avx2", "scalar"],
+            "prefetch_policy": "zen4",
+            "prefetch_lines": 32,
+            "prefetch_cache": "L2",
+        }
+    )
+    assert forced == (
+        "AMD x86-64; distances computed with AVX2 instructions (chosen by CHASSIS_KERNEL; the "
+        "CPU has AVX-512); searches prefetch 32 cache lines (2,048 bytes) of each neighbour's "
+        "vector into the L2 cache (tuned for AMD Zen 4)"
+    )
+    plain = bench._cpu_text(
+        {
+            "arch": "aarch64",
+            "vendor": "unknown",
+            "kernel": "scalar",
+            "kernels_available": ["scalar"],
+        }
+    )
+    assert plain == "unknown ARM64; distances computed without SIMD instructions"

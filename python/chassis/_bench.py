@@ -737,61 +737,74 @@ def measure_sweep(
     return sweep
 
 
+def draw_sweeps(
+    ax: Any,
+    sweeps: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]],
+    *,
+    k: int,
+    title: str = "",
+    targets: Sequence[float] = TARGETS,
+) -> Any:
+    """Draw recall@k (x) against QPS (y, log scale) from {engine: {mode: sweep points}} on a
+    matplotlib Axes: one colour per engine, solid for "batch", dashed for "loop"; the first
+    point of each line is labelled with its ef, the recall targets are dotted lines. Returns
+    `ax`."""
+    import matplotlib
+
+    colours = matplotlib.rcParams["axes.prop_cycle"].by_key().get("color", [None])
+    for i, (engine, modes) in enumerate(sweeps.items()):
+        for mode, points in modes.items():
+            xs = [p["recall"] for p in points]
+            ys = [p["qps"] for p in points]
+            ax.plot(
+                xs,
+                ys,
+                marker="o",
+                markersize=3,
+                color=colours[i % len(colours)],
+                linestyle="-" if mode == "batch" else "--",
+                label=engine if mode == "batch" else f"{engine} ({mode})",
+            )
+            if points:
+                ax.annotate(
+                    f"ef={points[0]['ef']}",
+                    (xs[0], ys[0]),
+                    fontsize=6,
+                    textcoords="offset points",
+                    xytext=(3, 3),
+                )
+    for t in targets:
+        ax.axvline(t, color="grey", linewidth=0.5, linestyle=":")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"recall@{k}")
+    ax.set_ylabel("queries per second (1 thread)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
+    ax.legend(fontsize=8)
+    return ax
+
+
 def plot_sweeps(
-    sweeps: dict[str, dict[str, list[dict[str, float]]]],
+    sweeps: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]],
     path: str | os.PathLike[str],
     *,
     k: int,
     title: str = "",
     targets: Sequence[float] = TARGETS,
 ) -> None:
-    """Recall@k (x) against QPS (y, log scale) from {engine: {mode: sweep points}}: one colour
-    per engine, solid for "batch", dashed for "loop"; the first point of each line is
-    labelled with its ef. Saved to `path` (PNG, SVG, PDF by extension).
+    """`draw_sweeps` on a figure of its own, saved to `path` (PNG, SVG, PDF by extension).
 
+    The figure is made without pyplot, so the caller's matplotlib backend is left as it is.
     Needs matplotlib (raises ImportError with an install hint otherwise)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(
-            "plotting needs matplotlib: pip install matplotlib (or chassis-index[plot])"
+            'plotting needs matplotlib: pip install matplotlib (or "chassis-index[plot]")'
         ) from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    try:
-        colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", [None])
-        for i, (engine, modes) in enumerate(sweeps.items()):
-            for mode, points in modes.items():
-                xs = [p["recall"] for p in points]
-                ys = [p["qps"] for p in points]
-                ax.plot(
-                    xs,
-                    ys,
-                    marker="o",
-                    markersize=3,
-                    color=colours[i % len(colours)],
-                    linestyle="-" if mode == "batch" else "--",
-                    label=engine if mode == "batch" else f"{engine} ({mode})",
-                )
-                if points:
-                    ax.annotate(
-                        f"ef={points[0]['ef']}",
-                        (xs[0], ys[0]),
-                        fontsize=6,
-                        textcoords="offset points",
-                        xytext=(3, 3),
-                    )
-        for t in targets:
-            ax.axvline(t, color="grey", linewidth=0.5, linestyle=":")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"recall@{k}")
-        ax.set_ylabel("queries per second (1 thread)")
-        ax.set_title(title, fontsize=9)
-        ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-    finally:
-        plt.close(fig)
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
+    draw_sweeps(ax, sweeps, k=k, title=title, targets=targets)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1708,11 +1708,16 @@ def _normalized(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 def _progress_bar(enabled: bool, total: int, desc: str) -> Any:
     if not enabled:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, unit="vec", unit_scale=True, leave=False)
+    try:  # the bar every progress=True of chassis uses (tqdm's text bar in Jupyter without
+        # ipywidgets, without tqdm.auto's warning there)
+        from chassis._progress import progress_bar
+    except ImportError:  # this file loaded by path, before the extension is built
+        try:
+            from tqdm.std import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=total, desc=desc, unit="vec", unit_scale=True, leave=False)
+    return progress_bar(total, desc=desc, unit="vec", unit_scale=True, leave=False)
 
 
 def ground_truth(

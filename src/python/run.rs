@@ -14,7 +14,8 @@ use std::time::Duration;
 /// matter, and a helper thread would cost more than it.
 const INLINE_BELOW: u64 = 64;
 
-/// A progress bar: tqdm if installed, else a line on stderr.
+/// A progress bar: the one `chassis._progress.progress_bar` picks (tqdm's widget bar in Jupyter
+/// with ipywidgets, tqdm's text bar elsewhere, else a line on stderr).
 struct Progress<'py> {
     bar: Option<Bound<'py, PyAny>>,
     shown: u64,
@@ -30,8 +31,8 @@ impl<'py> Progress<'py> {
             if unit == "B" {
                 let _ = kw.set_item("unit_scale", true);
             }
-            py.import("tqdm.auto")
-                .and_then(|m| m.getattr("tqdm"))
+            py.import("chassis._progress")
+                .and_then(|m| m.getattr("progress_bar"))
                 .and_then(|t| t.call((), Some(&kw)))
                 .or_else(|_| {
                     py.import("chassis._progress")

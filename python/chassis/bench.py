@@ -1,0 +1,1030 @@
+"""The benchmark of `chassis bench` as a function: `run()` returns a `BenchResult`.
+
+Why: a notebook should measure exactly what the terminal measures, and show it as a table
+and a plot. `run()` is the one code path: the command line (`chassis bench`, `python -m
+chassis bench`) calls it and prints the `BenchResult` it returns, and its `--json` is
+`BenchResult.to_json`.
+
+What `run()` does: builds an index of the data in a temporary folder, times the build and
+the flush, opens the file again (writer and read-only), then measures recall@k and
+single-thread queries per second over a sweep of ef. Peers named in `compare` (hnswlib,
+usearch, faiss, chassisdb) are measured the same way in the same run, and QPS is compared at
+equal recall (0.90, 0.95, 0.99, interpolated between sweep points). The measuring itself is
+in `chassis._bench`, shared with `benchmarks/`.
+
+    >>> import chassis.bench
+    >>> result = chassis.bench.run(quick=True)            # doctest: +SKIP
+    >>> result                                            # doctest: +SKIP  (a table in Jupyter)
+    >>> result.plot()                                     # doctest: +SKIP
+
+Nothing here imports matplotlib or a peer library until it is used.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from chassis import _bench, datasets
+
+__all__ = [
+    "BenchResult",
+    "run",
+    "engine_names",
+    "DEFAULT_EF",
+    "QUICK_EF",
+    "PEERS",
+    "TARGETS",
+    "METRICS",
+]
+
+DEFAULT_EF: tuple[int, ...] = (16, 32, 64, 128, 256)
+"""The ef sweep of a full run."""
+QUICK_EF: tuple[int, ...] = (10, 20, 40, 80, 160)
+"""The ef sweep of a quick run."""
+PEERS: tuple[str, ...] = ("hnswlib", "usearch", "faiss", "chassisdb")
+"""The libraries `compare` can name ("all" names every one)."""
+TARGETS: tuple[float, ...] = _bench.TARGETS
+"""The recall levels at which QPS is compared."""
+METRICS: tuple[str, ...] = ("euclidean", "cosine", "inner_product")
+"""The distances `metric` can name."""
+
+QUICK_BASE = 10_000  # a quick run's generated vectors, and its cap on a data set's base
+QUICK_QUERIES = 200  # a quick run's queries, generated or kept of a data set's
+
+PathLike: TypeAlias = str | os.PathLike[str]
+Data: TypeAlias = (
+    PathLike | datasets.Dataset | npt.NDArray[Any] | tuple[npt.ArrayLike, npt.ArrayLike] | None
+)
+
+
+# ------------------------------------------------------------------ options
+def engine_names(compare: str | Iterable[str]) -> list[str]:
+    """The peers `compare` names, checked, in order, without repeats and without "chassis".
+
+    Parameters
+    ----------
+    compare : str or iterable of str
+        Engine names, or one comma-separated string of them; "all" names every peer.
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    ValueError
+        When a name is not a known engine.
+
+    Examples
+    --------
+    >>> engine_names("hnswlib, faiss,hnswlib")
+    ['hnswlib', 'faiss']
+    """
+    parts = compare.split(",") if isinstance(compare, str) else list(compare)
+    names = [part.strip().lower() for part in parts if part.strip()]
+    if names == ["all"]:
+        return list(PEERS)
+    unknown = [n for n in names if n not in _bench.ENGINES]
+    if unknown:
+        raise ValueError(f"unknown engine {', '.join(unknown)}; known: {', '.join(PEERS)} (or all)")
+    return [n for n in dict.fromkeys(names) if n != "chassis"]
+
+
+def _ef_list(ef: Iterable[int] | None, quick: bool) -> list[int]:
+    efs = [int(e) for e in ef] if ef is not None else list(QUICK_EF if quick else DEFAULT_EF)
+    if not efs or min(efs) < 1:
+        raise ValueError(f"ef is {efs}: give one or more positive ints, such as 16, 32, 64")
+    return efs
+
+
+# ------------------------------------------------------------------ data
+@dataclass
+class _Data:
+    label: str
+    base: npt.NDArray[np.float32]
+    queries: npt.NDArray[np.float32]
+    truth: np.ndarray | None
+    metric: str
+    source: str
+    sampled_from: dict[str, int] | None = None  # a quick run's sample: the sizes before it
+    truth_origin: str = "computed"
+    truth_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        self.truth_origin = "given" if self.truth is not None else "computed"
+
+
+def _describe(value: Any) -> Any:
+    """A run() argument as a JSON-friendly value: arrays by shape, paths as strings."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, datasets.Dataset):
+        return f"Dataset {value.name!r}"
+    if isinstance(value, np.ndarray):
+        return f"array {value.shape}"
+    if isinstance(value, tuple):
+        return [_describe(v) for v in value]
+    return str(value)
+
+
+def _matrix(array: npt.ArrayLike, what: str) -> np.ndarray:
+    out = array if isinstance(array, np.ndarray) else np.asarray(array)
+    if out.ndim != 2:
+        raise ValueError(f"{what} has shape {out.shape}, not (count, dimensions)")
+    return out
+
+
+def _load(
+    data: Data,
+    *,
+    queries: int | PathLike | npt.NDArray[Any] | None,
+    truth: PathLike | npt.NDArray[Any] | None,
+    n: int | None,
+    dims: int | None,
+    metric: str | None,
+    seed: int,
+    quick: bool,
+) -> _Data:
+    """The base, queries, ground truth (or None) and metric for the arguments of run()."""
+    count = queries if isinstance(queries, int) and not isinstance(queries, bool) else None
+    if count is not None and count < 1:
+        raise ValueError(f"queries is {count}: give a positive count, a file or an array")
+    if n is not None and n < 1:
+        raise ValueError(f"n is {n}: give a positive count of base vectors")
+    given_queries = None if count is not None or queries is None else queries
+    if metric is not None and metric not in METRICS:
+        raise ValueError(f"metric is {metric!r}; known: {', '.join(METRICS)}")
+
+    if data is None:
+        if given_queries is not None or truth is not None:
+            raise ValueError(
+                "queries from a file or an array, and truth, need a data set: generated data "
+                "makes its own queries"
+            )
+        size = n or (QUICK_BASE if quick else 20_000)
+        q = count or (QUICK_QUERIES if quick else 1_000)
+        base, generated = datasets.clustered(size, dims or 64, q, seed=seed)
+        return _Data(
+            f"clustered (generated, seed {seed})",
+            base,
+            generated,
+            None,
+            metric or "euclidean",
+            "generated",
+        )
+    if dims is not None:
+        raise ValueError("dims is for generated data; a data set has its own dimensions")
+
+    gt: np.ndarray | None = None
+    qs: np.ndarray | None = None
+    found_metric = "euclidean"
+    if isinstance(data, datasets.Dataset):
+        base, qs, gt, found_metric, label = (
+            data.base,
+            data.queries,
+            data.gt_ids,
+            data.metric,
+            data.name,
+        )
+        source = f"Dataset {data.name!r}"
+    elif isinstance(data, tuple):
+        if len(data) != 2:
+            raise ValueError(f"data is a tuple of {len(data)}: give (base, queries)")
+        base, qs = _matrix(data[0], "the base"), _matrix(data[1], "the queries")
+        label = source = "arrays"
+    elif isinstance(data, np.ndarray):
+        base, label, source = _matrix(data, "data"), "array", "array"
+    else:
+        path = Path(data)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or folder")
+        source = str(path)
+        if path.is_dir() or path.suffix.lower() in datasets.HDF5_EXTENSIONS:
+            ds = datasets.load(path)
+            base, qs, gt, found_metric, label = (
+                ds.base,
+                ds.queries,
+                ds.gt_ids,
+                ds.metric,
+                ds.name,
+            )
+        else:
+            base, label = datasets.read(path), path.name
+            if base.ndim != 2:
+                raise ValueError(f"{path} holds an array of shape {base.shape}, not (count, dims)")
+
+    if given_queries is not None:
+        if isinstance(given_queries, str | os.PathLike):
+            qs = datasets.read(given_queries)
+            label += f" + queries {Path(given_queries).name}"
+        else:
+            qs = _matrix(given_queries, "queries")
+            label += " + queries (array)"
+        gt = None
+    elif qs is None or len(qs) == 0:
+        # one file or array (or a folder of base vectors only): its last Q rows are the queries
+        q = count or min(QUICK_QUERIES if quick else 1_000, max(1, len(base) // 10))
+        if q >= len(base):
+            raise ValueError(f"{label} has {len(base)} rows: too few to split off {q} queries")
+        base, qs = base[:-q], base[-q:]
+        gt, count = None, None
+        label += f" (last {q} rows as queries)"
+    if truth is not None:
+        # a big-ann ground-truth .ibin reads as its ids
+        gt = datasets.read(truth) if isinstance(truth, str | os.PathLike) else np.asarray(truth)
+    if metric and metric != found_metric:
+        found_metric, gt = metric, None  # the given ground truth is for another metric
+    if n is not None and n < len(base):
+        base, gt = base[:n], None  # the given ground truth covers the whole base
+    if count is not None and count < len(qs):
+        qs = qs[:count]
+        gt = None if gt is None else gt[:count]
+
+    sampled_from = None
+    if quick and (
+        (n is None and len(base) > QUICK_BASE) or (count is None and len(qs) > QUICK_QUERIES)
+    ):
+        sampled_from = {"n": len(base), "queries": len(qs)}
+        if n is None and len(base) > QUICK_BASE:
+            rows = np.sort(np.random.default_rng(seed).choice(len(base), QUICK_BASE, replace=False))
+            base, gt = base[rows], None  # ids change: the ground truth is computed again
+        if count is None and len(qs) > QUICK_QUERIES:
+            qs = qs[:QUICK_QUERIES]
+            gt = None if gt is None else gt[:QUICK_QUERIES]  # same base: still exact
+
+    if gt is not None and len(gt) != len(qs):
+        raise ValueError(f"the ground truth has {len(gt)} rows for {len(qs)} queries")
+    if qs.ndim != 2 or qs.shape[1] != base.shape[1]:
+        raise ValueError(f"queries have shape {qs.shape}, the base {base.shape}")
+    return _Data(
+        label,
+        np.ascontiguousarray(base, dtype=np.float32),
+        np.ascontiguousarray(qs, dtype=np.float32),
+        gt,
+        found_metric,
+        source,
+        sampled_from,
+    )
+
+
+# ------------------------------------------------------------------ words
+_KERNELS = {"avx512": "AVX-512", "avx2": "AVX2", "neon": "NEON", "scalar": "plain"}
+_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
+_ARCHES = {"x86_64": "x86-64", "aarch64": "ARM64"}
+_POLICIES = {"zen4": "AMD Zen 4", "zen5": "AMD Zen 5", "apple": "Apple silicon"}
+
+
+def _cpu_text(info: Mapping[str, Any]) -> str:
+    """`chassis.cpu_info()` in words: the CPU, the instructions distances are computed with,
+    and how much of each neighbour's vector searches prefetch (the raw dict goes to the
+    JSON's "machine")."""
+    arch = str(info.get("arch", "?"))
+    vendor = str(info.get("vendor", ""))
+    who = " ".join(p for p in (_VENDORS.get(vendor, vendor), _ARCHES.get(arch, arch)) if p)
+    kernel = str(info.get("kernel", "?"))
+    available = [str(k) for k in info.get("kernels_available", [])]
+    if kernel == "scalar":
+        used = "distances computed without SIMD instructions"
+    else:
+        used = f"distances computed with {_KERNELS.get(kernel, kernel)} instructions"
+    if available and available[0] != kernel:
+        best = _KERNELS.get(available[0], available[0])
+        used += f" (chosen by CHASSIS_KERNEL; the CPU has {best})"
+    parts = [who, used]
+    lines = info.get("prefetch_lines")
+    if isinstance(lines, int):
+        cache = info.get("prefetch_cache")
+        into = f" into the {cache} cache" if cache else ""
+        tuned = _POLICIES.get(str(info.get("prefetch_policy")))
+        parts.append(
+            f"searches prefetch {lines} cache lines ({lines * 64:,} bytes) of each "
+            f"neighbour's vector{into}" + (f" (tuned for {tuned})" if tuned else "")
+        )
+    return "; ".join(parts)
+
+
+def _footnote(cells: Iterable[str]) -> str | None:
+    """The footnote for the `*` and `-` that the QPS cells hold; None when none does."""
+    cells = list(cells)
+    parts = []
+    if any(c.endswith("*") for c in cells):
+        parts.append("* the smallest ef already reached this recall: its QPS, a lower bound")
+    if any(c == "-" for c in cells):
+        parts.append("- not reached by the largest ef: add a larger one with --ef")
+    return f"({'; '.join(parts)})" if parts else None
+
+
+_MODE_WORDS = {"batch": "search_batch", "loop": "loop of search()"}
+
+
+# ------------------------------------------------------------------ the result
+@dataclass
+class BenchResult:
+    """What `run()` measured: figures per engine, the data, the settings, and their displays.
+
+    `str(result)` (and `print(result)`) is what `chassis bench` prints; in Jupyter the result
+    shows itself as HTML tables. `to_dict()` / `to_json(path)` give the document of `chassis
+    bench --json`.
+
+    Attributes
+    ----------
+    engines : dict of str to dict
+        Per engine ("chassis" first, then the peers measured): "version", "build_s",
+        "vectors_per_s", "persist_s", "file_bytes", "open_ms" (and for chassis
+        "open_read_only_ms"), "sweep" {mode: [{"ef", "recall", "qps"}, ...]} and "qps_at"
+        {mode: {"0.9" | "0.95" | "0.99": {"qps", "how"}}}; "how" is "interpolated",
+        "at-first-point" (the smallest ef already reached the recall: a lower bound) or
+        "not-reached".
+    data : dict
+        "label", "source", "n", "dims", "queries", "metric", "ground_truth" ("given" or
+        "computed"), "ground_truth_s", and "sampled_from" ({"n", "queries"} before a quick
+        run took its sample, else None).
+    k : int
+        Neighbours per query; recall is recall@k.
+    ef : list of int
+        The ef sweep.
+    modes : list of str
+        "batch" (`search_batch`, one thread), and "loop" (a Python loop of `search`) when
+        asked for.
+    settings : dict
+        The arguments of the run (the "args" of the JSON document).
+    build_threads : int
+        Threads every engine built with.
+    notes : list of str
+        Peers skipped or failed, and what each peer's figures mean.
+    log : list of str
+        The lines reported while running (what `log` was given, and the terminal shows
+        before the tables).
+    machine : dict
+        Python, platform, cores, NumPy and `chassis.cpu_info()`.
+    chassis_version : str
+
+    Examples
+    --------
+    >>> import chassis.bench
+    >>> result = chassis.bench.run(n=2_000, queries=50, ef=[10, 40])   # doctest: +SKIP
+    >>> result.engines["chassis"]["sweep"]["batch"][-1]["recall"]      # doctest: +SKIP
+    0.998
+    >>> print(result.table())                                         # doctest: +SKIP
+    """
+
+    engines: dict[str, dict[str, Any]]
+    data: dict[str, Any]
+    k: int
+    ef: list[int]
+    modes: list[str]
+    settings: dict[str, Any]
+    build_threads: int
+    notes: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+    machine: dict[str, Any] = field(default_factory=dict)
+    chassis_version: str = ""
+
+    # -- figures
+    @property
+    def ratios(self) -> dict[str, dict[str, Any]]:
+        """{peer: chassis / peer} of build time, open time, file size and QPS at each target
+        (QPS: > 1 means chassis is faster; times and sizes: < 1 means chassis is faster or
+        smaller). Empty without peers."""
+        if "chassis" not in self.engines:
+            return {}
+        ours = self.engines["chassis"]
+        return {
+            peer: _bench.ratios(ours, r) for peer, r in self.engines.items() if peer != "chassis"
+        }
+
+    @property
+    def title(self) -> str:
+        """One line naming the data and the index settings (the plot's title)."""
+        d, s = self.data, self.settings
+        return (
+            f"{d['label']}: {d['n']:,} x {d['dims']}, {d['metric']}, "
+            f"M={s['m']}, ef_construction={s['ef_construction']}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document `chassis bench --json` writes.
+
+        Returns
+        -------
+        dict
+            "chassis_version", "machine", "args", "data", "k", "build_threads", "targets",
+            "engines", "ratios", "notes" and "points" (every sweep point, flattened, naming
+            its engine, data set and mode).
+        """
+        return {
+            "chassis_version": self.chassis_version,
+            "machine": self.machine,
+            "args": self.settings,
+            "data": self.data,
+            "k": self.k,
+            "build_threads": self.build_threads,
+            "targets": list(TARGETS),
+            "engines": self.engines,
+            "ratios": self.ratios,
+            "notes": self.notes,
+            "points": _bench.sweep_points(
+                self.data["label"], {name: r["sweep"] for name, r in self.engines.items()}
+            ),
+        }
+
+    def to_json(self, path: PathLike) -> Path:
+        """Write `to_dict()` as indented JSON (the file of `chassis bench --json`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file; its folder is created when missing.
+
+        Returns
+        -------
+        pathlib.Path
+            The path written.
+
+        Examples
+        --------
+        >>> result.to_json("results/bench.json")                  # doctest: +SKIP
+        PosixPath('results/bench.json')
+        """
+        return _bench.write_json(path, self.to_dict())
+
+    # -- text
+    def _qps_headers(self) -> list[str]:
+        many = len(self.modes) > 1
+        return [f"{m} QPS@{t}" if many else f"QPS@{t}" for m in self.modes for t in TARGETS]
+
+    def table(self) -> str:
+        """The tables `chassis bench` prints after measuring.
+
+        One table per search mode (recall@k and QPS for each ef, a column pair per engine),
+        a summary (build, flush, open, file size and QPS at recall 0.90/0.95/0.99 per
+        engine), a footnote when a QPS cell is a lower bound (`*`) or missing (`-`), and
+        with peers, the ratios chassis / peer and the notes.
+
+        Returns
+        -------
+        str
+        """
+        fmt, table = _bench.fmt, _bench.table
+        targets = [str(t) for t in TARGETS]
+        out: list[str] = []
+        for mode in self.modes:
+            engines = [e for e in self.engines if mode in self.engines[e]["sweep"]]
+            if not engines:
+                continue
+            out.append(f"{_MODE_WORDS.get(mode, mode)}, 1 thread, k={self.k}")
+            headers = ["ef"]
+            for e in engines:
+                prefix = "" if len(engines) == 1 else f"{e} "
+                headers += [f"{prefix}recall@{self.k}", f"{prefix}QPS"]
+            rows = []
+            for i, ef in enumerate(self.ef):
+                row = [str(ef)]
+                for e in engines:
+                    point = self.engines[e]["sweep"][mode][i]
+                    row += [f"{point['recall']:.4f}", fmt(point["qps"])]
+                rows.append(row)
+            out.append(table(headers, rows, align_first="right") + "\n")
+
+        out.append(f"summary (QPS at recall@{self.k}, interpolated between sweep points; 1 thread)")
+        headers = ["engine", "version", "build s", "vectors/s", "flush/save ms", "open ms", "MiB"]
+        headers += self._qps_headers()
+        rows, cells = [], []
+        for e, r in self.engines.items():
+            size = r["file_bytes"] / 2**20 if r["file_bytes"] is not None else None
+            qps = [_bench.qps_cell(r, m, t) for m in self.modes for t in targets]
+            cells += qps
+            rows.append(
+                [
+                    e,
+                    r["version"],
+                    fmt(r["build_s"], ".2f"),
+                    fmt(r["vectors_per_s"]),
+                    fmt(r["persist_s"] * 1e3, ".1f"),
+                    fmt(r["open_ms"], ".3f"),
+                    fmt(size, ".1f"),
+                ]
+                + qps
+            )
+        out.append(table(headers, rows))
+        note = _footnote(cells)
+        if note:
+            out.append(note)
+
+        ratios = self.ratios
+        if ratios:
+            out.append(
+                "\nchassis / peer (QPS: > 1 means chassis is faster; build, open, size: "
+                "< 1 means chassis is faster or smaller)"
+            )
+            headers = ["", "build", "open", "size"] + self._qps_headers()
+            rows = []
+            for peer, rr in ratios.items():
+                rows.append(
+                    [
+                        f"vs {peer}",
+                        fmt(rr["build_s"], ".2f", "x"),
+                        fmt(rr["open_ms"], ".2f", "x"),
+                        fmt(rr["file_bytes"], ".2f", "x"),
+                    ]
+                    + [
+                        fmt(rr["qps_at"].get(m, {}).get(t), ".2f", "x")
+                        for m in self.modes
+                        for t in targets
+                    ]
+                )
+            out.append(table(headers, rows))
+        if self.notes and self.settings.get("compare"):
+            out.append("\nnotes:\n" + "\n".join(f"- {note}" for note in self.notes))
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return "\n".join(self.log) + "\n\n" + self.table()
+
+    def __repr__(self) -> str:
+        d = self.data
+        return (
+            f"<BenchResult {d['label']}: {d['n']:,} x {d['dims']}, {d['queries']:,} queries, "
+            f"{d['metric']}; k={self.k}, ef {self.ef[0]}..{self.ef[-1]}; "
+            f"engines {', '.join(self.engines)}>"
+        )
+
+    # -- notebooks
+    def _repr_html_(self) -> str:
+        """HTML tables for Jupyter: recall@k and QPS per ef for each engine, then QPS at
+        recall 0.90/0.95/0.99 with build, open and size per engine."""
+        esc = html.escape
+        fmt = _bench.fmt
+        d = self.data
+        th = '<th style="text-align:{}">{}</th>'
+        td = '<td style="text-align:right">{}</td>'
+        parts = [
+            '<div class="chassis-bench">',
+            f"<p><b>{esc(str(d['label']))}</b>: {d['n']:,} x {d['dims']}, "
+            f"{d['queries']:,} queries, {esc(str(d['metric']))}; recall@{self.k} and queries "
+            f"per second on 1 thread; M={self.settings.get('m')}, "
+            f"ef_construction={self.settings.get('ef_construction')}</p>",
+        ]
+        if d.get("sampled_from"):
+            parts.append(f"<p>{esc(_sample_text(d))}</p>")
+        for mode in self.modes:
+            engines = [e for e in self.engines if mode in self.engines[e]["sweep"]]
+            if not engines:
+                continue
+            head1 = [th.format("right", "")] + [
+                f'<th colspan="2" style="text-align:center">{esc(e)}</th>' for e in engines
+            ]
+            head2 = [th.format("right", "ef")] + [
+                th.format("right", f"recall@{self.k}") + th.format("right", "QPS") for _ in engines
+            ]
+            body = []
+            for i, ef in enumerate(self.ef):
+                row = [td.format(ef)]
+                for e in engines:
+                    point = self.engines[e]["sweep"][mode][i]
+                    row += [td.format(f"{point['recall']:.4f}"), td.format(fmt(point["qps"]))]
+                body.append("<tr>" + "".join(row) + "</tr>")
+            parts.append(
+                f'<table class="chassis-bench-sweep" data-mode="{esc(mode)}">'
+                f"<caption>{esc(_MODE_WORDS.get(mode, mode))}</caption>"
+                f"<thead><tr>{''.join(head1)}</tr><tr>{''.join(head2)}</tr></thead>"
+                f"<tbody>{''.join(body)}</tbody></table>"
+            )
+        targets = [str(t) for t in TARGETS]
+        headers = ["engine", "build s", "open ms", "MiB"] + [
+            f"QPS@{t}" if len(self.modes) == 1 else f"{_MODE_WORDS.get(m, m)} QPS@{t}"
+            for m in self.modes
+            for t in targets
+        ]
+        rows, cells = [], []
+        for e, r in self.engines.items():
+            size = r["file_bytes"] / 2**20 if r["file_bytes"] is not None else None
+            qps = [_bench.qps_cell(r, m, t) for m in self.modes for t in targets]
+            cells += qps
+            row = [f'<th style="text-align:left">{esc(e)} {esc(str(r["version"]))}</th>']
+            row += [
+                td.format(fmt(r["build_s"], ".2f")),
+                td.format(fmt(r["open_ms"], ".3f")),
+                td.format(fmt(size, ".1f")),
+            ]
+            row += [td.format(esc(c)) for c in qps]
+            rows.append("<tr>" + "".join(row) + "</tr>")
+        parts.append(
+            '<table class="chassis-bench-summary">'
+            f"<caption>QPS at recall@{self.k} (interpolated between sweep points)</caption>"
+            "<thead><tr>"
+            + "".join(
+                th.format("left" if i == 0 else "right", esc(h)) for i, h in enumerate(headers)
+            )
+            + f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        )
+        note = _footnote(cells)
+        if note:
+            parts.append(f"<p><small>{esc(note)}</small></p>")
+        if self.notes and self.settings.get("compare"):
+            parts.append(
+                "<ul>" + "".join(f"<li><small>{esc(n)}</small></li>" for n in self.notes) + "</ul>"
+            )
+        parts.append("</div>")
+        return "".join(parts)
+
+    def plot(self, ax: Any = None) -> Any:
+        """Recall@k (x) against queries per second (y, log scale): one line per engine and
+        mode, the first point of each labelled with its ef.
+
+        Parameters
+        ----------
+        ax : matplotlib.axes.Axes, optional
+            Where to draw; a new figure's Axes when None.
+
+        Returns
+        -------
+        matplotlib.axes.Axes
+
+        Raises
+        ------
+        ImportError
+            When matplotlib is not installed (`pip install "chassis-index[plot]"`).
+
+        Examples
+        --------
+        >>> ax = result.plot()                                    # doctest: +SKIP
+        >>> ax.figure.savefig("recall-qps.png")                   # doctest: +SKIP
+        """
+        if ax is None:
+            try:
+                import matplotlib.pyplot as plt
+            except ImportError:
+                raise ImportError(
+                    'BenchResult.plot needs matplotlib: pip install "chassis-index[plot]" '
+                    "(or pip install matplotlib)"
+                ) from None
+            _, ax = plt.subplots(figsize=(7, 4.5))
+        return _bench.draw_sweeps(
+            ax,
+            {name: r["sweep"] for name, r in self.engines.items()},
+            k=self.k,
+            title=self.title,
+        )
+
+
+def _sample_text(data: Mapping[str, Any]) -> str:
+    """The line saying what a quick run kept of a data set."""
+    was = data["sampled_from"]
+    parts = []
+    if data["n"] < was["n"]:
+        parts.append(f"a random sample of {data['n']:,} of {was['n']:,} vectors")
+    if data["queries"] < was["queries"]:
+        parts.append(f"the first {data['queries']:,} of {was['queries']:,} queries")
+    text = "quick: " + " and ".join(parts)
+    if data["n"] < was["n"]:
+        text += " (ground truth computed for the sample)"
+    return text
+
+
+# ------------------------------------------------------------------ measuring
+@dataclass
+class _Plan:
+    k: int
+    ef: list[int]
+    modes: list[str]
+    m: int
+    ef_construction: int
+    opens: int
+    min_seconds: float
+    max_runs: int
+
+
+def _measure(
+    engine: _bench.Engine, data: _Data, plan: _Plan, folder: Path, threads: int
+) -> dict[str, Any]:
+    """Build, persist, reopen and sweep one engine; every figure in a dict."""
+    path = str(folder / f"{engine.name}.index")
+    assert data.truth is not None
+    out: dict[str, Any] = {"version": engine.version}
+    out["build_s"] = engine.build(
+        path,
+        data.base,
+        metric=data.metric,
+        m=plan.m,
+        ef_construction=plan.ef_construction,
+        threads=threads,
+    )
+    out["vectors_per_s"] = len(data.base) / max(out["build_s"], 1e-12)
+    out["persist_s"] = engine.persist_seconds
+    engine.close()
+    out["file_bytes"] = _bench.path_bytes(path)
+    opens = [engine.open_seconds(path) for _ in range(plan.opens)]
+    out["open_ms"] = statistics.median(opens) * 1e3
+    if isinstance(engine, _bench.ChassisEngine):
+        engine.read_only = True
+        try:
+            out["open_read_only_ms"] = (
+                statistics.median(engine.open_seconds(path) for _ in range(plan.opens)) * 1e3
+            )
+        finally:
+            engine.read_only = False
+    engine.open(path)
+    try:
+        out["sweep"] = _bench.measure_sweep(
+            engine,
+            data.queries,
+            data.truth,
+            plan.k,
+            plan.ef,
+            plan.modes,
+            min_seconds=plan.min_seconds,
+            max_runs=plan.max_runs,
+            warmup=min(len(data.queries), 1_000),
+        )
+    finally:
+        engine.close()
+    out["qps_at"] = {mode: _bench.qps_at_targets(points) for mode, points in out["sweep"].items()}
+    return out
+
+
+def run(
+    data: Data = None,
+    *,
+    compare: str | Iterable[str] = (),
+    k: int = 10,
+    ef: Iterable[int] | None = None,
+    quick: bool = False,
+    n: int | None = None,
+    dims: int | None = None,
+    queries: int | PathLike | npt.NDArray[Any] | None = None,
+    truth: PathLike | npt.NDArray[Any] | None = None,
+    metric: str | None = None,
+    m: int = 16,
+    ef_construction: int = 200,
+    threads: int | None = None,
+    loop: bool = False,
+    seed: int = 0,
+    progress: bool = False,
+    log: Callable[[str], object] | None = None,
+) -> BenchResult:
+    """Build an index in a temporary folder and measure it: the benchmark of `chassis bench`.
+
+    Prints nothing unless `log` is given (`log=print` reports each step as the command line
+    does). Peers that are not installed are skipped with a note; a peer that fails is noted
+    and skipped; chassis failing raises.
+
+    Parameters
+    ----------
+    data : None, str, os.PathLike, chassis.datasets.Dataset, ndarray or (base, queries)
+        None: generated clustered data (`chassis.datasets.clustered`, 20,000 x 64 with 1,000
+        queries; quick: 10,000 and 200). A path: a folder, an ann-benchmarks `.hdf5` or one
+        array file, as `chassis.datasets.load` reads it; a file of one array, like an array,
+        gives its last rows as the queries (min(1,000, rows/10); quick: 200). A `Dataset`
+        or a (base, queries) pair of (count, dimensions) arrays is used as it is.
+    compare : str or iterable of str
+        Peers to measure too: "hnswlib", "usearch", "faiss", "chassisdb", comma-separated or
+        a list; "all" for every one.
+    k : int
+        Neighbours per query; recall is recall@k.
+    ef : iterable of int, optional
+        The ef sweep, smallest first (default 16, 32, 64, 128, 256; quick: 10, 20, ..., 160).
+    quick : bool
+        A run of seconds: 10,000 generated vectors; of a data set, a random sample (by
+        `seed`) of at most 10,000 base vectors and its first 200 queries, unless `n` or a
+        count of `queries` says otherwise (the ground truth is computed again for a sampled
+        base); a shorter sweep and shorter timings.
+    n : int, optional
+        Base vectors: generated (20,000), or the first `n` of the data set.
+    dims : int, optional
+        Dimensions of generated data (64).
+    queries : int, str, os.PathLike or ndarray, optional
+        A count: how many queries (the first of the data set's). A path or an array: the
+        queries themselves (their ground truth is computed, unless `truth` is given).
+    truth : str, os.PathLike or ndarray, optional
+        Ground-truth ids for the queries (.ivecs, .ibin, .npy or an array), nearest first;
+        computed exactly when absent, or when `n`, a sample or another `metric` makes it
+        wrong.
+    metric : {"euclidean", "cosine", "inner_product"}, optional
+        Distance (default: euclidean, or what the data set names).
+    m : int
+        max_connections (HNSW M) of every engine.
+    ef_construction : int
+        ef_construction of every engine.
+    threads : int, optional
+        Build threads of every engine (default: every core). Searches use one thread.
+    loop : bool
+        Also time a Python loop of single-query `search()` calls.
+    seed : int
+        Seed of the generated data and of a quick run's sample.
+    progress : bool
+        Progress bars for the ground truth and the chassis build.
+    log : callable, optional
+        Called with each line of the report as the run goes (`print` in the terminal).
+
+    Returns
+    -------
+    BenchResult
+        The figures, the data description, and their text, HTML, plot and JSON forms.
+
+    Raises
+    ------
+    ValueError
+        For an argument out of range or data that do not fit together (a
+        `chassis.datasets.DatasetError`, a `ValueError`, for a malformed file).
+    FileNotFoundError
+        When a path does not exist.
+    ImportError
+        When reading the data needs a package that is missing (h5py for HDF5).
+
+    Examples
+    --------
+    A quick run on generated data; in Jupyter, `result` alone shows recall and QPS per ef
+    and QPS at recall 0.90 / 0.95 / 0.99 as HTML tables:
+
+    >>> import chassis.bench
+    >>> result = chassis.bench.run(quick=True)                # doctest: +SKIP
+    >>> print(result)              # the report `chassis bench --quick` prints  # doctest: +SKIP
+    >>> ax = result.plot()         # recall against QPS (needs matplotlib)      # doctest: +SKIP
+    >>> result.to_json("bench.json")                                            # doctest: +SKIP
+
+    A data set on disk against hnswlib, reporting each step as it goes:
+
+    >>> chassis.bench.run("data/debian-minilm", compare="hnswlib", log=print)  # doctest: +SKIP
+    """
+    import chassis
+
+    if k < 1:
+        raise ValueError(f"k is {k}: it must be at least 1")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads is {threads}: it must be at least 1")
+    efs = _ef_list(ef, quick)
+    peers_asked = engine_names(compare)
+    modes = ["batch", "loop"] if loop else ["batch"]
+    plan = _Plan(
+        k=k,
+        ef=efs,
+        modes=modes,
+        m=m,
+        ef_construction=ef_construction,
+        opens=3 if quick else 7,
+        min_seconds=0.1 if quick else 0.3,
+        max_runs=5,
+    )
+    settings: dict[str, Any] = {
+        "data": _describe(data),
+        "queries": _describe(queries),
+        "truth": _describe(truth),
+        "n": n,
+        "dims": dims,
+        "metric": metric,
+        "seed": seed,
+        "ef": efs,
+        "k": k,
+        "m": m,
+        "ef_construction": ef_construction,
+        "threads": threads,
+        "loop": loop,
+        "quick": quick,
+        "compare": peers_asked,
+        "progress": progress,
+        "modes": modes,
+        "opens": plan.opens,
+        "min_seconds": plan.min_seconds,
+        "max_runs": plan.max_runs,
+    }
+
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if log is not None:
+            log(line)
+
+    own = _bench.make_engine("chassis")
+    if isinstance(own, _bench.ChassisEngine):
+        own.progress = progress  # a bar while add_batch links
+    engines: dict[str, _bench.Engine] = {"chassis": own}
+    peers, notes = _bench.engine_status(peers_asked)
+    engines.update(peers)
+
+    loaded = _load(
+        data,
+        queries=queries,
+        truth=truth,
+        n=n,
+        dims=dims,
+        metric=metric,
+        seed=seed,
+        quick=quick,
+    )
+    size, width = loaded.base.shape
+    say(f"chassis {chassis.__version__}  (python {sys.version.split()[0]}, {os.cpu_count()} cores)")
+    try:
+        say("cpu: " + _cpu_text(chassis.cpu_info()))
+    except Exception as exc:  # informative only
+        say(f"cpu: unknown ({exc})")
+    say(
+        f"data: {loaded.label}: {size:,} x {width}, {len(loaded.queries):,} queries, "
+        f"{loaded.metric}"
+    )
+    description: dict[str, Any] = {
+        "label": loaded.label,
+        "source": loaded.source,
+        "n": size,
+        "dims": width,
+        "queries": len(loaded.queries),
+        "metric": loaded.metric,
+        "ground_truth": loaded.truth_origin,
+        "ground_truth_s": None,
+        "sampled_from": loaded.sampled_from,
+    }
+    if loaded.sampled_from:
+        say(_sample_text(description))
+    if len(engines) > 1:
+        say("engines: " + ", ".join(f"{name} {e.version}" for name, e in engines.items()))
+    for note in notes:
+        say(f"note: {note}")
+
+    if loaded.truth is None or loaded.truth.shape[1] < k:
+        start = time.perf_counter()
+        loaded.truth, _ = datasets.ground_truth(
+            loaded.base, loaded.queries, k, loaded.metric, progress=progress
+        )
+        loaded.truth_origin = "computed"
+        loaded.truth_seconds = time.perf_counter() - start
+        say(f"ground truth: exact top-{k} in {loaded.truth_seconds:.2f} s")
+    else:
+        loaded.truth = np.asarray(loaded.truth[:, :k])
+    description["ground_truth"] = loaded.truth_origin
+    description["ground_truth_s"] = loaded.truth_seconds
+
+    build_threads = threads or os.cpu_count() or 1
+    threads_text = "all cores" if threads is None else f"threads={threads}"
+    results: dict[str, dict[str, Any]] = {}
+    folder = Path(tempfile.mkdtemp(prefix="chassis-bench-"))
+    try:
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            try:
+                results[name] = r = _measure(engine, loaded, plan, folder, build_threads)
+            except _bench.EngineUnavailable as exc:
+                notes.append(f"skipped {name}: {exc}")
+                say(f"note: skipped {name}: {exc}")
+                continue
+            except Exception as exc:
+                if name == "chassis":
+                    raise
+                traceback.print_exc()
+                notes.append(f"{name} failed: {exc!r}")
+                say(f"note: {name} failed: {exc!r}")
+                continue
+            finally:
+                try:
+                    engine.close()
+                except Exception:
+                    pass
+            if name == "chassis":
+                say(
+                    f"build: {r['build_s']:.2f} s add_batch ({r['vectors_per_s']:,.0f} "
+                    f"vectors/s, {threads_text}, M={m}, ef_construction={ef_construction}), "
+                    f"flush {r['persist_s'] * 1e3:.1f} ms"
+                )
+                say(
+                    f"open: {r['open_ms']:.3f} ms writer, {r['open_read_only_ms']:.3f} ms "
+                    f"read-only (median of {plan.opens}; file "
+                    f"{(r['file_bytes'] or 0) / 2**20:.1f} MiB)"
+                )
+            else:
+                say(
+                    f"{name}: built in {r['build_s']:.2f} s, measured in "
+                    f"{time.perf_counter() - start:.1f} s"
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+    engine_notes = [note for name in results for note in engines[name].notes]
+    return BenchResult(
+        engines=results,
+        data=description,
+        k=k,
+        ef=efs,
+        modes=modes,
+        settings=settings,
+        build_threads=build_threads,
+        notes=list(dict.fromkeys(notes + engine_notes)),
+        log=lines,
+        machine=_bench.machine_info(),
+        chassis_version=chassis.__version__,
+    )
