@@ -86,6 +86,7 @@ def test_a_file_that_is_not_an_index_is_replaced_only_when_asked(tmp_path):
 
 
 # --------------------------------------------------------------------------- space given back
+@pytest.mark.slow
 def test_rollback_gives_back_the_space_of_what_was_never_committed(tmp_path):
     path = tmp_path / "e.chassis"
     with chassis.VectorIndex(path, 256) as index:
@@ -110,6 +111,7 @@ def test_rollback_gives_back_the_space_of_what_was_never_committed(tmp_path):
         assert report.corrupt == [] and report.not_finite == []
 
 
+@pytest.mark.slow
 def test_a_writer_reopening_after_a_kill_gives_back_the_dead_writers_reservations(tmp_path):
     path = tmp_path / "e.chassis"
     with chassis.VectorIndex(path, 256) as index:
@@ -135,6 +137,7 @@ def test_a_writer_reopening_after_a_kill_gives_back_the_dead_writers_reservation
         assert index.check().ok
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_large_batch_gives_back_its_space(tmp_path):
     path = tmp_path / "e.chassis"
     with chassis.VectorIndex(path, 256) as index:

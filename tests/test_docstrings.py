@@ -267,7 +267,9 @@ def _examples() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("name", "doc"), _examples(), ids=[n for n, _ in _examples()])
 def test_examples_run(name: str, doc: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
-    test = doctest.DocTestParser().get_doctest(doc, {}, name, None, 0)
+    module = inspect.getmodule(dict(PUBLIC)[name])
+    globs = dict(vars(module)) if module is not None else {}  # as doctest gives a module's
+    test = doctest.DocTestParser().get_doctest(doc, globs, name, None, 0)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []
     runner.run(test, out=report.append)

@@ -675,6 +675,7 @@ def test_truncated_index_is_refused_without_crashing(flushed_corpus, tmp_path, c
         assert sha(f) == before, "a failed open modified the damaged file"
 
 
+@pytest.mark.slow
 def test_flipped_header_bytes_are_detected_or_harmless(flushed_corpus, tmp_path):
     """Flip bytes in the first 4 KiB: refused as corrupt, or opened to exactly a flushed state."""
     data, size = flushed_corpus["bytes"], flushed_corpus["size"]

@@ -184,6 +184,7 @@ def test_every_io_call_of_the_core_is_a_failure_point_the_life_meets(shim, tmp_p
 @pytest.mark.parametrize(
     "mode, errno, stride", [("once", EIO, 1), ("always", ENOSPC, 2), ("kill", EIO, 3)]
 )
+@pytest.mark.slow
 def test_a_failing_call_at_every_point_leaves_exactly_one_flush(
     shim, tmp_path, mode, errno, stride
 ):

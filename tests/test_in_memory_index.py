@@ -223,6 +223,7 @@ def big_set():
     )
 
 
+@pytest.mark.slow
 def test_balanced_local_and_file_give_identical_results(tmp_path, big_set):
     x, q = big_set
     n = len(x)
@@ -318,6 +319,7 @@ def test_memory_and_file_builds_and_saves_agree_exactly(
     not thp_available(),
     reason="transparent huge pages are not available (not Linux, or THP is [never])",
 )
+@pytest.mark.slow
 def test_a_one_gigabyte_in_memory_store_is_on_huge_pages():
     # 250,000 x 1024 float32 = 1.02 GB of vectors; a sparse graph keeps the build short.
     n, d = 250_000, 1024
@@ -334,6 +336,7 @@ def test_a_one_gigabyte_in_memory_store_is_on_huge_pages():
     idx.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not thp_available(), reason="transparent huge pages are not available")
 def test_small_pages_when_asked_for_none():
     idx = chassis.VectorIndex(None, 256, chassis.IndexOptions(huge_pages=False))
@@ -343,6 +346,7 @@ def test_small_pages_when_asked_for_none():
     assert s["resident_bytes"] >= 8000 * 1024
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not thp_available(), reason="transparent huge pages are not available")
 def test_stores_made_after_keep_small_pages_do_not_ask_and_use_huge_pages_asks_again():
     x = np.random.default_rng(2).random((8000, 256), dtype=np.float32)
@@ -360,6 +364,7 @@ def test_stores_made_after_keep_small_pages_do_not_ask_and_use_huge_pages_asks_a
 @pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="prctl(PR_SET_THP_DISABLE) is Linux's"
 )
+@pytest.mark.slow
 def test_a_process_that_opted_out_of_huge_pages_is_warned_exactly_once():
     proc = run_python(
         """
@@ -399,6 +404,7 @@ def test_a_process_that_opted_out_of_huge_pages_is_warned_exactly_once():
     assert got["refused"] and got["huge"] == 0
 
 
+@pytest.mark.slow
 def test_no_warning_where_huge_pages_are_granted():
     if not thp_available():
         pytest.skip("transparent huge pages are not available")

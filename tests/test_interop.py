@@ -192,6 +192,7 @@ def test_dlpack_tensor_on_a_device_is_refused() -> None:
     assert len(index) == 0
 
 
+@pytest.mark.slow
 def test_jax_array(rows: np.ndarray, reference: Any) -> None:
     jnp = pytest.importorskip("jax.numpy")
     array = jnp.asarray(rows)

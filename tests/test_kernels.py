@@ -98,8 +98,8 @@ print(json.dumps({"kernel": chassis.cpu_info()["kernel"], "ids": ids.tolist(),
     "dims,precision,metric",
     [
         (385, "full", "euclidean"),
-        (600, "half", "cosine"),
-        (300, "full", "inner_product"),
+        pytest.param(600, "half", "cosine", marks=pytest.mark.slow),
+        pytest.param(300, "full", "inner_product", marks=pytest.mark.slow),
         (24, "full", "euclidean"),
     ],
 )

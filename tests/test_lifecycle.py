@@ -403,6 +403,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
 
 TestLifecycleMachine = LifecycleMachine.TestCase
+TestLifecycleMachine.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
 TestLifecycleMachine.settings = settings(
     max_examples=max(100, settings().max_examples),  # ~6 s here; HYPOTHESIS_PROFILE=thorough: 300
     stateful_step_count=40,
@@ -476,6 +477,7 @@ class MemoryLifecycleMachine(LifecycleMachine):
 
 
 TestMemoryLifecycleMachine = MemoryLifecycleMachine.TestCase
+TestMemoryLifecycleMachine.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
 TestMemoryLifecycleMachine.settings = settings(
     max_examples=max(60, settings().max_examples),
     stateful_step_count=40,

@@ -270,6 +270,7 @@ def assert_graph_small(ms: dict, what: str) -> None:
     assert ms["graph_huge_bytes"] == 0, f"{what}: slot headers / lists / heap on huge pages: {ms}"
 
 
+@pytest.mark.slow
 def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
     """huge_pages=True: most vector bytes on huge pages from the batch itself, the graph never;
     readers of the same (cached) file: on huge pages when they ask, never when they don't."""
@@ -404,6 +405,7 @@ def test_warm_reads_exactly_the_written_ranges(tmp_path):
         )
 
 
+@pytest.mark.slow
 @ON_LINUX
 def test_memory_stats_that_says_warm_is_done_sees_it_done(tmp_path):
     """The dict is one observation: when it reports the warm finished (warm_running False,
@@ -476,6 +478,7 @@ def start_warm_caught_running(path: str, opts: IndexOptions | None = None, attem
     )
 
 
+@pytest.mark.slow
 @ON_LINUX
 def test_warm_option_starts_at_open_and_asking_again_does_not_restart(big_index):
     path = big_index["path"]
@@ -502,6 +505,7 @@ def test_warm_option_starts_at_open_and_asking_again_does_not_restart(big_index)
         r.close()
 
 
+@pytest.mark.slow
 @ON_LINUX
 @pytest.mark.parametrize("how", ["close", "drop"])
 def test_stopping_a_warm_returns_promptly(big_index, how):
@@ -611,6 +615,7 @@ def test_warm_falls_back_to_willneed_without_populate_read(tmp_path):
 
 
 # =========================================================================== fork
+@pytest.mark.slow
 @ON_LINUX
 @pytest.mark.parametrize("how", ["close", "drop"])
 def test_forked_child_drops_a_warming_index_and_exits(big_index, how):

@@ -759,6 +759,7 @@ def make_initial_index(module, path: str, n: int) -> None:
             index.add_batch(pool[:n])
 
 
+@pytest.mark.slow
 def test_two_reader_processes_follow_a_writer_process(child, children, tmp_path, index_path):
     module, script = child
     initial = 500
@@ -795,6 +796,7 @@ def test_two_reader_processes_follow_a_writer_process(child, children, tmp_path,
         np.testing.assert_array_equal(reader.ids(), np.arange(counts[-1], dtype=np.uint64))
 
 
+@pytest.mark.slow
 def test_writer_killed_mid_batch_while_readers_search(child, children, tmp_path, index_path):
     module, script = child
     rnd = random.Random(99)
@@ -1005,6 +1007,7 @@ class Searchers:
         }
 
 
+@pytest.mark.slow
 def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(index_path):
     n_pre, n_batch, n_more = 2_000, 20_000, 3_000
     rng = np.random.default_rng(31)
@@ -1106,6 +1109,7 @@ def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(inde
         assert len(reader) == total
 
 
+@pytest.mark.slow
 def test_reader_threads_in_the_writers_process_see_only_flushed_states(index_path):
     """Threads searching an IndexReader while the same process's writer adds (published but
     unflushed) and then flushes: only the flushed states, each whole."""
@@ -1144,6 +1148,7 @@ def test_reader_threads_in_the_writers_process_see_only_flushed_states(index_pat
                     assert names == {"full"} and n == full, "a reader missed a flush"
 
 
+@pytest.mark.slow
 def test_approximate_searches_during_a_batch_return_k_results(index_path):
     """A search (default ef) from another thread while add_batch links new nodes returns k
     results from the published state, like the same search without a writer: routing through

@@ -342,7 +342,7 @@ class BenchResult:
     shows itself as HTML tables. `to_dict()` / `to_json(path)` give the document of `chassis
     bench --json`.
 
-    Attributes
+    Parameters
     ----------
     engines : dict of str to dict
         Per engine ("chassis" first, then the peers measured): "version", "build_s",
@@ -399,9 +399,12 @@ class BenchResult:
     # -- figures
     @property
     def ratios(self) -> dict[str, dict[str, Any]]:
-        """{peer: chassis / peer} of build time, open time, file size and QPS at each target
+        """Chassis's figures over each peer's: ``{peer: {figure: ratio}}``.
+
+        The figures are build time, open time, file size and QPS at each target recall
         (QPS: > 1 means chassis is faster; times and sizes: < 1 means chassis is faster or
-        smaller). Empty without peers."""
+        smaller). Empty without peers.
+        """
         if "chassis" not in self.engines:
             return {}
         ours = self.engines["chassis"]
@@ -645,8 +648,9 @@ class BenchResult:
         return "".join(parts)
 
     def plot(self, ax: Any = None) -> Any:
-        """Recall@k (x) against queries per second (y, log scale): one line per engine and
-        mode, the first point of each labelled with its ef.
+        """Plot recall@k (x) against queries per second (y, log scale).
+
+        One line per engine and mode, the first point of each labelled with its ef.
 
         Parameters
         ----------
