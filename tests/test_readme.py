@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import child_env
 
 README = Path(__file__).resolve().parent.parent / "README.md"
