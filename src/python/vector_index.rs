@@ -328,9 +328,9 @@ impl VectorIndex {
     /// Parameters
     /// ----------
     /// vector : array_like, shape (dimensions,)
-    ///     The vector. A C-contiguous float32 array is read in place; anything else (other
-    ///     float or int dtypes, lists, strided views, ``__dlpack__`` and Arrow arrays) is
-    ///     converted to float32 once.
+    ///     The vector. A C-contiguous float32 array is read in place, as are ``__dlpack__``
+    ///     and Arrow arrays of float32; anything else (other float or int dtypes, lists,
+    ///     strided views) is converted to float32 once.
     /// id : int, optional
     ///     Its id, from 0 to 2**64-2; by default the largest id so far + 1 (0 for the first).
     ///
