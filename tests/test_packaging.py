@@ -1,0 +1,88 @@
+"""What a user downloads: the installed package, and the source distribution.
+
+Oracles: the installed distribution's own record (``importlib.metadata``), the extension's
+ELF section table read from the file, and the sdist tarball that ``maturin sdist`` builds from
+this checkout, listed with ``tarfile``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import chassis
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DIST = "chassis-index"
+
+
+def test_both_license_files_ship_with_the_installed_package() -> None:
+    files = importlib.metadata.files(DIST) or []
+    names = {Path(str(f)).name for f in files}
+    assert {"LICENSE-MIT", "LICENSE-APACHE"} <= names, sorted(names)
+    meta = importlib.metadata.metadata(DIST)
+    assert "MIT" in (meta.get("License-Expression") or meta.get("License") or "")
+
+
+def _elf_section_names(path: Path) -> list[str]:
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, "not a 64-bit ELF file"
+    endian = "<" if data[5] == 1 else ">"
+    shoff = struct.unpack_from(endian + "Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from(endian + "HHH", data, 0x3A)
+    headers = [
+        struct.unpack_from(endian + "IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)
+    ]
+    strtab_offset = headers[shstrndx][4]
+    names = []
+    for name_offset, *_ in headers:
+        start = strtab_offset + name_offset
+        names.append(data[start : data.index(b"\0", start)].decode())
+    return names
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads an ELF extension")
+def test_the_release_extension_carries_no_debug_info() -> None:
+    extension = Path(chassis._chassis.__file__)
+    sections = _elf_section_names(extension)
+    assert ".text" in sections  # the reader works
+    debug = [s for s in sections if s.startswith(".debug_")]
+    assert not debug, (
+        f"{extension.name} has debug sections {debug}: built without the release profile?"
+    )
+
+
+def test_the_sdist_holds_what_a_build_needs_and_not_ci_files(tmp_path: Path) -> None:
+    if not (REPO / "Cargo.toml").exists():
+        pytest.skip("needs the source checkout")
+    maturin = shutil.which("maturin") or str(Path(sys.executable).with_name("maturin"))
+    if not Path(maturin).exists():
+        pytest.skip("maturin is not installed")
+    subprocess.run(
+        [maturin, "sdist", "--out", str(tmp_path)], cwd=REPO, check=True, capture_output=True
+    )
+    (tarball,) = tmp_path.glob("*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        members = [m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name]
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "pyproject.toml",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "src/lib.rs",
+        "src/python/doc/search.md",
+        "python/chassis/__init__.py",
+        "python/chassis/_chassis.pyi",
+        "python/chassis/py.typed",
+    ]:
+        assert needed in members, f"the sdist lacks {needed}"
+    unwanted = [m for m in members if m.startswith((".ci/", ".github/", "benchmarks/results/"))]
+    assert not unwanted, unwanted[:5]
