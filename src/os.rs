@@ -478,8 +478,8 @@ impl AlignedMap {
     }
 
     /// A zeroed anonymous store of `len` bytes (see the THP note above): from 2 MiB on, mapped
-    /// one huge page larger, starting at a 2 MiB boundary and, with `huge`, advised
-    /// MADV_HUGEPAGE; below that, page-aligned memory from the allocator.
+    /// one huge page larger, starting at a 2 MiB boundary and advised MADV_HUGEPAGE with
+    /// `huge`, MADV_NOHUGEPAGE without; below that, page-aligned memory from the allocator.
     pub fn anonymous(len: usize, huge: bool) -> io::Result<AlignedMap> {
         let len = len.max(1);
         if len < HUGE_PAGE {
@@ -516,9 +516,8 @@ impl AlignedMap {
         let base = base as *mut u8;
         let ptr = ((base as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE) as *mut u8;
         let map = AlignedMap { base, reserved, ptr, len, backing: Backing::Mapped };
-        if huge {
-            map.advise_anon_huge(true);
-        }
+        // Without `huge`, MADV_NOHUGEPAGE: small pages even where THP is `always`.
+        map.advise_anon_huge(huge);
         Ok(map)
     }
 
@@ -540,7 +539,7 @@ impl AlignedMap {
             THP_PROBED.call_once(|| {
                 if let Some(why) = thp_refusal(self.ptr as usize, err) {
                     THP_REFUSED.store(true, Ordering::Release);
-                    notice(format!("in-memory indexes use 4 KiB pages: {why}. Searches work, only without the TLB gain of huge pages."));
+                    notice(format!("memory of this process (in-memory indexes, a batch's build buffer) uses 4 KiB pages: {why}. Searches work, only without the TLB gain of huge pages."));
                 }
             });
         }
