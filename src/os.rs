@@ -33,19 +33,14 @@ pub fn physical_memory() -> Option<u64> {
 }
 
 /// Try to take the exclusive writer lock on `file` without waiting. `Ok(false)`: someone else
-/// holds it. `flock` locks belong to the open file description, so a second open of the same
-/// file in this process conflicts too, which is what "one writer per file" needs.
+/// holds it. std's file lock (`flock` on Unix, `LockFileEx` on Windows) belongs to the open
+/// file, so a second open of the same file in this process conflicts too, which is what "one
+/// writer per file" needs.
 pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
-    // SAFETY: flock on a valid descriptor owned by `file`.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) || e.raw_os_error() == Some(libc::EAGAIN) {
-        Ok(false)
-    } else {
-        Err(e)
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
@@ -121,8 +116,7 @@ pub fn sync_dir(path: &std::path::Path) -> io::Result<()> {
 
 /// Release the writer lock (closing the file would too, but a snapshot may keep it open).
 pub fn unlock(file: &File) {
-    // SAFETY: flock on a valid descriptor owned by `file`.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    let _ = file.unlock();
 }
 
 /// Free bytes for an unprivileged user on the filesystem holding `path`, if the system says.
