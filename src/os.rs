@@ -305,6 +305,7 @@ fn smaps_sum(ranges: &[(usize, usize)], field: &str) -> Option<u64> {
 }
 
 /// The `THPeligible` flag of the mapping holding `addr` (Linux 5.x+); None if not reported.
+#[cfg(target_os = "linux")]
 fn thp_eligible(addr: usize) -> Option<bool> {
     let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let mut inside = false;
@@ -333,6 +334,7 @@ fn thp_eligible(addr: usize) -> Option<bool> {
 static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static HAS_NOTICES: AtomicBool = AtomicBool::new(false);
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only Linux has notices so far
 fn notice(msg: String) {
     NOTICES.lock().push(msg);
     HAS_NOTICES.store(true, Ordering::Release);
@@ -362,6 +364,7 @@ pub fn take_notices() -> Vec<String> {
 /// on the first huge-page-sized store (`addr` inside it, already advised): the kernel's own
 /// `THPeligible` for that mapping, else the THP mode and the process's opt-out. Some(reason)
 /// when refused.
+#[cfg(target_os = "linux")]
 fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
     if let Some(e) = advise_error {
         return Some(format!("madvise(MADV_HUGEPAGE) failed ({e}); the kernel likely lacks transparent huge page support (CONFIG_TRANSPARENT_HUGEPAGE)"));
@@ -389,6 +392,7 @@ fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
     None
 }
 
+#[cfg(target_os = "linux")]
 static THP_PROBED: std::sync::Once = std::sync::Once::new();
 static THP_REFUSED: AtomicBool = AtomicBool::new(false);
 
@@ -515,13 +519,15 @@ impl AlignedMap {
         Ok(map)
     }
 
+    /// Elsewhere than Linux there is no such advice: nothing is asked (the THP note).
+    #[cfg(not(target_os = "linux"))]
+    pub fn advise_anon_huge(&self, _on: bool) {}
+
     /// Ask for huge pages under an anonymous store (or, with `on` false, for none). The first
     /// request of the process checks what the kernel does with it and notes a refusal once.
+    #[cfg(target_os = "linux")]
     pub fn advise_anon_huge(&self, on: bool) {
-        if self.len < HUGE_PAGE
-            || !matches!(self.backing, Backing::Mapped)
-            || !cfg!(target_os = "linux")
-        {
+        if self.len < HUGE_PAGE || !matches!(self.backing, Backing::Mapped) {
             return;
         }
         let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
