@@ -459,9 +459,9 @@ mod neon {
         let mut a = [vdupq_n_f32(0.0); 4];
         let mut i = 0;
         while i + 16 <= n {
-            for j in 0..4 {
+            for (j, acc) in a.iter_mut().enumerate() {
                 let d = vsubq_f32(vld1q_f32(q.add(i + 4 * j)), vld1q_f32(v.add(i + 4 * j)));
-                a[j] = vfmaq_f32(a[j], d, d);
+                *acc = vfmaq_f32(*acc, d, d);
             }
             i += 16;
         }
@@ -474,8 +474,8 @@ mod neon {
         let mut a = [vdupq_n_f32(0.0); 4];
         let mut i = 0;
         while i + 16 <= n {
-            for j in 0..4 {
-                a[j] = vfmaq_f32(a[j], vld1q_f32(q.add(i + 4 * j)), vld1q_f32(v.add(i + 4 * j)));
+            for (j, acc) in a.iter_mut().enumerate() {
+                *acc = vfmaq_f32(*acc, vld1q_f32(q.add(i + 4 * j)), vld1q_f32(v.add(i + 4 * j)));
             }
             i += 16;
         }

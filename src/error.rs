@@ -30,7 +30,7 @@ pub struct Error {
     pub kind: ErrorKind,
     pub message: String,
     pub help: String,
-    /// The OS error number, when the error came from a system call.
+    /// The OS error number (errno; see `os::errno`), when the error came from a system call.
     pub errno: Option<i32>,
 }
 
@@ -55,7 +55,7 @@ impl Error {
 
     /// An I/O error while doing `what` on `path`.
     pub fn io(err: std::io::Error, what: &str, path: &std::path::Path) -> Self {
-        let errno = err.raw_os_error();
+        let errno = crate::os::errno(&err);
         let kind = match err.kind() {
             std::io::ErrorKind::NotFound => ErrorKind::IndexNotFound,
             _ => ErrorKind::Io,
@@ -63,7 +63,7 @@ impl Error {
         let help = match err.kind() {
             std::io::ErrorKind::PermissionDenied => "check the file's permissions",
             std::io::ErrorKind::NotFound => "check the path",
-            _ if errno == Some(libc::ENOSPC) => {
+            _ if errno == Some(crate::os::ENOSPC) => {
                 "free disk space, then retry; nothing flushed was lost"
             }
             _ => "check the disk and the path; nothing flushed was lost",

@@ -8,11 +8,14 @@ this checkout, listed with ``tarfile``.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 import struct
 import subprocess
 import sys
+import sysconfig
 import tarfile
+import tomllib
 from pathlib import Path
 
 import chassis
@@ -64,6 +67,9 @@ def test_the_sdist_holds_what_a_build_needs_and_not_ci_files(tmp_path: Path) -> 
     maturin = shutil.which("maturin") or str(Path(sys.executable).with_name("maturin"))
     if not Path(maturin).exists():
         pytest.skip("maturin is not installed")
+    if shutil.which("cargo") is None:
+        # The wheel test of .ci/run and cibuildwheel's tests run without a Rust toolchain.
+        pytest.skip("maturin sdist reads `cargo metadata`: cargo is not on PATH")
     subprocess.run(
         [maturin, "sdist", "--out", str(tmp_path)], cwd=REPO, check=True, capture_output=True
     )
@@ -86,3 +92,29 @@ def test_the_sdist_holds_what_a_build_needs_and_not_ci_files(tmp_path: Path) -> 
         assert needed in members, f"the sdist lacks {needed}"
     unwanted = [m for m in members if m.startswith((".ci/", ".github/", "benchmarks/results/"))]
     assert not unwanted, unwanted[:5]
+
+
+def test_cibuildwheel_test_requires_are_the_test_extra_without_jax() -> None:
+    # Where jaxlib has no wheel, cibuildwheel installs this list instead of `[test]`.
+    pyproject = REPO / "pyproject.toml"
+    if not pyproject.exists():
+        pytest.skip("needs the source checkout")
+    config = tomllib.loads(pyproject.read_text())
+    extra = config["project"]["optional-dependencies"]["test"]
+    (override,) = [o for o in config["tool"]["cibuildwheel"]["overrides"] if "test-requires" in o]
+    assert override["test-extras"] == []
+    assert sorted(override["test-requires"]) == sorted(r for r in extra if r != "jax")
+
+
+@pytest.mark.skipif(
+    not sysconfig.get_config_var("Py_GIL_DISABLED"), reason="a free-threaded Python only"
+)
+def test_importing_chassis_keeps_the_gil_disabled() -> None:
+    # The module declares that it runs without the GIL (`#[pymodule(gil_used = false)]`);
+    # otherwise importing it turns the GIL back on for the whole process, with a warning.
+    # A fresh interpreter, with PYTHON_GIL unset (it would force either way).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    code = "import sys, chassis; print(sys._is_gil_enabled())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "importing chassis enabled the GIL"

@@ -29,15 +29,14 @@ pub fn tmp_sibling(path: &Path, what: &str) -> PathBuf {
 }
 
 pub fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.ino() == y.ino() && x.dev() == y.dev(),
+    match (os::path_id(a), os::path_id(b)) {
+        (Ok(x), Ok(y)) => x == y,
         _ => false,
     }
 }
 
 pub fn sync_file(p: &Path) -> Result<()> {
-    File::open(p).and_then(|f| f.sync_all()).map_err(|e| Error::io(e, "syncing", p))
+    os::sync_file(p).map_err(|e| Error::io(e, "syncing", p))
 }
 
 /// Whether a finished copy may be renamed over `dest`: yes if nothing is there, or an empty
@@ -45,7 +44,6 @@ pub fn sync_file(p: &Path) -> Result<()> {
 /// that a writer holds (in this or another process), whose next flush would then go to the
 /// replaced file and be lost. Asked before the copy starts and again just before the rename.
 pub fn check_replaceable(dest: &Path, overwrite: bool) -> Result<()> {
-    use std::os::unix::fs::FileExt;
     let file = match File::open(dest) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -64,7 +62,7 @@ pub fn check_replaceable(dest: &Path, overwrite: bool) -> Result<()> {
     }
     os::unlock(&file);
     let mut magic = [0u8; 8];
-    let is_index = file.read_exact_at(&mut magic, 0).is_ok() && magic == format::MAGIC;
+    let is_index = os::read_exact_at(&file, &mut magic, 0).is_ok() && magic == format::MAGIC;
     let empty = file.metadata().map(|m| m.len() == 0).unwrap_or(false);
     if is_index || empty || overwrite {
         return Ok(());
@@ -118,7 +116,6 @@ pub fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
 /// Copy commit `h` of `st` (a file's mappings, or an in-memory index) to a new file `tmp`: what
 /// it has written (the rest stays a hole) and `h` as both header copies. Not synced.
 pub fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
-    use std::os::unix::fs::FileExt;
     let out = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -131,13 +128,13 @@ pub fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
         while at < start + len {
             let n = ((start + len - at) as usize).min(buf.len());
             st.read_at(&mut buf[..n], at)?;
-            out.write_all_at(&buf[..n], at).map_err(|e| Error::io(e, "writing", tmp))?;
+            os::write_all_at(&out, &buf[..n], at).map_err(|e| Error::io(e, "writing", tmp))?;
             at += n as u64;
         }
     }
     let enc = h.encode();
-    out.write_all_at(&enc, 0).map_err(|e| Error::io(e, "writing", tmp))?;
-    out.write_all_at(&enc, HEADER_COPY_SIZE as u64).map_err(|e| Error::io(e, "writing", tmp))
+    os::write_all_at(&out, &enc, 0).map_err(|e| Error::io(e, "writing", tmp))?;
+    os::write_all_at(&out, &enc, HEADER_COPY_SIZE as u64).map_err(|e| Error::io(e, "writing", tmp))
 }
 
 /// Fill in-memory storage `mem` with `ranges` of `file`. Balanced: the bytes, taken in file
@@ -228,9 +225,8 @@ pub fn apply_records(
 
 /// `apply_records` to a copy in a file.
 pub fn patch_copy(st: &Storage, h: &Header, tmp: &Path, records: &[Record]) -> Result<()> {
-    use std::os::unix::fs::FileExt;
     let out = OpenOptions::new().write(true).open(tmp).map_err(|e| Error::io(e, "opening", tmp))?;
     apply_records(st, h, records, |bytes, at| {
-        out.write_all_at(bytes, at).map_err(|e| Error::io(e, "writing", tmp))
+        os::write_all_at(&out, bytes, at).map_err(|e| Error::io(e, "writing", tmp))
     })
 }

@@ -17,8 +17,8 @@
 //! would have covered had not been changed yet, so replay stops there.
 
 use crate::error::{Error, Result};
+use crate::os;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -91,7 +91,7 @@ impl UndoLog {
             let path = self.path.clone();
             let f = self.file()?;
             f.set_len(0).map_err(|e| Error::io(e, "truncating", &path))?;
-            f.write_all_at(&h, 0).map_err(|e| Error::io(e, "writing", &path))?;
+            os::write_all_at(f, &h, 0).map_err(|e| Error::io(e, "writing", &path))?;
             self.cursor = HEADER;
         }
         let mut rec = Vec::with_capacity(8 + 4 * words.len() + 8);
@@ -104,7 +104,7 @@ impl UndoLog {
         rec.extend_from_slice(&c.to_le_bytes());
         let at = self.cursor;
         let path = self.path.clone();
-        self.file()?.write_all_at(&rec, at).map_err(|e| Error::io(e, "writing", &path))?;
+        os::write_all_at(self.file()?, &rec, at).map_err(|e| Error::io(e, "writing", &path))?;
         self.cursor += rec.len() as u64;
         self.dirty = true;
         Ok(())
@@ -215,6 +215,7 @@ mod tests {
         let len = std::fs::metadata(undo_path(&idx)).unwrap().len();
         let f = OpenOptions::new().write(true).open(undo_path(&idx)).unwrap();
         f.set_len(len - 3).unwrap();
+        drop(f); // (Windows without POSIX delete semantics keeps a removed open file's name)
         assert_eq!(UndoLog::read(&idx, 5).unwrap().len(), 3);
         u.clear().unwrap();
         assert!(UndoLog::read(&idx, 5).unwrap().is_empty());

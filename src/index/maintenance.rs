@@ -135,7 +135,7 @@ impl Index {
                         free >> 20
                     ),
                     help: "free disk space, then retry; the index is unchanged".into(),
-                    errno: Some(libc::ENOSPC),
+                    errno: Some(os::ENOSPC),
                 });
             }
         }

@@ -119,9 +119,9 @@ impl Index {
             )));
         }
         let mut h = Self::new_header(dims, &opts, 0);
-        use std::os::unix::fs::FileExt;
-        let write =
-            |h: &Header, copy: usize| f.write_all_at(&h.encode(), (copy * HEADER_COPY_SIZE) as u64);
+        let write = |h: &Header, copy: usize| {
+            os::write_all_at(&f, &h.encode(), (copy * HEADER_COPY_SIZE) as u64)
+        };
         write(&h, 1).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;
         h.seq = 1;
         write(&h, 0).map_err(|e| cleanup(Error::io(e, "writing", &tmp)))?;

@@ -2,6 +2,7 @@
 //! regions added since), and to a new file when the path was replaced (a compaction).
 
 use super::*;
+use crate::os;
 use crate::warm::Warm;
 
 impl Index {
@@ -54,9 +55,8 @@ impl Index {
 
     /// Whether the path now names another file than the one mapped.
     pub(super) fn path_replaced(&self, st: &Storage) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        match (std::fs::metadata(&self.path), st.file().metadata()) {
-            (Ok(a), Ok(b)) => a.ino() != b.ino() || a.dev() != b.dev(),
+        match (os::path_id(&self.path), os::file_id(st.file())) {
+            (Ok(a), Ok(b)) => a != b,
             _ => false,
         }
     }

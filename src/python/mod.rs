@@ -95,7 +95,10 @@ fn cpu_info(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
-#[pymodule]
+/// Safe without the GIL (free-threaded Python): the classes are frozen, `VectorIndex` keeps
+/// its index behind its own lock and detaches before taking it, and module state is in
+/// once-locks, mutexes and atomics.
+#[pymodule(gil_used = false)]
 fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;

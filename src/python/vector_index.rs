@@ -847,10 +847,11 @@ impl VectorIndex {
         } else {
             format!("{:?}", path.str().map(|s| s.to_string()).unwrap_or_default())
         };
-        let state = self
-            .inner
-            .read()
-            .clone()
+        // Clone the Arc first: the read guard must be gone before detaching, or a `close()`
+        // in another thread (waiting for the write lock while it holds the GIL) and this
+        // call (waiting to re-attach) would wait for each other.
+        let current = self.inner.read().clone();
+        let state = current
             .map(|i| py.detach(|| (i.len(), if i.is_read_only() { 0 } else { i.pending() })));
         let tail = match state {
             Some((n, p)) => format!("len={n}, pending={p}, status=open"),

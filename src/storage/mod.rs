@@ -27,8 +27,9 @@
 //!   locks; a vector is written only before its slot is published, never after. A writer in
 //!   another process writes only slots past its committed count, which readers use for
 //!   routing at most: a torn read there gives a wrong distance, never unsafety.
-//! - Loads past a file's end would raise SIGBUS: a region is mapped only after the file was
-//!   checked (or grown) to cover it.
+//! - Loads past a file's end would raise SIGBUS (on Windows, a writable mapping would grow the
+//!   file and a read-only one fail): a region is mapped only after the file was checked (or
+//!   grown) to cover it.
 
 mod access;
 pub mod lists;
@@ -45,7 +46,6 @@ use crate::os;
 use memmap2::{MmapOptions, MmapRaw};
 use parking_lot::Mutex;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::OnceLock;
@@ -523,7 +523,7 @@ impl Storage {
         let mut buf = vec![0u8; 2 * HEADER_COPY_SIZE];
         let mut got = 0;
         while got < buf.len() {
-            match file.read_at(&mut buf[got..], got as u64) {
+            match os::read_at(file, &mut buf[got..], got as u64) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -556,7 +556,7 @@ impl Storage {
                     if self
                         .file
                         .as_ref()
-                        .is_none_or(|f| f.read_exact_at(&mut b, off as u64).is_err())
+                        .is_none_or(|f| os::read_exact_at(f, &mut b, off as u64).is_err())
                     {
                         continue;
                     }
@@ -572,8 +572,7 @@ impl Storage {
 
     pub fn write_header(&self, copy: usize, h: &Header) -> Result<()> {
         let bytes = h.encode();
-        self.file()
-            .write_all_at(&bytes, (copy * HEADER_COPY_SIZE) as u64)
+        os::write_all_at(self.file(), &bytes, (copy * HEADER_COPY_SIZE) as u64)
             .map_err(|e| Error::io(e, "writing the header of", &self.path))
     }
 

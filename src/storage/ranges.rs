@@ -7,7 +7,6 @@ use crate::error::{Error, Result};
 use crate::format::{self, align_up, RegionEntry, RegionKind, HUGE_PAGE, SLOT_HEADER};
 use crate::os;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::Ordering::*;
 
@@ -212,7 +211,7 @@ impl Storage {
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         match &self.file {
             Some(f) => {
-                f.read_exact_at(buf, offset).map_err(|e| Error::io(e, "reading", &self.path))
+                os::read_exact_at(f, buf, offset).map_err(|e| Error::io(e, "reading", &self.path))
             }
             None => {
                 let p = self.region_bytes(offset, buf.len()).ok_or_else(|| {
@@ -237,7 +236,7 @@ impl Storage {
         // SAFETY: `p..p+len` lies inside a store of an index nobody else can see yet (it is
         // being loaded), and stores of distinct calls do not overlap.
         let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
-        file.read_exact_at(dst, offset).map_err(|e| Error::io(e, "reading", path))
+        os::read_exact_at(file, dst, offset).map_err(|e| Error::io(e, "reading", path))
     }
 
     /// Write bytes at a file offset of an in-memory store (patching a loaded copy).

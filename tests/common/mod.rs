@@ -118,9 +118,13 @@ pub fn run_child(test_name: &str, file: &Path, mode: &str) -> Result<String, Str
 /// ends the child without that line.
 pub fn child_main() -> bool {
     let Ok(file) = std::env::var(CHILD_FILE) else { return false };
-    let limit = libc::rlimit { rlim_cur: ADDRESS_BOUND, rlim_max: ADDRESS_BOUND };
-    // SAFETY: setrlimit with a valid pointer to an initialised rlimit.
-    unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+    // The address-space bound needs setrlimit: Unix only (on Windows the time bound remains).
+    #[cfg(unix)]
+    {
+        let limit = libc::rlimit { rlim_cur: ADDRESS_BOUND, rlim_max: ADDRESS_BOUND };
+        // SAFETY: setrlimit with a valid pointer to an initialised rlimit.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+    }
     let mode = if std::env::var(CHILD_MODE).unwrap() == "write" { Mode::Write } else { Mode::Read };
     let outcome = (|| -> chassis::Result<String> {
         let idx = Index::open(Path::new(&file), None, None, mode)?;

@@ -1,11 +1,14 @@
-//! The few operating-system calls the core makes beyond std, each with its fallback where the
-//! system lacks it. Probed results are cached.
+//! Linux and macOS (see `mod.rs` for the interface): libc for what std lacks. Where Linux and
+//! macOS differ, `cfg(target_os = "linux")` picks Linux's call and macOS does without.
 
-use parking_lot::Mutex;
+#[cfg(target_os = "linux")]
+use super::{notice, THP_REFUSED};
+use super::{populate_mode, Populate, HUGE_PAGE, POPULATE};
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// The page size of this machine, asked once at run time.
@@ -32,20 +35,62 @@ pub fn physical_memory() -> Option<u64> {
     })
 }
 
-/// Try to take the exclusive writer lock on `file` without waiting. `Ok(false)`: someone else
-/// holds it. `flock` locks belong to the open file description, so a second open of the same
-/// file in this process conflicts too, which is what "one writer per file" needs.
-pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
-    // SAFETY: flock on a valid descriptor owned by `file`.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(true);
+/// Read `buf.len()` bytes at `offset` (pread), or fail with UnexpectedEof at the file's end.
+pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    FileExt::read_exact_at(file, buf, offset)
+}
+
+/// Read at most `buf.len()` bytes at `offset` (one pread); 0 at the file's end.
+pub fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    FileExt::read_at(file, buf, offset)
+}
+
+/// Write all of `buf` at `offset` (pwrite), leaving the file position alone.
+pub fn write_all_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    FileExt::write_all_at(file, buf, offset)
+}
+
+/// Which file a path or an open file is, to tell whether a path still names the file that is
+/// open (a compaction renames a new file over it): the device and inode numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        FileId { dev: m.dev(), ino: m.ino() }
     }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) || e.raw_os_error() == Some(libc::EAGAIN) {
-        Ok(false)
-    } else {
-        Err(e)
+}
+
+/// The identity of an open file (fstat).
+pub fn file_id(file: &File) -> io::Result<FileId> {
+    file.metadata().map(|m| FileId::of(&m))
+}
+
+/// The identity of the file a path names now (stat, following symbolic links).
+pub fn path_id(path: &Path) -> io::Result<FileId> {
+    std::fs::metadata(path).map(|m| FileId::of(&m))
+}
+
+/// errno's "no space left on device".
+pub const ENOSPC: i32 = libc::ENOSPC;
+
+/// The OS error number of an I/O error (errno), if it came from a system call.
+pub fn errno(err: &io::Error) -> Option<i32> {
+    err.raw_os_error()
+}
+
+/// Try to take the exclusive writer lock on `file` without waiting. `Ok(false)`: someone else
+/// holds it. std's file lock (`flock`) belongs to the open file, so a second open of the same
+/// file in this process conflicts too, which is what "one writer per file" needs. (Advisory:
+/// it keeps nobody from reading; Windows, whose locks are mandatory, locks elsewhere.)
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
     }
 }
 
@@ -74,12 +119,6 @@ pub fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
         let _ = (file, offset, len);
         Ok(())
     }
-}
-
-/// Make the file's data durable. On Linux, `fdatasync` also writes back pages changed through
-/// shared mappings; elsewhere the caller must `msync` its mappings first.
-pub fn sync_data(file: &File) -> io::Result<()> {
-    file.sync_data()
 }
 
 /// Give back the blocks of `[offset, offset + len)` (a hole that reads as zeros; the file
@@ -112,24 +151,26 @@ pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Make a closed file's data and metadata durable (fsync through a read-only open).
+pub fn sync_file(path: &Path) -> io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
 /// Make a directory entry durable (after a create or rename).
-pub fn sync_dir(path: &std::path::Path) -> io::Result<()> {
-    let dir =
-        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+pub fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     File::open(dir)?.sync_all()
 }
 
 /// Release the writer lock (closing the file would too, but a snapshot may keep it open).
 pub fn unlock(file: &File) {
-    // SAFETY: flock on a valid descriptor owned by `file`.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+    let _ = file.unlock();
 }
 
 /// Free bytes for an unprivileged user on the filesystem holding `path`, if the system says.
-pub fn free_space(path: &std::path::Path) -> Option<u64> {
+pub fn free_space(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
-    let dir =
-        path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs is plain old data, for which all zero bytes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -141,13 +182,6 @@ pub fn free_space(path: &std::path::Path) -> Option<u64> {
 }
 
 // ---------------------------------------------------------------------- memory advice
-//
-// The requests of ADR-0016 (huge pages) and ADR-0019 (warm), behind one small interface.
-// Each is a request: where the system has no such call, or refuses, nothing happens, and
-// the index works the same, only without the gain. What the kernel granted is read back
-// from /proc/self/smaps (`file_pmd_mapped`) and mincore (`resident`).
-
-pub const HUGE_PAGE: usize = 2 << 20;
 
 /// Ask for huge pages under `[p, p + len)` (2 MiB aligned, a file mapping), and mark it as read
 /// at random so that a miss reads its own huge page and not the next one (ADR-0016, 3); or,
@@ -174,28 +208,6 @@ pub fn advise_huge(p: *const u8, len: usize, on: bool) -> bool {
     {
         let _ = (p, len, on);
         false
-    }
-}
-
-/// How `populate` reads pages in, probed on first use: MADV_POPULATE_READ (Linux 5.14+), or
-/// MADV_WILLNEED where that is refused (older Linux: only in part; macOS: all of it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Populate {
-    PopulateRead,
-    WillNeed,
-    Nothing,
-}
-
-static POPULATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// The way `populate` works on this system (after the first call; before it, the first choice).
-pub fn populate_mode() -> Populate {
-    match POPULATE.load(Ordering::Relaxed) {
-        1 => Populate::WillNeed,
-        2 => Populate::Nothing,
-        _ if cfg!(target_os = "linux") => Populate::PopulateRead,
-        _ if cfg!(unix) => Populate::WillNeed,
-        _ => Populate::Nothing,
     }
 }
 
@@ -242,7 +254,6 @@ pub fn fadvise_willneed(file: &File, offset: u64, len: usize) {
 
 /// Mark `[p, p + len)` as read at random (a fault reads its own page, nothing around it).
 pub fn advise_random(p: *const u8, len: usize) {
-    #[cfg(unix)]
     // SAFETY: advice about a range inside a live mapping of this process.
     unsafe {
         libc::madvise(p as *mut libc::c_void, len, libc::MADV_RANDOM);
@@ -251,7 +262,6 @@ pub fn advise_random(p: *const u8, len: usize) {
 
 /// Undo `advise_random`.
 pub fn advise_normal(p: *const u8, len: usize) {
-    #[cfg(unix)]
     // SAFETY: advice about a range inside a live mapping of this process.
     unsafe {
         libc::madvise(p as *mut libc::c_void, len, libc::MADV_NORMAL);
@@ -271,46 +281,8 @@ pub fn resident(p: *const u8, len: usize) -> u64 {
     vec.iter().filter(|b| **b & 1 != 0).count() as u64 * ps as u64
 }
 
-/// Bytes of the given address ranges that the kernel maps with huge pages of a file
-/// (`FilePmdMapped` in /proc/self/smaps); None where the system does not say.
-pub fn file_pmd_mapped(ranges: &[(usize, usize)]) -> Option<u64> {
-    smaps_sum(ranges, "FilePmdMapped:")
-}
-
-/// Bytes of the given address ranges on anonymous huge pages (`AnonHugePages`).
-pub fn anon_huge_pages(ranges: &[(usize, usize)]) -> Option<u64> {
-    smaps_sum(ranges, "AnonHugePages:")
-}
-
-/// The sum of a kB field of /proc/self/smaps over the mappings that overlap `ranges`. A mapping
-/// partly inside the ranges counts for its overlap at most.
-fn smaps_sum(ranges: &[(usize, usize)], field: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let mut total = 0u64;
-    let mut cur: Option<(usize, usize)> = None;
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix(field) {
-            if let Some((s, e)) = cur {
-                if ranges.iter().any(|&(a, b)| s < b && a < e) {
-                    let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
-                    let overlap: usize =
-                        ranges.iter().map(|&(a, b)| b.min(e).saturating_sub(a.max(s))).sum();
-                    total += (kb * 1024).min(overlap as u64);
-                }
-            }
-            continue;
-        }
-        let Some((range, _)) = line.split_once(' ') else { continue };
-        if let Some((s, e)) = range.split_once('-') {
-            if let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) {
-                cur = Some((s, e));
-            }
-        }
-    }
-    Some(total)
-}
-
 /// The `THPeligible` flag of the mapping holding `addr` (Linux 5.x+); None if not reported.
+#[cfg(target_os = "linux")]
 fn thp_eligible(addr: usize) -> Option<bool> {
     let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let mut inside = false;
@@ -331,27 +303,6 @@ fn thp_eligible(addr: usize) -> Option<bool> {
     None
 }
 
-// ---------------------------------------------------------------------- warnings
-//
-// Things the core must tell the user once per process (the THP refusal below). The Python
-// layer drains them after each call and raises each as a RuntimeWarning and a log line.
-
-static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
-static HAS_NOTICES: AtomicBool = AtomicBool::new(false);
-
-fn notice(msg: String) {
-    NOTICES.lock().push(msg);
-    HAS_NOTICES.store(true, Ordering::Release);
-}
-
-/// Messages for the user since the last call (usually none: one load).
-pub fn take_notices() -> Vec<String> {
-    if !HAS_NOTICES.swap(false, Ordering::AcqRel) {
-        return Vec::new();
-    }
-    std::mem::take(&mut *NOTICES.lock())
-}
-
 // ---------------------------------------------------------------------- anonymous stores
 //
 // The THP note (NOTE-transparent-huge-pages-for-anonymous-buffers): a store of 2 MiB or more
@@ -368,6 +319,7 @@ pub fn take_notices() -> Vec<String> {
 /// on the first huge-page-sized store (`addr` inside it, already advised): the kernel's own
 /// `THPeligible` for that mapping, else the THP mode and the process's opt-out. Some(reason)
 /// when refused.
+#[cfg(target_os = "linux")]
 fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
     if let Some(e) = advise_error {
         return Some(format!("madvise(MADV_HUGEPAGE) failed ({e}); the kernel likely lacks transparent huge page support (CONFIG_TRANSPARENT_HUGEPAGE)"));
@@ -395,14 +347,8 @@ fn thp_refusal(addr: usize, advise_error: Option<io::Error>) -> Option<String> {
     None
 }
 
+#[cfg(target_os = "linux")]
 static THP_PROBED: std::sync::Once = std::sync::Once::new();
-static THP_REFUSED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the kernel refused huge pages for anonymous stores (known after the first one).
-pub fn thp_refused() -> bool {
-    THP_REFUSED.load(Ordering::Acquire)
-}
-
 /// Memory that is not a file: a whole store of the index held in this process only.
 /// `AlignedMap::anonymous` makes one.
 enum Backing {
@@ -478,8 +424,8 @@ impl AlignedMap {
     }
 
     /// A zeroed anonymous store of `len` bytes (see the THP note above): from 2 MiB on, mapped
-    /// one huge page larger, starting at a 2 MiB boundary and, with `huge`, advised
-    /// MADV_HUGEPAGE; below that, page-aligned memory from the allocator.
+    /// one huge page larger, starting at a 2 MiB boundary and advised MADV_HUGEPAGE with
+    /// `huge`, MADV_NOHUGEPAGE without; below that, page-aligned memory from the allocator.
     pub fn anonymous(len: usize, huge: bool) -> io::Result<AlignedMap> {
         let len = len.max(1);
         if len < HUGE_PAGE {
@@ -516,19 +462,20 @@ impl AlignedMap {
         let base = base as *mut u8;
         let ptr = ((base as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE) as *mut u8;
         let map = AlignedMap { base, reserved, ptr, len, backing: Backing::Mapped };
-        if huge {
-            map.advise_anon_huge(true);
-        }
+        // Without `huge`, MADV_NOHUGEPAGE: small pages even where THP is `always`.
+        map.advise_anon_huge(huge);
         Ok(map)
     }
 
+    /// Elsewhere than Linux there is no such advice: nothing is asked (the THP note).
+    #[cfg(not(target_os = "linux"))]
+    pub fn advise_anon_huge(&self, _on: bool) {}
+
     /// Ask for huge pages under an anonymous store (or, with `on` false, for none). The first
     /// request of the process checks what the kernel does with it and notes a refusal once.
+    #[cfg(target_os = "linux")]
     pub fn advise_anon_huge(&self, on: bool) {
-        if self.len < HUGE_PAGE
-            || !matches!(self.backing, Backing::Mapped)
-            || !cfg!(target_os = "linux")
-        {
+        if self.len < HUGE_PAGE || !matches!(self.backing, Backing::Mapped) {
             return;
         }
         let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
@@ -539,8 +486,8 @@ impl AlignedMap {
             let err = (r != 0).then(io::Error::last_os_error);
             THP_PROBED.call_once(|| {
                 if let Some(why) = thp_refusal(self.ptr as usize, err) {
-                    THP_REFUSED.store(true, Ordering::Release);
-                    notice(format!("in-memory indexes use 4 KiB pages: {why}. Searches work, only without the TLB gain of huge pages."));
+                    THP_REFUSED.store(true, std::sync::atomic::Ordering::Release);
+                    notice(format!("memory of this process (in-memory indexes, a batch's build buffer) uses 4 KiB pages: {why}. Searches work, only without the TLB gain of huge pages."));
                 }
             });
         }
