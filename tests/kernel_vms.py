@@ -351,11 +351,24 @@ if [ -n "$tag" ] && umount {rodir} && mkdir -p $root &&
    mount -t 9p -o ro,trans=virtio,version=9p2000.L,access=any,msize={msize},cache=loose "$tag" $root
 then
   chroot="chroot $root"
-  for d in /proc /sys /dev /tmp "$out"; do
+  for d in /proc /sys /dev "$out"; do
     mount --rbind "$d" "$root$d" || chroot=
   done
 fi
-echo "root: ${{chroot:-the plain 9p root}}" > "$out/fs"
+# /tmp on the scratch disk: the guest's own /tmp is tmpfs, where a file cannot be evicted from
+# the page cache (the warm tests evict their file first).
+scratch=/run/chassis-scratch
+modprobe -q virtio_blk; modprobe -q ext4
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -b /dev/vda ] && break; sleep 1; done
+if [ -b /dev/vda ] && mkdir -p $scratch && mount -t ext4 /dev/vda $scratch; then
+  chmod 1777 $scratch
+  tmp="ext4 on the scratch disk"
+else
+  scratch=/tmp
+  tmp="the guest's tmpfs (no scratch disk: files cannot be evicted from the page cache)"
+fi
+mount --bind $scratch ${{chroot:+$root}}/tmp || tmp="the guest's tmpfs (bind failed)"
+echo "root: ${{chroot:-the plain 9p root}}; /tmp: $tmp" > "$out/fs"
 $chroot sh "$out/tests.sh"
 echo "{end}"
 """
@@ -373,6 +386,7 @@ echo $? > "$out/pytest.rc"
 date +%s > "$out/pytest-end"
 """
 GUEST_RODIR = "/tmp/chassis-hostroot"
+SCRATCH_BYTES = 2 << 30
 
 # Modules that udev would load at boot for the emulated q35 machine and that nothing here
 # uses; under emulation kvm_amd alone takes 15 s to load (5.10), the AES/GHASH ones 5 s.
@@ -416,7 +430,13 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
     )
     script.write_text(GUEST_SCRIPT.format(**fields))
     (out / "tests.sh").write_text(TESTS_SCRIPT.format(**fields))
+    scratch = out / "scratch.img"  # sparse; an ext4 for the guest's /tmp
+    with open(scratch, "wb") as f:
+        f.truncate(SCRATCH_BYTES)
+    mkfs = shutil.which("mkfs.ext4") or "/usr/sbin/mkfs.ext4"
+    subprocess.run([mkfs, "-q", "-F", "-E", "root_owner=0:0", str(scratch)], check=True)
     cmd = [vng, "--run", str(vmlinuz), "--disable-kvm", "--cpus", "1", "--memory", args.memory]
+    cmd += ["--disk", str(scratch)]  # virtio-blk: /dev/vda in the guest
     cmd += ["--rwdir", str(out), "--append", f"modprobe.blacklist={BLACKLIST}"]
     cmd += [] if args.plain_root else ["--rodir", f"{GUEST_RODIR}=/"]
     cmd += ["--exec", f"sh {shlex.quote(str(script))}"]
@@ -467,6 +487,7 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
         rc = proc.returncode
     reader.join(timeout=10)
     console.close()
+    scratch.unlink(missing_ok=True)
     total = time.monotonic() - t0
     # Started: the guest wrote its first file into the shared directory (the console is only
     # a fallback: it was once seen empty). Boot time: that file's time stamp, set by the host.
