@@ -15,7 +15,7 @@ For each kernel (`KERNELS`: exact package versions, checked against their SHA-25
 * the package is downloaded once from the Debian archive that apt is configured with
   (``CHASSIS_VM_DEBIAN_MIRROR`` overrides it) and unpacked with ``dpkg-deb -x`` into the cache
   (``CHASSIS_VM_CACHE``, default ``~/.cache/chassis-vm``), where ``depmod`` indexes its modules;
-* ``vng`` boots it with one CPU, and the guest runs ``tests/kernel_env.py`` (a record of what
+* ``vng`` boots it with one CPU and 2 GiB, and the guest runs ``tests/kernel_env.py`` (a record of what
   that kernel grants) and ``python -m pytest -q -m kernel -p no:cacheprovider`` with a JUnit
   report; both are written to a directory shared read-write with the guest (``--rwdir``) and
   read back here: the console is only kept as a log;
@@ -33,6 +33,9 @@ are lost), ``kmod`` (depmod), ``busybox-static`` (virtme's initramfs, needed for
 modular kernels) and ``file`` (kernel version detection); and virtme-ng, pinned, in a venv of
 its own in the cache, so that the test venv is left as it is.
 
+In the guest the tests run chrooted into a second, cached mount of the host's root (Python's
+imports over the uncached 9p root cost minutes under 5.10), with ``/tmp`` on an ext4 scratch
+disk (the guest's tmpfs cannot evict a file from the page cache, as the warm tests do).
 Inside the guest ``CHASSIS_KERNEL=scalar`` is set (``--simd native`` leaves the choice to the
 CPU): QEMU's emulation of the AVX2/FMA distance kernels is about six times slower than of the
 scalar ones, and these tests are about the OS kernel, not the distance kernels.
