@@ -231,5 +231,5 @@ def check_in_force(variant: str) -> None:
 
 
 if __name__ == "__main__":  # print what this kernel grants
-    print(kernel() if LINUX else f"not Linux: {sys.platform}")
+    print(kernel() if LINUX else f"not Linux: {sys.platform}", flush=True)  # flushed: _exit next
     os._exit(0)

@@ -44,12 +44,14 @@ scalar ones, and these tests are about the OS kernel, not the distance kernels.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -488,6 +490,10 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
             except subprocess.TimeoutExpired:
                 continue
         rc = proc.returncode
+    except BaseException:  # Ctrl-C, or SIGTERM (made SystemExit in main): no VM left running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        raise
     reader.join(timeout=10)
     console.close()
     scratch.unlink(missing_ok=True)
@@ -616,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
         "-v", "--verbose", action="store_true", help="show the pytest log of every kernel"
     )
     args = ap.parse_args(argv)
+    # SIGTERM (a CI's timeout) as SystemExit, so that the running VM's group is ended with us
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     labels = [k.strip() for k in args.kernels.split(",") if k.strip()]
     unknown = [k for k in labels if k not in KERNELS]

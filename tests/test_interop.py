@@ -201,7 +201,11 @@ def test_jax_array(rows: np.ndarray, reference: Any) -> None:
 
 
 def test_torch_tensor(rows: np.ndarray, reference: Any) -> None:
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip(
+        "torch",
+        reason="torch is not a test extra (its default wheels bring gigabytes of CUDA); "
+        "pip install torch --index-url https://download.pytorch.org/whl/cpu runs this",
+    )
     _same_as_reference(torch.from_numpy(rows), rows, reference)
     grad = torch.from_numpy(rows.copy()).requires_grad_(True)
     with pytest.raises(InvalidArgumentError, match="DLPack"):

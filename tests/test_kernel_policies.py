@@ -15,7 +15,10 @@ sysfs: never from Chassis) and asserts what Chassis must do there:
   writer killed after a flush reopens as that flush.
 
 Each case runs in a fresh child process (the per-process state of Chassis, such as the
-warn-once, starts clean there; seccomp filters and the THP opt-out are inherited).
+warn-once, starts clean there; seccomp filters and the THP opt-out are inherited). The VM tier
+runs them under software emulation, where building an index costs about 40 times what it does
+here: one file is built once per module (3,000 vectors of 256 dimensions, as few as a 2 MiB
+huge page needs, with a cheap graph) and the children open or load it rather than build.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from conftest import assert_child_ok, brute_force_knn, child_env, run_python
 
 pytestmark = [
     pytest.mark.kernel,
-    pytest.mark.slow,  # children building indexes: about 25 s in all
+    pytest.mark.slow,  # children building indexes: a few seconds here, minutes in an emulated VM
     pytest.mark.skipif(not kernel_env.LINUX, reason="the policies under test are Linux's"),
 ]
 
@@ -43,6 +46,23 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def kernel() -> kernel_env.Kernel:
     return kernel_env.kernel()
+
+
+ROWS, DIMS = 3000, 256  # 3 MB of vectors: a store with a whole 2 MiB page in it
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The index file the children open or load: rows of `np.random.default_rng(1)`, ids 0..n.
+    Graph quality does not matter here (the searches that check results are exhaustive)."""
+    import chassis
+
+    path = tmp_path_factory.mktemp("kernel") / "shared.chassis"
+    x = np.random.default_rng(1).standard_normal((ROWS, DIMS), dtype=np.float32)
+    options = chassis.IndexOptions(max_connections=4, ef_construction=4)
+    with chassis.VectorIndex(path, DIMS, options) as w:
+        w.add_batch(x)
+    return path
 
 
 def _child_json(code: str, *args: object, timeout: float = 300) -> dict:
@@ -61,10 +81,8 @@ def test_the_variant_of_this_run_is_in_force() -> None:
 # --------------------------------------------------------------------------- warm
 WARM_CHILD = r"""
 import json, os, sys, time
-import numpy as np, chassis
+import chassis
 path = sys.argv[1]
-with chassis.VectorIndex(path, 256, chassis.IndexOptions(max_connections=8, ef_construction=16)) as w:
-    w.add_batch(np.random.default_rng(0).standard_normal((6000, 256), dtype=np.float32))
 fd = os.open(path, os.O_RDONLY)
 os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
 r = chassis.IndexReader(path)
@@ -82,9 +100,9 @@ print(json.dumps({"first": first, "done": done, "last": r.memory_stats()}))
 
 
 def test_warm_reads_the_file_in_with_the_advice_the_kernel_has(
-    tmp_path: Path, kernel: kernel_env.Kernel
+    shared: Path, kernel: kernel_env.Kernel
 ) -> None:
-    out = _child_json(WARM_CHILD, tmp_path / "warm.chassis")
+    out = _child_json(WARM_CHILD, shared)
     first, done, last = out["first"], out["done"], out["last"]
     assert first["populate"] == "MADV_POPULATE_READ", first  # the first choice, before trying
     expected = "MADV_POPULATE_READ" if kernel.populate_read else "MADV_WILLNEED"
@@ -101,14 +119,13 @@ def test_warm_reads_the_file_in_with_the_advice_the_kernel_has(
 MEMORY_CHILD = r"""
 import json, sys, warnings
 import numpy as np, chassis
-ask = sys.argv[1] == "ask"
-x = np.random.default_rng(1).standard_normal((20000, 128), dtype=np.float32)  # 10 MB of vectors
+path, ask = sys.argv[1], sys.argv[2] == "ask"
+x = np.random.default_rng(1).standard_normal((3000, 256), dtype=np.float32)  # the file's rows
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    index = chassis.VectorIndex(None, 128, chassis.IndexOptions(huge_pages=ask, max_connections=8, ef_construction=32))
-    index.add_batch(x)
-    second = chassis.VectorIndex(None, 128, chassis.IndexOptions(huge_pages=ask))
-    second.add_batch(x[:9000])  # another large store: never a second warning
+    opts = chassis.IndexOptions(huge_pages=ask, max_connections=4, ef_construction=4)  # the file's
+    index = chassis.VectorIndex.load(path, options=opts)  # into memory: anonymous stores
+    second = chassis.VectorIndex.load(path, options=opts)  # more large stores: no second warning
 found, _ = index.search_batch(x[:50], k=1, ef=len(x))  # exhaustive: each finds itself
 print(json.dumps({
     "stats": index.memory_stats(),
@@ -119,8 +136,10 @@ print(json.dumps({
 
 
 @pytest.mark.parametrize("ask", ["ask", "do-not-ask"])
-def test_in_memory_huge_pages_follow_the_kernel(ask: str, kernel: kernel_env.Kernel) -> None:
-    out = _child_json(MEMORY_CHILD, ask)
+def test_in_memory_huge_pages_follow_the_kernel(
+    shared: Path, ask: str, kernel: kernel_env.Kernel
+) -> None:
+    out = _child_json(MEMORY_CHILD, shared, ask)
     stats, warned = out["stats"], out["warnings"]
     assert out["self_found"] == 50, out  # searches work whatever the pages
     assert stats["backing"] == "memory"
@@ -145,18 +164,19 @@ def test_in_memory_huge_pages_follow_the_kernel(ask: str, kernel: kernel_env.Ker
 
 
 FILE_CHILD = r"""
-import json, sys, warnings
+import json, shutil, sys, warnings
 import numpy as np, chassis
-path = sys.argv[1]
-x = np.random.default_rng(2).standard_normal((12000, 256), dtype=np.float32)  # 12 MB of vectors
+path = sys.argv[2]
+shutil.copyfile(sys.argv[1], path)  # a writer of its own: the shared file stays as built
+x = np.random.default_rng(1).standard_normal((3000, 256), dtype=np.float32)  # the file's rows
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    w = chassis.VectorIndex(path, 256, chassis.IndexOptions(huge_pages=True, max_connections=8, ef_construction=32))
-    w.add_batch(x)
+    w = chassis.VectorIndex(path, options=chassis.IndexOptions(huge_pages=True, max_connections=4, ef_construction=4))
+    w.add_batch(-x[:100])  # a batch: its build buffer asks for huge pages too
     w.flush()
-    r = chassis.IndexReader(path, chassis.IndexOptions(huge_pages=True))
+    r = chassis.IndexReader(path, chassis.IndexOptions(huge_pages=True, max_connections=4, ef_construction=4))
     r.warm()
-    found, _ = r.search_batch(x[:50], k=1, ef=len(x))  # exhaustive: each finds itself
+    found, _ = r.search_batch(x[:50], k=1, ef=len(x) + 100)  # exhaustive: each finds itself
     import time
     while r.memory_stats()["warm_running"]:
         time.sleep(0.01)
@@ -166,9 +186,9 @@ print(json.dumps({"writer": w.memory_stats(), "reader": r.memory_stats(),
 
 
 def test_a_file_that_asks_for_huge_pages_works_whatever_the_kernel_grants(
-    tmp_path: Path, kernel: kernel_env.Kernel
+    shared: Path, tmp_path: Path, kernel: kernel_env.Kernel
 ) -> None:
-    out = _child_json(FILE_CHILD, tmp_path / "huge.chassis")
+    out = _child_json(FILE_CHILD, shared, tmp_path / "huge.chassis")
     assert out["self_found"] == 50, out
     if kernel.anonymous_huge_pages:
         assert out["warnings"] == [], out
@@ -192,11 +212,12 @@ def test_exact_search_equals_brute_force(kernel: kernel_env.Kernel) -> None:
     import chassis
 
     rng = np.random.default_rng(3)
-    base = rng.standard_normal((3000, 48), dtype=np.float32)
+    base = rng.standard_normal((1500, 48), dtype=np.float32)
     queries = rng.standard_normal((20, 48), dtype=np.float32)
-    index = chassis.VectorIndex(None, 48, chassis.IndexOptions(huge_pages=True))
+    options = chassis.IndexOptions(huge_pages=True, max_connections=8, ef_construction=32)
+    index = chassis.VectorIndex(None, 48, options)
     index.add_batch(base)
-    ids, dist = index.search_batch(queries, k=10, ef=3000)
+    ids, dist = index.search_batch(queries, k=10, ef=1500)
     true_ids, true_dist = brute_force_knn(base, queries, 10, "euclidean")
     np.testing.assert_allclose(dist, true_dist, rtol=1e-4, atol=1e-4)
     assert (ids == true_ids).mean() > 0.99  # ids may swap only at near ties
@@ -209,7 +230,9 @@ def test_balanced_and_local_placement_agree() -> None:
     results = []
     for placement in ("balanced", "local"):
         index = chassis.VectorIndex(
-            None, 16, chassis.IndexOptions(placement=placement, max_connections=8)
+            None,
+            16,
+            chassis.IndexOptions(placement=placement, max_connections=8, ef_construction=8),
         )
         index.add_batch(x, threads=1)  # one thread: the same graph both ways
         results.append(index.search_batch(x[:100], k=5, ef=64, threads=1))
@@ -223,9 +246,9 @@ KILLED_WRITER = r"""
 import sys, numpy as np, chassis
 path = sys.argv[1]
 w = chassis.VectorIndex(path, 32)
-x = np.random.default_rng(5).standard_normal((3000, 32), dtype=np.float32)
-w.add_batch(x[:2000]); w.flush()
-w.add_batch(x[2000:])          # never flushed
+x = np.random.default_rng(5).standard_normal((1500, 32), dtype=np.float32)
+w.add_batch(x[:1000]); w.flush()
+w.add_batch(x[1000:])          # never flushed
 print("flushed", flush=True)
 sys.stdin.readline()           # wait to be killed
 """
@@ -233,9 +256,9 @@ sys.stdin.readline()           # wait to be killed
 REOPEN = r"""
 import json, sys, numpy as np, chassis
 r = chassis.VectorIndex(sys.argv[1])
-x = np.random.default_rng(5).standard_normal((3000, 32), dtype=np.float32)
-stored = np.stack([r.get(i) for i in range(2000)])
-print(json.dumps({"len": len(r), "ids": r.ids().tolist()[:3], "same": bool((stored == x[:2000]).all()),
+x = np.random.default_rng(5).standard_normal((1500, 32), dtype=np.float32)
+stored = np.stack([r.get(i) for i in range(1000)])
+print(json.dumps({"len": len(r), "ids": r.ids().tolist()[:3], "same": bool((stored == x[:1000]).all()),
                   "check": r.check().ok, "top": r.search(x[7], k=1)[0].id}))
 """
 
@@ -258,4 +281,4 @@ def test_a_writer_killed_after_a_flush_reopens_as_that_flush(tmp_path: Path) -> 
         child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL
     out = _child_json(REOPEN, path)
-    assert out == {"len": 2000, "ids": [0, 1, 2], "same": True, "check": True, "top": 7}, out
+    assert out == {"len": 1000, "ids": [0, 1, 2], "same": True, "check": True, "top": 7}, out

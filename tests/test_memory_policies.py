@@ -540,40 +540,10 @@ def test_stopping_a_warm_returns_promptly(big_index, how):
 
 # =========================================================================== old kernels
 SECCOMP_CHILD = r"""
-import ctypes, json, os, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-
-class SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
-
-class SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-LD_W_ABS, JEQ_K, RET_K = 0x20, 0x15, 0x06
-AUDIT_ARCH_X86_64, NR_MADVISE, MADV_POPULATE_READ, EINVAL = 0xC000003E, 28, 22, 22
-prog = [
-    (LD_W_ABS, 0, 0, 4),                      # A = seccomp_data.arch
-    (JEQ_K, 0, 5, AUDIT_ARCH_X86_64),         # other arch: allow
-    (LD_W_ABS, 0, 0, 0),                      # A = seccomp_data.nr
-    (JEQ_K, 0, 3, NR_MADVISE),                # not madvise: allow
-    (LD_W_ABS, 0, 0, 32),                     # A = low 32 bits of args[2] (the advice)
-    (JEQ_K, 0, 1, MADV_POPULATE_READ),        # other advice: allow
-    (RET_K, 0, 0, 0x00050000 | EINVAL),       # SECCOMP_RET_ERRNO | EINVAL, as Linux < 5.14
-    (RET_K, 0, 0, 0x7FFF0000),                # SECCOMP_RET_ALLOW
-]
-filt = (SockFilter * len(prog))(*[SockFilter(*i) for i in prog])
-fprog = SockFprog(len(prog), filt)
-libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
-assert libc.prctl(38, 1, None, 0, 0) == 0, ("PR_SET_NO_NEW_PRIVS", ctypes.get_errno())
-assert libc.prctl(22, 2, ctypes.cast(ctypes.byref(fprog), ctypes.c_void_p), 0, 0) == 0, ("PR_SET_SECCOMP", ctypes.get_errno())
-
-# the filter does what it should: POPULATE_READ refused with EINVAL, WILLNEED allowed
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-p = libc.mmap(None, 4096, 3, 0x22, -1, 0)
-assert libc.madvise(p, 4096, MADV_POPULATE_READ) == -1 and ctypes.get_errno() == EINVAL, "filter not in force"
-assert libc.madvise(p, 4096, 3) == 0, "MADV_WILLNEED refused"
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+import kernel_env  # the seccomp filter of the kernel matrix's no-populate-read variant
+kernel_env.apply_in_process("no-populate-read")  # and checks that madvise(22) gets EINVAL
 
 import chassis   # after the filter, so that every thread the module starts inherits it
 path = sys.argv[1]
@@ -601,7 +571,7 @@ def test_warm_falls_back_to_willneed_without_populate_read(tmp_path):
     path = str(tmp_path / "old.chassis")
     build(path, 20_000, 256, m=8, efc=16)
     evict(path)
-    proc = run_python(SECCOMP_CHILD, path, timeout=120)
+    proc = run_python(SECCOMP_CHILD, path, Path(__file__).parent, timeout=120)
     assert_child_ok(proc, "warm under a seccomp filter refusing MADV_POPULATE_READ")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     first, done, last = out["first"], out["done"], out["last"]

@@ -130,11 +130,17 @@ impl Index {
         };
         let mapped = st.mapped_ranges();
         let written = st.written_ranges(snap.slots);
-        let vectors: Vec<(usize, usize)> =
-            written.iter().filter(|r| r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
-        let others: Vec<(usize, usize)> =
-            written.iter().filter(|r| !r.vectors).map(|r| (r.addr, r.addr + r.len)).collect();
-        let all: Vec<(usize, usize)> = written.iter().map(|r| (r.addr, r.addr + r.len)).collect();
+        // Huge pages are counted in mappings of the index's own only: a store below 2 MiB comes
+        // from the allocator (the THP note), and what smaps says of the allocator's memory
+        // (huge pages under THP `always`) is about other data as much as the index's.
+        let own = |vectors: Option<bool>| -> Vec<(usize, usize)> {
+            written
+                .iter()
+                .filter(|r| r.own && vectors.is_none_or(|v| r.vectors == v))
+                .map(|r| (r.addr, r.addr + r.len))
+                .collect()
+        };
+        let (vectors, others, all) = (own(Some(true)), own(Some(false)), own(None));
         let huge = |r: &[(usize, usize)]| {
             if st.is_memory() {
                 os::anon_huge_pages(r)
@@ -146,7 +152,7 @@ impl Index {
             mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
             written_bytes: written.iter().map(|r| r.len as u64).sum(),
             resident_bytes: written.iter().map(|r| os::resident(r.addr as *const u8, r.len)).sum(),
-            vector_bytes: vectors.iter().map(|r| (r.1 - r.0) as u64).sum(),
+            vector_bytes: written.iter().filter(|r| r.vectors).map(|r| r.len as u64).sum(),
             vector_huge_bytes: huge(&vectors),
             graph_huge_bytes: huge(&others),
             huge_bytes: huge(&all),

@@ -497,6 +497,12 @@ impl AlignedMap {
         self.ptr
     }
 
+    /// A mapping of its own (a file's, or an anonymous store of 2 MiB or more), rather than
+    /// memory from the allocator, whose pages it may share with the rest of the process.
+    pub fn is_own_mapping(&self) -> bool {
+        matches!(self.backing, Backing::Mapped)
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

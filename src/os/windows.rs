@@ -306,6 +306,11 @@ pub struct AlignedMap {
 }
 
 impl AlignedMap {
+    /// A mapping of its own: always, here (anonymous stores are mappings too).
+    pub fn is_own_mapping(&self) -> bool {
+        true
+    }
+
     /// Map `[offset, offset + len)` of `file` (which covers it: Windows would grow a file
     /// under a writable mapping past its end, and refuse a read-only one). `align` is for
     /// huge pages, which Windows does not give file mappings; it is not needed.

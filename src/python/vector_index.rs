@@ -721,7 +721,8 @@ impl VectorIndex {
     /// dict
     ///     ``mapped_bytes``, ``written_bytes`` and ``resident_bytes`` of the mappings;
     ///     ``vector_bytes``; ``vector_huge_bytes``, ``graph_huge_bytes`` and ``huge_bytes``
-    ///     on huge pages; ``huge_pages_asked`` and ``huge_pages_refused``; ``backing``
+    ///     on huge pages (of an in-memory index, its stores of 2 MiB and more: smaller ones
+    ///     share the allocator's pages with the rest of the process); ``huge_pages_asked`` and ``huge_pages_refused``; ``backing``
     ///     (``"file"`` or ``"memory"``); ``warm_running``, ``warm_done_bytes`` and
     ///     ``warm_total_bytes``; ``populate`` (how warming reads: ``MADV_POPULATE_READ``, or
     ///     the fallback the kernel left).

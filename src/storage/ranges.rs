@@ -18,6 +18,9 @@ pub struct Written {
     pub file_offset: u64,
     /// Vectors (else slot headers, lists or heap).
     pub vectors: bool,
+    /// In a mapping of its own (see `os::AlignedMap::is_own_mapping`): what the kernel says
+    /// about its pages (smaps) is about the index's bytes alone.
+    pub own: bool,
 }
 
 impl Storage {
@@ -82,35 +85,36 @@ impl Storage {
     pub fn written_ranges(&self, slots: u64) -> Vec<Written> {
         let ps = os::page_size();
         // A range at `rel` bytes into a mapping at `base` of file offset `file_base`.
-        let page = |base: usize, file_base: u64, rel: usize, len: usize, vectors: bool| {
+        let page = |map: &os::AlignedMap, file_base: u64, rel: usize, len: usize, vectors: bool| {
+            let base = map.as_ptr() as usize;
             let s = (base + rel) / ps * ps;
             Written {
                 addr: s,
                 len: (base + rel + len).div_ceil(ps) * ps - s,
                 file_offset: file_base + (s - base) as u64,
                 vectors,
+                own: map.is_own_mapping(),
             }
         };
         let mut out: Vec<Written> = Vec::new();
         for (seg, n) in self.segments_upto(slots) {
-            let base = seg.map.as_ptr() as usize;
             let l = &seg.layout;
             out.push(page(
-                base,
+                &seg.map,
                 seg.offset,
                 l.vectors as usize,
                 (n * self.geo.stride as u64) as usize,
                 true,
             ));
             out.push(page(
-                base,
+                &seg.map,
                 seg.offset,
                 l.headers as usize,
                 (n * SLOT_HEADER as u64) as usize,
                 false,
             ));
             out.push(page(
-                base,
+                &seg.map,
                 seg.offset,
                 l.l0 as usize,
                 (n * self.geo.l0_words as u64 * 4) as usize,
@@ -120,7 +124,7 @@ impl Storage {
         let a = self.alloc.lock();
         for (i, r) in a.regions.iter().filter(|r| r.kind == RegionKind::Heap).enumerate() {
             if let Some(h) = self.heaps[i].get() {
-                out.push(page(h.map.as_ptr() as usize, r.offset, 0, r.used as usize, false));
+                out.push(page(&h.map, r.offset, 0, r.used as usize, false));
             }
         }
         out.sort_by_key(|w| w.file_offset);
