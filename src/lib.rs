@@ -13,6 +13,7 @@
 //! | [`distance`] | SIMD kernels chosen at run time                                          |
 //! | [`cpu`]      | CPU facts and the prefetch policy (ADR-0015)                             |
 //! | [`os`]       | the platform: system calls, locks, memory advice (ADR-0016)              |
+//! | [`quant`]    | 8-bit codes: the quantizer, distances of a query to codes               |
 //! | [`warm`]     | background read-in (ADR-0019)                                            |
 //! | [`control`]  | cancellation, progress and thread pools of long calls                    |
 //! | [`error`]    | typed errors with a `help:` line                                         |
@@ -25,7 +26,7 @@
 //! in-memory index's pages) and the THP note (huge pages for anonymous buffers).
 //!
 //! Unsafe code: raw pointers into the mappings are made only in `storage`; the other
-//! `unsafe` blocks are SIMD kernels (`distance`), prefetch instructions (`cpu`), system calls
+//! `unsafe` blocks are SIMD kernels (`distance`, `quant::kernels`), prefetch instructions (`cpu`), system calls
 //! (`os`, `warm`), buffers of their own (`graph::halfcopy`, the aligned query copy in
 //! `graph::search`) and NumPy's buffers (`python`). Each states the invariant that makes it
 //! sound (`clippy::undocumented_unsafe_blocks` is denied).
@@ -39,6 +40,7 @@ pub mod format;
 pub mod graph;
 pub mod index;
 pub mod os;
+pub mod quant;
 pub mod storage;
 pub mod warm;
 

@@ -4,6 +4,7 @@
 //! | file          | what it holds                                                           |
 //! |---------------|-------------------------------------------------------------------------|
 //! | `mod.rs`      | [`Graph`], [`Start`], per-thread [`Scratch`], distances to stored vectors |
+//! |               | (or to a half-precision copy, or to 8-bit codes: `crate::quant`)        |
 //! | `search.rs`   | the search loop: greedy descent, layer search, k-NN, exact scans        |
 //! | `insert.rs`   | insertion with the HNSW paper's neighbor heuristic; [`insert::Linker`]  |
 //! |               | links a batch on threads and repairs reachability                       |
@@ -25,6 +26,7 @@ pub use insert::level_for;
 use crate::cpu;
 use crate::distance::{Kernel, Kernel4};
 use crate::format;
+use crate::quant::CodeTable;
 use crate::storage::Storage;
 use halfcopy::HalfCopy;
 use std::cell::RefCell;
@@ -222,6 +224,9 @@ pub struct Graph<'a> {
     bias: f32,
     sign: f32,
     dims: usize,
+    /// f32s a query holds as the kernel reads it: `dims`, or `2 * dims` for codes under
+    /// euclidean (see `crate::quant`).
+    qlen: usize,
     half: bool,
     /// Slots below this may be visited (they exist in the mapped segments).
     pub limit: u32,
@@ -231,6 +236,8 @@ pub struct Graph<'a> {
     /// Where the vectors are read from, if not the storage: a batch's linking reads a
     /// half-precision copy (see `halfcopy`).
     copy: Option<&'a HalfCopy>,
+    /// ... or a search's walk reads codes (see `on_codes`).
+    codes: Option<&'a CodeTable>,
 }
 
 impl<'a> Graph<'a> {
@@ -274,31 +281,57 @@ impl<'a> Graph<'a> {
             bias: k.bias,
             sign: k.sign,
             dims: geo.dims,
+            qlen: geo.dims,
             half: geo.precision == format::Precision::Half,
             limit: limit.min(st.capacity().min(u32::MAX as u64) as u32),
             pf_lines: ci.prefetch_lines.min(geo.vec_bytes.div_ceil(64)).max(1),
             pf_l1: ci.prefetch_l1,
             m: st.geo.m,
             copy,
+            codes: None,
         }
+    }
+
+    /// A graph whose distances are measured on 8-bit codes (slots below the table's length),
+    /// for a search's walk: its queries are `quant::Prepared` values, and its distances are
+    /// the metric's up to the prepared query's `bias` (the same for every slot of one query,
+    /// so the order is the codes' distance order). Never for linking.
+    pub fn on_codes(
+        st: &'a Storage,
+        metric: format::Metric,
+        limit: u32,
+        codes: &'a CodeTable,
+    ) -> Graph<'a> {
+        let mut g = Self::reading(st, metric, limit.min(codes.slots()), &st.geo, None);
+        let k = crate::quant::code_kernels();
+        let l2 = metric == format::Metric::Euclidean;
+        (g.kernel, g.kernel4) = if l2 { (k.l2, k.l2_x4) } else { (k.dot, k.dot_x4) };
+        (g.bias, g.sign) = (0.0, if l2 { 1.0 } else { -1.0 });
+        g.qlen = if l2 { 2 * g.dims } else { g.dims };
+        g.half = false;
+        g.grouped = codes.stride() >= group_min_bytes();
+        g.pf_lines = cpu::info().prefetch_lines.min(codes.stride() / 64).max(1);
+        g.codes = Some(codes);
+        g
     }
 
     /// A slot's vector as this graph reads it (the copy's row, or the stored vector).
     #[inline(always)]
     fn vector_ptr(&self, slot: u32) -> *const u8 {
-        match self.copy {
-            Some(c) => c.ptr(slot),
-            None => self.st.vector_ptr(slot),
+        match (self.codes, self.copy) {
+            (Some(t), _) => t.ptr(slot),
+            (None, Some(c)) => c.ptr(slot),
+            (None, None) => self.st.vector_ptr(slot),
         }
     }
 
     /// Distance from an f32 query to a stored vector (squared for euclidean).
     #[inline(always)]
     pub fn dist(&self, q: &[f32], slot: u32) -> f32 {
-        assert!(q.len() == self.dims, "a query of {} values for {} dimensions", q.len(), self.dims);
-        // SAFETY: q has `dims` f32s (checked above); `vector_ptr` points at a whole vector of
-        // a live mapping or of the copy (both check the slot); the kernel set was chosen for
-        // this CPU and for the precision of what `vector_ptr` points to.
+        assert!(q.len() == self.qlen, "a query of {} values for {} dimensions", q.len(), self.dims);
+        // SAFETY: q has the f32s the kernel reads (`qlen`, checked above); `vector_ptr` points
+        // at a whole vector of a live mapping, of the copy or of the code table (each checks
+        // the slot); the kernel set was chosen for this CPU and for what `vector_ptr` points to.
         self.bias
             + self.sign * unsafe { (self.kernel)(q.as_ptr(), self.vector_ptr(slot), self.dims) }
     }
@@ -306,7 +339,7 @@ impl<'a> Graph<'a> {
     /// Distances to four stored vectors (each bitwise what `dist` gives).
     #[inline(always)]
     fn dist4(&self, q: &[f32], slots: &[u32]) -> [f32; 4] {
-        assert!(q.len() == self.dims, "a query of {} values for {} dimensions", q.len(), self.dims);
+        assert!(q.len() == self.qlen, "a query of {} values for {} dimensions", q.len(), self.dims);
         let v = [
             self.vector_ptr(slots[0]),
             self.vector_ptr(slots[1]),
@@ -327,6 +360,7 @@ impl<'a> Graph<'a> {
     /// A slot's vector as f32 as this graph reads it (the stored vector, or the copy's scaled
     /// row), decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
+        assert!(self.codes.is_none(), "a graph on codes is for searching, not linking");
         // The copy's rows are always half precision.
         if !self.half {
             return self.st.vector_f32(slot);

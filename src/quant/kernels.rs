@@ -1,0 +1,347 @@
+//! Distances of a prepared f32 query to 8-bit codes (see the model in `quant`'s table):
+//! `l2(q, code, n) = sum (q[i] - q[n + i] * code[i])^2` (the query's `b = q - offset`, then
+//! its `step`), `dot(q, code, n) = sum q[i] * code[i]` (the query's `w = q * step`).
+//!
+//! Each code is widened to f32 and met by one fused multiply-add (dot), or two (l2): the
+//! arithmetic of a float distance on a quarter of the bytes. One set is chosen at run time, as
+//! for float vectors (`crate::distance`), and `CHASSIS_KERNEL` forces a lower level.
+
+use crate::distance::{Kernel, Kernel4};
+use std::sync::OnceLock;
+
+/// The kernels for codes. Their pointers: the query as described above (`2 * n` f32s for
+/// `l2`, `n` for `dot`, 4-byte aligned) and `n` code bytes; the CPU must have the set's
+/// features. The grouped kernels give bitwise what four calls of the single one give.
+#[derive(Clone, Copy)]
+pub struct CodeKernels {
+    pub level: &'static str,
+    pub l2: Kernel,
+    pub dot: Kernel,
+    pub l2_x4: Kernel4,
+    pub dot_x4: Kernel4,
+}
+
+/// A `Kernel4` made of four calls of a `Kernel`.
+macro_rules! four_calls {
+    ($name:ident, $one:path) => {
+        /// # Safety
+        /// See [`CodeKernels`].
+        pub unsafe fn $name(q: *const f32, v: &[*const u8; 4], n: usize) -> [f32; 4] {
+            [$one(q, v[0], n), $one(q, v[1], n), $one(q, v[2], n), $one(q, v[3], n)]
+        }
+    };
+}
+
+pub const SCALAR: CodeKernels = CodeKernels {
+    level: "scalar",
+    l2: scalar::l2,
+    dot: scalar::dot,
+    l2_x4: scalar::l2_x4,
+    dot_x4: scalar::dot_x4,
+};
+
+/// Every set this CPU can run, best first, ending with scalar.
+pub fn available() -> Vec<CodeKernels> {
+    let mut v = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            v.push(x86::AVX512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            v.push(x86::AVX2);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        v.push(neon::NEON);
+    }
+    v.push(SCALAR);
+    v
+}
+
+/// The set in use: the level of `crate::distance::kernels()` where this module has it (the
+/// same choice, `CHASSIS_KERNEL` included), else the best available.
+pub fn code_kernels() -> &'static CodeKernels {
+    static K: OnceLock<CodeKernels> = OnceLock::new();
+    K.get_or_init(|| {
+        let all = available();
+        let level = crate::distance::kernels().level;
+        all.iter().find(|k| k.level == level).copied().unwrap_or(all[0])
+    })
+}
+
+pub mod scalar {
+    //! The reference: plain loops, four accumulators, no intrinsics.
+
+    /// # Safety
+    /// See [`super::CodeKernels`].
+    pub unsafe fn l2(q: *const f32, c: *const u8, n: usize) -> f32 {
+        let s = q.add(n);
+        let mut acc = [0f32; 4];
+        let mut i = 0;
+        while i + 4 <= n {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let d = *q.add(i + j) - *s.add(i + j) * *c.add(i + j) as f32;
+                *a += d * d;
+            }
+            i += 4;
+        }
+        while i < n {
+            let d = *q.add(i) - *s.add(i) * *c.add(i) as f32;
+            acc[0] += d * d;
+            i += 1;
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+
+    /// # Safety
+    /// See [`super::CodeKernels`].
+    pub unsafe fn dot(q: *const f32, c: *const u8, n: usize) -> f32 {
+        let mut acc = [0f32; 4];
+        let mut i = 0;
+        while i + 4 <= n {
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a += *q.add(i + j) * *c.add(i + j) as f32;
+            }
+            i += 4;
+        }
+        while i < n {
+            acc[0] += *q.add(i) * *c.add(i) as f32;
+            i += 1;
+        }
+        (acc[0] + acc[1]) + (acc[2] + acc[3])
+    }
+
+    four_calls!(l2_x4, l2);
+    four_calls!(dot_x4, dot);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::CodeKernels;
+    use std::arch::x86_64::*;
+
+    pub const AVX512: CodeKernels = CodeKernels {
+        level: "avx512",
+        l2: l2_avx512,
+        dot: dot_avx512,
+        l2_x4: l2_avx512_x4,
+        dot_x4: dot_avx512_x4,
+    };
+    pub const AVX2: CodeKernels = CodeKernels {
+        level: "avx2",
+        l2: l2_avx2,
+        dot: dot_avx2,
+        l2_x4: l2_avx2_x4,
+        dot_x4: dot_avx2_x4,
+    };
+    four_calls!(l2_avx512_x4, l2_avx512);
+    four_calls!(dot_avx512_x4, dot_avx512);
+    four_calls!(l2_avx2_x4, l2_avx2);
+    four_calls!(dot_avx2_x4, dot_avx2);
+
+    /// 16 codes from `c + i` (those of mask `m`, zeros elsewhere) as f32.
+    #[inline(always)]
+    unsafe fn codes16(c: *const u8, i: usize, m: __mmask16) -> __m512 {
+        let b = if m == 0xffff {
+            _mm_loadu_si128(c.add(i) as *const __m128i)
+        } else {
+            _mm_maskz_loadu_epi8(m, c.add(i) as *const _)
+        };
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b))
+    }
+
+    /// 16 query values from `q + i` (masked as `codes16`).
+    #[inline(always)]
+    unsafe fn q16(q: *const f32, i: usize, m: __mmask16) -> __m512 {
+        if m == 0xffff {
+            _mm512_loadu_ps(q.add(i))
+        } else {
+            _mm512_maskz_loadu_ps(m, q.add(i))
+        }
+    }
+
+    /// One AVX-512 body for both kernels: four accumulators over 64 values a step, then up to
+    /// three steps of 16, then a masked tail (masked-off lanes are zero on both sides: they add
+    /// nothing).
+    macro_rules! avx512_codes {
+        ($name:ident, $step:ident) => {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+            unsafe fn $name(q: *const f32, c: *const u8, n: usize) -> f32 {
+                let mut a = [_mm512_setzero_ps(); 4];
+                let mut i = 0;
+                while i + 64 <= n {
+                    for j in 0..4 {
+                        a[j] = $step(q, c, n, i + 16 * j, 0xffff, a[j]);
+                    }
+                    i += 64;
+                }
+                for j in 0..3 {
+                    if i + 16 <= n {
+                        a[j] = $step(q, c, n, i, 0xffff, a[j]);
+                        i += 16;
+                    }
+                }
+                if i < n {
+                    let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
+                    a[3] = $step(q, c, n, i, m, a[3]);
+                }
+                _mm512_reduce_add_ps(_mm512_add_ps(
+                    _mm512_add_ps(a[0], a[1]),
+                    _mm512_add_ps(a[2], a[3]),
+                ))
+            }
+        };
+    }
+    #[inline(always)]
+    unsafe fn l2_step512(
+        q: *const f32,
+        c: *const u8,
+        n: usize,
+        i: usize,
+        m: __mmask16,
+        acc: __m512,
+    ) -> __m512 {
+        // d = b - step * code, in one fused step
+        let d = _mm512_fnmadd_ps(q16(q.add(n), i, m), codes16(c, i, m), q16(q, i, m));
+        _mm512_fmadd_ps(d, d, acc)
+    }
+    #[inline(always)]
+    unsafe fn dot_step512(
+        q: *const f32,
+        c: *const u8,
+        _n: usize,
+        i: usize,
+        m: __mmask16,
+        acc: __m512,
+    ) -> __m512 {
+        _mm512_fmadd_ps(q16(q, i, m), codes16(c, i, m), acc)
+    }
+    avx512_codes!(l2_avx512, l2_step512);
+    avx512_codes!(dot_avx512, dot_step512);
+
+    /// 8 codes from `c + i` as f32.
+    #[inline(always)]
+    unsafe fn codes8(c: *const u8, i: usize) -> __m256 {
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(c.add(i) as *const __m128i)))
+    }
+
+    /// One AVX2 body: four accumulators over 32 values a step, steps of 8, a scalar tail.
+    macro_rules! avx2_codes {
+        ($name:ident, $step:ident, $tail:path) => {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn $name(q: *const f32, c: *const u8, n: usize) -> f32 {
+                let mut a = [_mm256_setzero_ps(); 4];
+                let mut i = 0;
+                while i + 32 <= n {
+                    for j in 0..4 {
+                        a[j] = $step(q, c, n, i + 8 * j, a[j]);
+                    }
+                    i += 32;
+                }
+                while i + 8 <= n {
+                    a[0] = $step(q, c, n, i, a[0]);
+                    i += 8;
+                }
+                let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+                let s = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+                s + $tail(q, c, n, i)
+            }
+        };
+    }
+    #[inline(always)]
+    unsafe fn l2_step256(q: *const f32, c: *const u8, n: usize, i: usize, acc: __m256) -> __m256 {
+        let d = _mm256_fnmadd_ps(
+            _mm256_loadu_ps(q.add(n + i)),
+            codes8(c, i),
+            _mm256_loadu_ps(q.add(i)),
+        );
+        _mm256_fmadd_ps(d, d, acc)
+    }
+    #[inline(always)]
+    unsafe fn dot_step256(q: *const f32, c: *const u8, _n: usize, i: usize, acc: __m256) -> __m256 {
+        _mm256_fmadd_ps(_mm256_loadu_ps(q.add(i)), codes8(c, i), acc)
+    }
+    /// The last `n - i` values, one at a time.
+    #[inline(always)]
+    unsafe fn l2_tail(q: *const f32, c: *const u8, n: usize, i: usize) -> f32 {
+        (i..n)
+            .map(|j| {
+                let d = *q.add(j) - *q.add(n + j) * *c.add(j) as f32;
+                d * d
+            })
+            .sum()
+    }
+    #[inline(always)]
+    unsafe fn dot_tail(q: *const f32, c: *const u8, n: usize, i: usize) -> f32 {
+        (i..n).map(|j| *q.add(j) * *c.add(j) as f32).sum()
+    }
+    avx2_codes!(l2_avx2, l2_step256, l2_tail);
+    avx2_codes!(dot_avx2, dot_step256, dot_tail);
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::CodeKernels;
+    use std::arch::aarch64::*;
+
+    pub const NEON: CodeKernels = CodeKernels { level: "neon", l2, dot, l2_x4, dot_x4 };
+    four_calls!(l2_x4, l2);
+    four_calls!(dot_x4, dot);
+
+    /// 8 codes from `c + i` as two f32x4.
+    #[inline(always)]
+    unsafe fn codes8(c: *const u8, i: usize) -> (float32x4_t, float32x4_t) {
+        let w = vmovl_u8(vld1_u8(c.add(i)));
+        (vcvtq_f32_u32(vmovl_u16(vget_low_u16(w))), vcvtq_f32_u32(vmovl_high_u16(w)))
+    }
+
+    unsafe fn l2(q: *const f32, c: *const u8, n: usize) -> f32 {
+        let s = q.add(n);
+        let mut a = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for h in 0..2 {
+                let (lo, hi) = codes8(c, i + 8 * h);
+                // d = b - step * code (vfmsq: a - b * c)
+                let d0 = vfmsq_f32(vld1q_f32(q.add(i + 8 * h)), vld1q_f32(s.add(i + 8 * h)), lo);
+                let d1 =
+                    vfmsq_f32(vld1q_f32(q.add(i + 8 * h + 4)), vld1q_f32(s.add(i + 8 * h + 4)), hi);
+                a[2 * h] = vfmaq_f32(a[2 * h], d0, d0);
+                a[2 * h + 1] = vfmaq_f32(a[2 * h + 1], d1, d1);
+            }
+            i += 16;
+        }
+        let mut sum = vaddvq_f32(vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3])));
+        for j in i..n {
+            let d = *q.add(j) - *s.add(j) * *c.add(j) as f32;
+            sum += d * d;
+        }
+        sum
+    }
+
+    unsafe fn dot(q: *const f32, c: *const u8, n: usize) -> f32 {
+        let mut a = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            for h in 0..2 {
+                let (lo, hi) = codes8(c, i + 8 * h);
+                a[2 * h] = vfmaq_f32(a[2 * h], vld1q_f32(q.add(i + 8 * h)), lo);
+                a[2 * h + 1] = vfmaq_f32(a[2 * h + 1], vld1q_f32(q.add(i + 8 * h + 4)), hi);
+            }
+            i += 16;
+        }
+        let mut sum = vaddvq_f32(vaddq_f32(vaddq_f32(a[0], a[1]), vaddq_f32(a[2], a[3])));
+        for j in i..n {
+            sum += *q.add(j) * *c.add(j) as f32;
+        }
+        sum
+    }
+}

@@ -1,0 +1,151 @@
+//! The quantizer: per dimension, an offset and a step learned from data, and the 8-bit codes
+//! of vectors under them.
+//!
+//! Learning takes, per dimension, the values at two quantiles of a sample (`1 - q` and `q`)
+//! as the ends of the range the 256 codes cover: `offset = low`, `step = (high - low) / 255`.
+//! With `q = 1` the ends are the minimum and the maximum; a smaller `q` gives up the rarest
+//! values at each end (they are clipped to the nearest code, and counted) for a finer step
+//! everywhere else. Per dimension rather than one range for all: embedding dimensions differ in
+//! spread (on MiniLM the widest dimension's range is several times the median one's), and one
+//! range would give the narrow ones only a few codes.
+
+use crate::error::{Error, Result};
+
+/// Codes per dimension: 0..=255.
+pub const LEVELS: f32 = 255.0;
+
+/// A learned per-dimension affine map between f32 values and 8-bit codes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quantizer {
+    offset: Vec<f32>,
+    step: Vec<f32>,
+    /// 1 / step, or 0 where step is 0 (a dimension that held one value).
+    inv: Vec<f32>,
+}
+
+impl Quantizer {
+    /// A quantizer from its parameters (as stored): finite offsets, finite steps >= 0.
+    pub fn from_parts(offset: Vec<f32>, step: Vec<f32>) -> Result<Quantizer> {
+        if offset.len() != step.len() || offset.is_empty() {
+            return Err(Error::invalid(
+                format!("{} offsets and {} steps", offset.len(), step.len()),
+                "give one offset and one step per dimension",
+            ));
+        }
+        if let Some(i) = (0..offset.len())
+            .find(|&i| !offset[i].is_finite() || !step[i].is_finite() || step[i] < 0.0)
+        {
+            return Err(Error::invalid(
+                format!("dimension {i}: offset {} and step {}", offset[i], step[i]),
+                "offsets must be finite and steps finite and not negative",
+            ));
+        }
+        let inv = step.iter().map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 }).collect();
+        Ok(Quantizer { offset, step, inv })
+    }
+
+    /// Learn offsets and steps from `rows` (each `dims` finite values), the range of each
+    /// dimension running from its `1 - quantile` to its `quantile` quantile (`quantile` in
+    /// `[0.5, 1]`; 1 keeps the minimum and maximum).
+    pub fn train<'r>(
+        dims: usize,
+        rows: impl IntoIterator<Item = &'r [f32]>,
+        quantile: f64,
+    ) -> Result<Quantizer> {
+        if !(0.5..=1.0).contains(&quantile) {
+            return Err(Error::invalid(
+                format!("quantile {quantile} is outside [0.5, 1]"),
+                "use 1 for the full range, or e.g. 0.999 to clip the rarest 0.1% at each end",
+            ));
+        }
+        // Dimension-major: each dimension's values together, for selecting its quantiles.
+        let mut cols: Vec<Vec<f32>> = vec![Vec::new(); dims];
+        let mut n = 0usize;
+        for (r, row) in rows.into_iter().enumerate() {
+            if row.len() != dims {
+                return Err(Error::invalid(
+                    format!("row {r} has {} values for {dims} dimensions", row.len()),
+                    "train on vectors of the index's dimensions",
+                ));
+            }
+            if let Some(i) = row.iter().position(|x| !x.is_finite()) {
+                return Err(Error::invalid(
+                    format!("row {r} holds {} at dimension {i}", row[i]),
+                    "train on finite values",
+                ));
+            }
+            for (c, &x) in cols.iter_mut().zip(row) {
+                c.push(x);
+            }
+            n += 1;
+        }
+        if n == 0 {
+            return Err(Error::invalid("no rows to learn from", "train on at least one vector"));
+        }
+        let lo_rank = (((1.0 - quantile) * (n - 1) as f64).floor() as usize).min(n - 1);
+        let hi_rank = ((quantile * (n - 1) as f64).ceil() as usize).min(n - 1);
+        let mut offset = Vec::with_capacity(dims);
+        let mut step = Vec::with_capacity(dims);
+        for c in &mut cols {
+            let lo = *c.select_nth_unstable_by(lo_rank, f32::total_cmp).1;
+            let hi = *c.select_nth_unstable_by(hi_rank, f32::total_cmp).1;
+            offset.push(lo);
+            // f64, then rounded up: the top code reaches `hi` (never one rounding below it)
+            let s = ((hi as f64 - lo as f64) / LEVELS as f64) as f32;
+            step.push(if (lo + s * LEVELS) < hi { s.next_up() } else { s });
+        }
+        Quantizer::from_parts(offset, step)
+    }
+
+    pub fn dims(&self) -> usize {
+        self.offset.len()
+    }
+
+    pub fn offset(&self) -> &[f32] {
+        &self.offset
+    }
+
+    pub fn step(&self) -> &[f32] {
+        &self.step
+    }
+
+    /// The codes of `v` into `out` (`dims` bytes each): each value's nearest code, values
+    /// beyond the range clipped to its ends. Returns how many values were clipped: more than
+    /// half a step outside the range (a non-finite value counts as clipped; NaN becomes 0).
+    pub fn encode(&self, v: &[f32], out: &mut [u8]) -> usize {
+        assert!(
+            v.len() == self.dims() && out.len() == self.dims(),
+            "a vector of {} for {}",
+            v.len(),
+            self.dims()
+        );
+        let mut clipped = 0;
+        for i in 0..v.len() {
+            let t = (v[i] - self.offset[i]) * self.inv[i];
+            // NaN is in no range: it counts as clipped. A dimension of step 0 holds one value.
+            let inside = if self.step[i] > 0.0 {
+                (-0.5..=LEVELS + 0.5).contains(&t)
+            } else {
+                v[i] == self.offset[i]
+            };
+            clipped += usize::from(!inside);
+            // `as u8` saturates and maps NaN to 0.
+            out[i] = t.round().clamp(0.0, LEVELS) as u8;
+        }
+        clipped
+    }
+
+    /// The value a code stands for in dimension `i`.
+    #[inline]
+    pub fn decode_one(&self, i: usize, code: u8) -> f32 {
+        self.offset[i] + self.step[i] * code as f32
+    }
+
+    /// The vector `codes` stand for, into `out`.
+    pub fn decode(&self, codes: &[u8], out: &mut [f32]) {
+        assert!(codes.len() == self.dims() && out.len() == self.dims());
+        for (i, (&c, o)) in codes.iter().zip(out.iter_mut()).enumerate() {
+            *o = self.decode_one(i, c);
+        }
+    }
+}

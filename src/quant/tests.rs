@@ -1,0 +1,205 @@
+//! Oracles: exact f64 arithmetic on the decoded vectors (what a code stands for), counts made
+//! here value by value, and the scalar kernels for the SIMD ones.
+
+use super::kernels::available;
+use super::*;
+
+/// A seeded xorshift stream of values in [lo, hi).
+fn data(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect()
+}
+
+fn codes(n: usize, seed: u64) -> Vec<u8> {
+    data(n, seed, 0.0, 256.0).into_iter().map(|x| x as u8).collect()
+}
+
+const LENGTHS: [usize; 9] = [127, 128, 129, 383, 384, 385, 768, 1536, 1537];
+
+#[test]
+fn every_available_code_kernel_matches_exact_math_at_every_length() {
+    for k in available() {
+        for n in (0..=70).chain(LENGTHS) {
+            let c = codes(n, 3 + n as u64);
+            let mut q = data(n, 1 + n as u64, -2.0, 2.0); // b = q - offset
+            q.extend(data(n, 50 + n as u64, 0.0, 0.02)); // step
+            let exact_l2: f64 =
+                (0..n).map(|i| (q[i] as f64 - q[n + i] as f64 * c[i] as f64).powi(2)).sum();
+            let exact_dot: f64 = (0..n).map(|i| q[i] as f64 * c[i] as f64).sum();
+            // SAFETY: the query holds 2n f32s, the code n bytes; the set is from `available()`.
+            let (l2, dot) = unsafe {
+                (
+                    (k.l2)(q.as_ptr(), c.as_ptr(), n) as f64,
+                    (k.dot)(q.as_ptr(), c.as_ptr(), n) as f64,
+                )
+            };
+            let tol = |x: f64, scale: f64| 1e-5 * (1.0 + x.abs() + scale);
+            assert!(
+                (l2 - exact_l2).abs() < tol(exact_l2, 0.0),
+                "{} l2 n={n}: {l2} vs {exact_l2}",
+                k.level
+            );
+            // a dot of +-2 against codes up to 255: cancellation, so scaled by the magnitudes
+            let scale: f64 = (0..n).map(|i| (q[i] as f64 * c[i] as f64).abs()).sum();
+            assert!(
+                (dot - exact_dot).abs() < tol(exact_dot, scale),
+                "{} dot n={n}: {dot} vs {exact_dot}",
+                k.level
+            );
+        }
+    }
+}
+
+#[test]
+fn grouped_code_kernels_give_bitwise_the_single_kernels_distances() {
+    for k in available() {
+        for n in [1, 15, 16, 17, 64, 100, 384, 385] {
+            let mut q = data(n, 9 + n as u64, -1.0, 1.0);
+            q.extend(data(n, 90 + n as u64, 0.0, 0.01));
+            let cs: Vec<Vec<u8>> = (0..4).map(|t| codes(n, 100 * t + n as u64)).collect();
+            let p: [*const u8; 4] = std::array::from_fn(|t| cs[t].as_ptr());
+            for (one, four) in [(k.l2, k.l2_x4), (k.dot, k.dot_x4)] {
+                // SAFETY: as above, for each of four codes.
+                let (got, want) =
+                    unsafe { (four(q.as_ptr(), &p, n), p.map(|c| one(q.as_ptr(), c, n))) };
+                assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{} n={n}", k.level);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_prepared_query_measures_the_decoded_vector_exactly_for_every_metric() {
+    // Oracle: the float distance from the query to the vector the code stands for.
+    let dims = 77;
+    let rows: Vec<Vec<f32>> = (0..300).map(|r| data(dims, 1000 + r, -0.3, 0.5)).collect();
+    let quantizer = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
+    let q = data(dims, 7, -0.4, 0.4);
+    for k in available() {
+        for metric in [Metric::Euclidean, Metric::Cosine, Metric::InnerProduct] {
+            let p = Prepared::new(&quantizer, metric, &q);
+            for row in rows.iter().take(20) {
+                let mut code = vec![0u8; dims];
+                quantizer.encode(row, &mut code);
+                let mut x = vec![0f32; dims];
+                quantizer.decode(&code, &mut x);
+                let want: f64 = match metric {
+                    Metric::Euclidean => {
+                        q.iter().zip(&x).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum()
+                    }
+                    Metric::Cosine => {
+                        1.0 - q.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                    }
+                    Metric::InnerProduct => {
+                        -q.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                    }
+                };
+                let kernel = if metric == Metric::Euclidean { k.l2 } else { k.dot };
+                // SAFETY: the prepared values are 2 x dims (euclidean) or dims f32s.
+                let got =
+                    p.bias + p.sign * unsafe { kernel(p.values.as_ptr(), code.as_ptr(), dims) };
+                assert!(
+                    (got as f64 - want).abs() < 1e-4,
+                    "{} {metric:?}: {got} vs {want}",
+                    k.level
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn codes_of_the_training_data_are_within_half_a_step_and_nothing_is_clipped() {
+    let dims = 40;
+    let rows: Vec<Vec<f32>> = (0..500).map(|r| data(dims, r, -3.0, 7.0)).collect();
+    let quantizer = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
+    let mut code = vec![0u8; dims];
+    let mut back = vec![0f32; dims];
+    for row in &rows {
+        assert_eq!(quantizer.encode(row, &mut code), 0);
+        quantizer.decode(&code, &mut back);
+        for i in 0..dims {
+            let err = (row[i] - back[i]).abs();
+            assert!(err <= quantizer.step()[i] * 0.5 + 1e-6, "dim {i}: {} -> {}", row[i], back[i]);
+        }
+    }
+    // min and max of each dimension are the codes 0 and 255
+    for i in 0..dims {
+        let lo = rows.iter().map(|r| r[i]).fold(f32::INFINITY, f32::min);
+        let hi = rows.iter().map(|r| r[i]).fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(quantizer.offset()[i], lo);
+        assert!(quantizer.decode_one(i, 255) >= hi && quantizer.decode_one(i, 255) - hi < 1e-5);
+    }
+}
+
+#[test]
+fn values_beyond_the_learned_range_are_clipped_to_its_ends_and_counted() {
+    let dims = 8;
+    let rows: Vec<Vec<f32>> = (0..1000).map(|r| data(dims, r, -1.0, 1.0)).collect();
+    let quantizer = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 0.99).unwrap();
+    let mut total = 0;
+    let mut code = vec![0u8; dims];
+    for row in &rows {
+        // oracle: the values more than half a step outside [offset, offset + 255 step]
+        let expected = (0..dims)
+            .filter(|&i| {
+                let t = (row[i] - quantizer.offset()[i]) / quantizer.step()[i];
+                !(-0.5..=255.5).contains(&t)
+            })
+            .count();
+        let clipped = quantizer.encode(row, &mut code);
+        assert_eq!(clipped, expected);
+        total += clipped;
+        for i in 0..dims {
+            let t = (row[i] - quantizer.offset()[i]) / quantizer.step()[i];
+            if t < 0.0 {
+                assert_eq!(code[i], 0);
+            } else if t > 255.0 {
+                assert_eq!(code[i], 255);
+            }
+        }
+    }
+    // 1% at each end of each dimension, about: 2% of 8,000 values
+    assert!((100..=220).contains(&total), "{total} clipped");
+    let far = vec![1e30f32; dims];
+    assert_eq!(quantizer.encode(&far, &mut code), dims);
+    assert!(code.iter().all(|&c| c == 255));
+    let nan = vec![f32::NAN; dims];
+    assert_eq!(quantizer.encode(&nan, &mut code), dims);
+}
+
+#[test]
+fn a_dimension_holding_one_value_gets_step_zero_and_decodes_to_it() {
+    let rows = [[1.5f32, 0.0], [1.5, 1.0], [1.5, 2.0]];
+    let quantizer = Quantizer::train(2, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
+    assert_eq!(quantizer.step()[0], 0.0);
+    let mut code = [9u8; 2];
+    assert_eq!(quantizer.encode(&[1.5, 1.0], &mut code), 0);
+    assert_eq!(code[0], 0);
+    assert_eq!(quantizer.decode_one(0, code[0]), 1.5);
+    assert_eq!(quantizer.encode(&[2.5, 1.0], &mut code), 1); // off the only value: clipped
+}
+
+#[test]
+fn bad_training_input_and_bad_parts_are_refused_with_what_was_wrong() {
+    let e = Quantizer::train(3, std::iter::empty(), 1.0).unwrap_err();
+    assert!(e.message.contains("no rows"), "{}", e.message);
+    let rows = [[1.0f32, f32::NAN, 0.0]];
+    let e = Quantizer::train(3, rows.iter().map(|r| r.as_slice()), 1.0).unwrap_err();
+    assert!(e.message.contains("row 0") && e.message.contains("dimension 1"), "{}", e.message);
+    let rows = [[1.0f32, 2.0]];
+    let e = Quantizer::train(3, rows.iter().map(|r| r.as_slice()), 1.0).unwrap_err();
+    assert!(e.message.contains("2 values for 3"), "{}", e.message);
+    let e = Quantizer::train(2, rows.iter().map(|r| r.as_slice()), 0.2).unwrap_err();
+    assert!(e.message.contains("quantile"), "{}", e.message);
+    assert!(Quantizer::from_parts(vec![0.0], vec![-1.0]).is_err());
+    assert!(Quantizer::from_parts(vec![f32::INFINITY], vec![1.0]).is_err());
+    assert!(Quantizer::from_parts(vec![0.0, 1.0], vec![1.0]).is_err());
+}
