@@ -1,14 +1,16 @@
 """What a user downloads: the installed package, and the source distribution.
 
 Oracles: the installed distribution's own record (``importlib.metadata``), the extension's
-ELF section table read from the file, and the sdist tarball that ``maturin sdist`` builds from
-this checkout, listed with ``tarfile``.
+ELF section table read from the file, the sdist tarball that ``maturin sdist`` builds from
+this checkout, listed with ``tarfile``, and the checkout's own files (``Cargo.toml`` and
+``pyproject.toml`` parsed with ``tomllib``; the Rust toolchain pins read as text).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import chassis
 import pytest
+from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
 DIST = "chassis-index"
@@ -31,6 +34,41 @@ def test_both_license_files_ship_with_the_installed_package() -> None:
     assert {"LICENSE-MIT", "LICENSE-APACHE"} <= names, sorted(names)
     meta = importlib.metadata.metadata(DIST)
     assert "MIT" in (meta.get("License-Expression") or meta.get("License") or "")
+
+
+def test_one_version_in_cargo_toml_pyproject_and_the_installed_package() -> None:
+    # Cargo.toml is the one source: pyproject.toml declares the version dynamic (maturin takes
+    # Cargo's), the extension reports CARGO_PKG_VERSION, and the installed distribution's
+    # metadata carries it in PEP 440 spelling. (.ci/check-version checks the same of the
+    # release files and the tag.)
+    if not (REPO / "Cargo.toml").exists():
+        pytest.skip("needs the source checkout")
+    cargo = tomllib.loads((REPO / "Cargo.toml").read_text())["package"]["version"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "version" not in project, "pyproject.toml has a version of its own"
+    assert "version" in project["dynamic"], "pyproject.toml does not take the version from Cargo"
+    assert chassis.__version__ == chassis._chassis.__version__ == cargo
+    installed = importlib.metadata.version(DIST)
+    assert Version(installed) == Version(cargo), (
+        f"installed {DIST} {installed}, Cargo.toml {cargo}: a stale install?"
+    )
+
+
+def test_the_wheel_builds_pin_one_rust_toolchain() -> None:
+    # The Linux containers install it with .ci/install-rust; macOS, Windows and the sdist job
+    # with the runner's rustup. One version everywhere.
+    if not (REPO / ".ci" / "install-rust").exists():
+        pytest.skip("needs the source checkout")
+    script = (REPO / ".ci" / "install-rust").read_text()
+    (pinned,) = re.findall(r'^RUST_VERSION="\$\{CHASSIS_RUST_VERSION:-([0-9.]+)\}"$', script, re.M)
+    installs = {
+        name: re.findall(r"rustup toolchain install (\S+)", (REPO / name).read_text())
+        for name in ["pyproject.toml", ".github/workflows/wheels.yml"]
+    }
+    assert len(installs["pyproject.toml"]) == 2, installs  # macOS, Windows
+    assert len(installs[".github/workflows/wheels.yml"]) == 1, installs  # the sdist job
+    for name, versions in installs.items():
+        assert set(versions) == {pinned}, f"{name} installs {versions}, .ci/install-rust {pinned}"
 
 
 def _elf_section_names(path: Path) -> list[str]:
