@@ -34,7 +34,7 @@ modular kernels) and ``file`` (kernel version detection); and virtme-ng, pinned,
 its own in the cache, so that the test venv is left as it is.
 
 In the guest the tests run chrooted into a second, cached mount of the host's root (Python's
-imports over the uncached 9p root cost minutes under 5.10), with ``/tmp`` on an ext4 scratch
+imports over the uncached 9p root cost minutes under 5.10), with ``TMPDIR`` on an ext4 scratch
 disk (the guest's tmpfs cannot evict a file from the page cache, as the warm tests do).
 Inside the guest ``CHASSIS_KERNEL=scalar`` is set (``--simd native`` leaves the choice to the
 CPU): QEMU's emulation of the AVX2/FMA distance kernels is about six times slower than of the
@@ -340,8 +340,8 @@ class Result:
 # 70 ms under 5.10 (whose 9p allocates a whole msize buffer per message), and Python's imports
 # are mostly lookups. So the host's root is exported a second time (--rodir), mounted again
 # with cache=loose and a smaller msize, and the tests run chrooted into that copy (nothing on
-# the host changes while they run), with the guest's /proc, /sys, /dev, /tmp and the result
-# directory bound in. Without that mount they run on the plain root, only slower.
+# the host changes while they run), with the guest's /proc, /sys, /dev and the result
+# directory (the scratch disk mounted in it) bound in. Without that mount they run on the plain root, only slower.
 GUEST_SCRIPT = """\
 #!/bin/sh
 # Written by tests/kernel_vms.py; runs inside the guest.
@@ -350,6 +350,22 @@ echo "{begin} $(uname -r)"
 cut -d' ' -f1 /proc/uptime > "$out/uptime-at-start"
 uname -r > "$out/uname"
 root=/run/chassis-root
+# The scratch disk first, inside the result directory (bound into the chroot with its mounts
+# below): the tests' TMPDIR. Not over /tmp: the checkout under test may live in the host's /tmp.
+# The guest's own /tmp is tmpfs, where a file cannot be evicted from the page cache (the warm
+# tests evict their file first).
+scratch="$out/scratch"
+modprobe -q virtio_blk; modprobe -q ext4
+for i in 1 2 3 4 5 6 7 8 9 10; do [ -b /dev/vda ] && break; sleep 1; done
+if [ -b /dev/vda ] && mkdir -p "$scratch" && mount -t ext4 /dev/vda "$scratch"; then
+  chmod 1777 "$scratch"
+  tmp="ext4 on the scratch disk"
+else
+  scratch="$out/tmp"
+  mkdir -p "$scratch"
+  tmp="the result directory over 9p (no scratch disk)"
+fi
+export CHASSIS_VM_TMP="$scratch"
 tag=$(awk '$2 == "{rodir}" {{print $1}}' /proc/mounts)
 chroot=
 if [ -n "$tag" ] && umount {rodir} && mkdir -p $root &&
@@ -360,20 +376,7 @@ then
     mount --rbind "$d" "$root$d" || chroot=
   done
 fi
-# /tmp on the scratch disk: the guest's own /tmp is tmpfs, where a file cannot be evicted from
-# the page cache (the warm tests evict their file first).
-scratch=/run/chassis-scratch
-modprobe -q virtio_blk; modprobe -q ext4
-for i in 1 2 3 4 5 6 7 8 9 10; do [ -b /dev/vda ] && break; sleep 1; done
-if [ -b /dev/vda ] && mkdir -p $scratch && mount -t ext4 /dev/vda $scratch; then
-  chmod 1777 $scratch
-  tmp="ext4 on the scratch disk"
-else
-  scratch=/tmp
-  tmp="the guest's tmpfs (no scratch disk: files cannot be evicted from the page cache)"
-fi
-mount --bind $scratch ${{chroot:+$root}}/tmp || tmp="the guest's tmpfs (bind failed)"
-echo "root: ${{chroot:-the plain 9p root}}; /tmp: $tmp" > "$out/fs"
+echo "root: ${{chroot:-the plain 9p root}}; TMPDIR: $tmp" > "$out/fs"
 $chroot sh "$out/tests.sh"
 echo "{end}"
 """
@@ -383,7 +386,7 @@ TESTS_SCRIPT = """\
 # Written by tests/kernel_vms.py; runs inside the guest, from guest.sh.
 out={out}
 cd {repo} || exit 97
-export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp TMPDIR=/tmp {env}
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME="$CHASSIS_VM_TMP" TMPDIR="$CHASSIS_VM_TMP" {env}
 {python} -u tests/kernel_env.py > "$out/kernel_env.txt" 2>&1
 date +%s > "$out/pytest-start"
 {python} -m pytest {pytest_args} > "$out/pytest.log" 2>&1
@@ -435,7 +438,7 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
     )
     script.write_text(GUEST_SCRIPT.format(**fields))
     (out / "tests.sh").write_text(TESTS_SCRIPT.format(**fields))
-    scratch = out / "scratch.img"  # sparse; an ext4 for the guest's /tmp
+    scratch = out / "scratch.img"  # sparse; an ext4 for the guest's TMPDIR
     with open(scratch, "wb") as f:
         f.truncate(SCRATCH_BYTES)
     mkfs = shutil.which("mkfs.ext4") or "/usr/sbin/mkfs.ext4"
