@@ -74,8 +74,10 @@ from toolkit import (  # noqa: E402
     ChassisEngine,
     EngineUnavailable,
     FaissEngine,
+    FaissSQ8Engine,
     HnswlibEngine,
     UsearchEngine,
+    UsearchI8Engine,
     add_json_option,
     best_peer,
     csv,
@@ -217,6 +219,10 @@ class UsearchSpeed(_SpeedModes, UsearchEngine):
         return _ids_2d(raw.keys, k)
 
 
+class UsearchI8Speed(UsearchSpeed, UsearchI8Engine):
+    pass
+
+
 class FaissSpeed(_SpeedModes, FaissEngine):
     def _batch(self, queries, k, threads):
         return self.index.search(queries, k)
@@ -229,6 +235,10 @@ class FaissSpeed(_SpeedModes, FaissEngine):
 
     def _prepare(self, queries):
         return self._unit(queries) if self.metric == "cosine" else queries
+
+
+class FaissSQ8Speed(FaissSpeed, FaissSQ8Engine):
+    pass
 
 
 class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
@@ -256,7 +266,9 @@ SPEED_ENGINES = {
     "chassis-memory": ChassisMemorySpeed,
     "hnswlib": HnswlibSpeed,
     "usearch": UsearchSpeed,
+    "usearch-i8": UsearchI8Speed,
     "faiss": FaissSpeed,
+    "faiss-sq8": FaissSQ8Speed,
     "chassisdb": ChassisDBSpeed,
 }
 

@@ -507,6 +507,7 @@ class UsearchEngine(Engine):
 
     name = package = "usearch"
     _METRICS = {"euclidean": "l2sq", "cosine": "cos", "inner_product": "ip"}
+    _DTYPE = "f32"  # what usearch stores per dimension
 
     def __init__(self) -> None:
         super().__init__()
@@ -519,7 +520,7 @@ class UsearchEngine(Engine):
         self.index = self.module.Index(
             ndim=self.dims,
             metric=self._METRICS[metric],
-            dtype="f32",
+            dtype=self._DTYPE,
             connectivity=m,
             expansion_add=ef_construction,
         )
@@ -546,6 +547,14 @@ class UsearchEngine(Engine):
         gc.collect()
 
 
+class UsearchI8Engine(UsearchEngine):
+    """usearch storing 8-bit codes (``dtype="i8"``): searches and distances on the codes, no
+    full-precision copy to rerank with."""
+
+    name = "usearch-i8"
+    _DTYPE = "i8"
+
+
 class FaissEngine(Engine):
     """faiss IndexHNSWFlat (optional peer; read_index reads the whole file). Cosine is inner
     product on vectors normalised by the adapter (queries before the timed call)."""
@@ -569,12 +578,18 @@ class FaissEngine(Engine):
         if metric == "cosine":
             base = self._unit(base)
         self.module.omp_set_num_threads(threads)
-        self.index = self.module.IndexHNSWFlat(self.dims, m, self._faiss_metric(metric))
+        self.index = self._new_index(m, self._faiss_metric(metric))
         self.index.hnsw.efConstruction = ef_construction
-        _, seconds = timed(lambda: self.index.add(base))
+        _, seconds = timed(lambda: self._train_and_add(base))
         _, self.persist_seconds = timed(lambda: self.module.write_index(self.index, path))
         self.module.omp_set_num_threads(1)  # searches are single-threaded
         return seconds
+
+    def _new_index(self, m: int, metric: int) -> Any:
+        return self.module.IndexHNSWFlat(self.dims, m, metric)
+
+    def _train_and_add(self, base: np.ndarray) -> None:
+        self.index.add(base)
 
     def open(self, path):
         self.index = self.module.read_index(path)
@@ -597,12 +612,29 @@ class FaissEngine(Engine):
         gc.collect()
 
 
+class FaissSQ8Engine(FaissEngine):
+    """faiss IndexHNSWSQ with 8-bit scalar quantization (``QT_8bit``: a learned range per
+    dimension): the walk and the distances on the codes, no rerank. Its training on the whole
+    base is part of the build time."""
+
+    name = "faiss-sq8"
+
+    def _new_index(self, m, metric):
+        return self.module.IndexHNSWSQ(self.dims, self.module.ScalarQuantizer.QT_8bit, m, metric)
+
+    def _train_and_add(self, base):
+        self.index.train(base)
+        self.index.add(base)
+
+
 ENGINES: dict[str, type[Engine]] = {
     "chassis": ChassisEngine,
     "chassisdb": ChassisDBEngine,
     "hnswlib": HnswlibEngine,
     "usearch": UsearchEngine,
+    "usearch-i8": UsearchI8Engine,
     "faiss": FaissEngine,
+    "faiss-sq8": FaissSQ8Engine,
 }
 
 

@@ -82,5 +82,31 @@ impl Prepared {
 
 #[cfg(test)]
 mod probe;
+impl Prepared {
+    /// For the integer kernel (`kernels::dot_i16_best`), dot product metrics only: `q * step`
+    /// rounded to i16 at a scale chosen so that no i32 sum can overflow (at most
+    /// `2^31 / (255 * dims)` per value, and 32,767), packed two to an f32 slot of `values`.
+    /// Distances are `bias + sign * kernel` up to that scale: the order of one query's
+    /// distances (what a walk compares) is the float one up to the rounding.
+    pub fn int16(quantizer: &Quantizer, metric: Metric, q: &[f32]) -> Prepared {
+        assert!(metric != Metric::Euclidean, "the integer kernel is a dot product");
+        let f = Prepared::new(quantizer, metric, q);
+        let top = f.values.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let limit = ((1u64 << 31) / (255 * q.len().max(1) as u64)).min(32_767) as f32;
+        let scale = if top > 0.0 { limit / top } else { 0.0 };
+        let ints: Vec<i16> = f.values.iter().map(|x| (x * scale).round() as i16).collect();
+        let mut values = vec![0f32; ints.len().div_ceil(2)];
+        // SAFETY: `values` holds at least ints.len() i16s (two per f32, rounded up).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                ints.as_ptr(),
+                values.as_mut_ptr() as *mut i16,
+                ints.len(),
+            )
+        };
+        Prepared { values, bias: f.bias, sign: f.sign / scale.max(f32::MIN_POSITIVE) }
+    }
+}
+
 #[cfg(test)]
 mod tests;
