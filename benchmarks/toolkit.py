@@ -224,6 +224,19 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _relative_paths(value: Any) -> Any:
+    """`value` with every string naming a path beside the repository (the data sets in
+    ../shared/data) written relative to it: results name no folder of the machine."""
+    beside = str(REPO.parent) + os.sep
+    if isinstance(value, str) and value.startswith(beside):
+        return os.path.relpath(value, REPO)
+    if isinstance(value, dict):
+        return {k: _relative_paths(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_relative_paths(v) for v in value]
+    return value
+
+
 def write_results(
     out: str | None, script: str, document: dict[str, Any], points: Sequence[Any] = ()
 ) -> Path | None:
@@ -233,7 +246,7 @@ def write_results(
         return None
     path = Path(out) if out else results_path(script)
     head = {"script": script, "date": datetime.date.today().isoformat(), "points": list(points)}
-    written = write_json(path, {**head, **document})
+    written = write_json(path, _relative_paths({**head, **document}))
     print(f"\nwrote {written}")
     return written
 
