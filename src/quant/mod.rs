@@ -22,6 +22,8 @@
 //!
 //! Both are asymmetric: the query stays float, only the stored side is rounded, so the error of
 //! a distance is that of the codes alone (at most half a step per value).
+//!
+//! What is decided and what is left to build: `docs/design/quantization.md`.
 
 pub mod kernels;
 pub mod quantizer;
