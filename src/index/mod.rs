@@ -134,6 +134,8 @@ struct Writer {
     user_version: u64,
     /// Deletes since the last commit.
     deletes: u64,
+    /// Rows linked since the last repair (see `add_batch`; this process only).
+    unrepaired: u64,
     /// A commit failed: what the disk holds is one of two commits, the page cache is not to
     /// be trusted, and nothing more is written (not even by rollback or close).
     poisoned: Option<Poison>,

@@ -299,6 +299,7 @@ impl Index {
                 next_id: committed.next_id,
                 user_version: committed.user_version,
                 deletes: 0,
+                unrepaired: 0,
                 poisoned: None,
                 committed,
             }),
