@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 /// Codes per dimension: 0..=255.
 pub const LEVELS: f32 = 255.0;
 
+/// The stored form's magic and the length of its head (magic, dims).
+const STORED_MAGIC: &[u8; 4] = b"CHQ8";
+const STORED_HEAD: usize = 8;
+
 /// A learned per-dimension affine map between f32 values and 8-bit codes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Quantizer {
@@ -133,6 +137,52 @@ impl Quantizer {
             out[i] = t.round().clamp(0.0, LEVELS) as u8;
         }
         clipped
+    }
+
+    /// Bytes of a stored quantizer of `dims` dimensions (see `to_bytes`).
+    pub fn stored_len(dims: usize) -> usize {
+        STORED_HEAD + 8 * dims + 8
+    }
+
+    /// The stored form: magic `CHQ8`, dims (u32), then each dimension's offset and step (f32),
+    /// then the xxh3 checksum (u64) of all that, little-endian.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(Self::stored_len(self.dims()));
+        b.extend_from_slice(STORED_MAGIC);
+        b.extend_from_slice(&(self.dims() as u32).to_le_bytes());
+        for (o, s) in self.offset.iter().zip(&self.step) {
+            b.extend_from_slice(&o.to_le_bytes());
+            b.extend_from_slice(&s.to_le_bytes());
+        }
+        let crc = xxhash_rust::xxh3::xxh3_64(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// A quantizer from its stored form, for an index of `dims` dimensions: a damaged or
+    /// crafted form (wrong magic, length, dimensions or checksum; values `from_parts`
+    /// refuses) is a `CorruptIndex` error naming what was wrong.
+    pub fn from_bytes(b: &[u8], dims: usize) -> Result<Quantizer> {
+        let bad = |what: String| Error::corrupt(format!("the stored quantizer: {what}"));
+        if b.len() < STORED_HEAD + 8 || &b[..4] != STORED_MAGIC {
+            return Err(bad(format!("{} bytes without its header", b.len())));
+        }
+        let stored_dims = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
+        if stored_dims != dims || b.len() != Self::stored_len(dims) {
+            return Err(bad(format!(
+                "{stored_dims} dimensions in {} bytes, for an index of {dims}",
+                b.len()
+            )));
+        }
+        let body = b.len() - 8;
+        let crc = u64::from_le_bytes(b[body..].try_into().unwrap());
+        if xxhash_rust::xxh3::xxh3_64(&b[..body]) != crc {
+            return Err(bad("its checksum does not match".into()));
+        }
+        let f = |i: usize| f32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let offset = (0..dims).map(|i| f(STORED_HEAD + 8 * i)).collect();
+        let step = (0..dims).map(|i| f(STORED_HEAD + 8 * i + 4)).collect();
+        Quantizer::from_parts(offset, step).map_err(|e| bad(e.message))
     }
 
     /// The value a code stands for in dimension `i`.

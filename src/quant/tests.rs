@@ -243,3 +243,45 @@ fn the_integer_dot_kernel_is_exact_and_cannot_overflow() {
         );
     }
 }
+
+#[test]
+fn a_stored_quantizer_reads_back_bitwise_and_damage_is_refused() {
+    // Oracle: the parts it was made from; every single-byte change and every truncation of the
+    // stored form is refused as corrupt, naming the stored quantizer.
+    let dims = 9;
+    let rows: Vec<Vec<f32>> = (0..50).map(|r| data(dims, 300 + r, -1.0, 3.0)).collect();
+    let q = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
+    let b = q.to_bytes();
+    assert_eq!(b.len(), Quantizer::stored_len(dims));
+    let back = Quantizer::from_bytes(&b, dims).unwrap();
+    assert_eq!(
+        back.offset().iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        q.offset().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        back.step().iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        q.step().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    for i in 0..b.len() {
+        let mut d = b.clone();
+        d[i] ^= 0x40;
+        let e = Quantizer::from_bytes(&d, dims).unwrap_err();
+        assert_eq!(e.kind, crate::error::ErrorKind::CorruptIndex, "byte {i}");
+        assert!(e.message.contains("stored quantizer"), "{}", e.message);
+    }
+    for n in 0..b.len() {
+        assert!(Quantizer::from_bytes(&b[..n], dims).is_err(), "truncated to {n}");
+    }
+    assert!(Quantizer::from_bytes(&b, dims + 1).is_err());
+    // A crafted form with a valid checksum but a negative step is refused too.
+    let mut crafted = Quantizer::from_parts(vec![0.0; 2], vec![1.0; 2]).unwrap().to_bytes();
+    crafted[STORED_STEP0..STORED_STEP0 + 4].copy_from_slice(&(-1.0f32).to_le_bytes());
+    let body = crafted.len() - 8;
+    let crc = xxhash_rust::xxh3::xxh3_64(&crafted[..body]);
+    crafted[body..].copy_from_slice(&crc.to_le_bytes());
+    let e = Quantizer::from_bytes(&crafted, 2).unwrap_err();
+    assert!(e.message.contains("step"), "{}", e.message);
+}
+
+/// The first step's byte offset in the stored form (head, then the first offset).
+const STORED_STEP0: usize = 8 + 4;
