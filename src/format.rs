@@ -6,6 +6,7 @@
 //! 64 KiB   header copy 1 (64 KiB)  } a sequence number; the valid copy with the higher one is current
 //! 128 KiB  regions, appended in allocation order and never moved once written:
 //!          - segments: [vectors | slot headers | level-0 records] for a run of slots
+//!            (with 8-bit codes, in progress: [codes | vectors | ...]; `Geometry::with_codes`)
 //!          - heap chunks: upper-layer neighbor lists
 //! ```
 //!
@@ -449,6 +450,9 @@ pub struct Geometry {
     /// Slots in a full segment (a power of two, at least 1024).
     pub cap_slots: u64,
     cap_log2: u32,
+    /// Distance between consecutive 8-bit codes in a segment's codes area (whole 64-byte
+    /// lines), or 0 for an index without codes (`crate::quant`; `with_codes`).
+    pub code_stride: usize,
 }
 
 impl Geometry {
@@ -471,7 +475,15 @@ impl Geometry {
             upper_words: 2 + m,
             cap_slots: 1 << cap_log2,
             cap_log2,
+            code_stride: 0,
         }
+    }
+
+    /// This geometry with a codes area in every segment: one 8-bit code per dimension, rows
+    /// of whole 64-byte lines. Segment sizes stay those of the vectors.
+    pub fn with_codes(mut self) -> Geometry {
+        self.code_stride = self.dims.div_ceil(64).max(1) * 64;
+        self
     }
 
     /// Slots in segment `k`.
@@ -504,20 +516,32 @@ impl Geometry {
         }
     }
 
-    /// Layout of a segment of `slots` slots, relative to its start.
+    /// Layout of a segment of `slots` slots, relative to its start: `[codes | vectors | slot
+    /// headers | level-0 records]`, the codes area empty without codes. When the vectors fill
+    /// a huge page the codes area ends on a 2 MiB boundary, so that (the segment starting on
+    /// one: `segment_start`) whole huge pages hold only codes, or only vectors.
     pub fn segment_layout(&self, slots: u64) -> SegmentLayout {
-        let vectors = 0u64;
+        let codes = 0u64;
+        let code_bytes = slots * self.code_stride as u64;
+        let vectors = if code_bytes == 0 {
+            0
+        } else if slots * self.stride as u64 >= HUGE_PAGE {
+            align_up(code_bytes, HUGE_PAGE)
+        } else {
+            align_up(code_bytes, 4096)
+        };
         let headers = align_up(vectors + slots * self.stride as u64, 4096);
         let l0 = align_up(headers + slots * SLOT_HEADER as u64, 4096);
         let end = l0 + slots * (self.l0_words as u64 * 4);
-        SegmentLayout { slots, vectors, headers, l0, len: align_up(end, REGION_ALIGN) }
+        SegmentLayout { slots, codes, vectors, headers, l0, len: align_up(end, REGION_ALIGN) }
     }
 
     /// Where a new segment of `slots` slots starts if the regions end at `end`: on a 2 MiB
-    /// boundary when its vectors fill at least one huge page, so whole huge pages hold only
-    /// vectors.
+    /// boundary when its vectors (or codes) fill at least one huge page, so whole huge pages
+    /// hold only vectors (or only codes).
     pub fn segment_start(&self, end: u64, slots: u64) -> u64 {
-        if slots * self.stride as u64 >= HUGE_PAGE {
+        let widest = self.stride.max(self.code_stride) as u64;
+        if slots * widest >= HUGE_PAGE {
             align_up(end, HUGE_PAGE)
         } else {
             align_up(end, REGION_ALIGN)
@@ -533,6 +557,8 @@ impl Geometry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentLayout {
     pub slots: u64,
+    /// The codes area (empty without codes: `vectors` is then 0 too).
+    pub codes: u64,
     pub vectors: u64,
     pub headers: u64,
     pub l0: u64,
@@ -914,5 +940,43 @@ mod tests {
         assert_ne!(a, list_crc(5, 1, l0_head(2, 1), &[1, 2]));
         assert_ne!(a, list_crc(5, 0, l0_head(2, 1), &[2, 1]));
         assert_eq!(a, list_crc(5, 0, l0_head(2, 1), &[1, 2]));
+    }
+
+    /// With codes: `[codes | vectors | headers | l0]` without overlap, codes and vectors on
+    /// 64-byte lines, the codes area ending on a 2 MiB boundary whenever the vectors fill a
+    /// huge page; without codes, the layout of format version 1 (computed here as it was).
+    #[test]
+    fn segment_layout_with_codes_keeps_every_area_apart_and_aligned() {
+        for (dims, precision) in [
+            (16, Precision::Full),
+            (384, Precision::Full),
+            (384, Precision::Half),
+            (1536, Precision::Full),
+            (100, Precision::Full),
+        ] {
+            let plain = Geometry::new(dims, precision, 16);
+            let coded = plain.with_codes();
+            assert_eq!(coded.code_stride % 64, 0);
+            assert!(coded.code_stride >= dims && coded.code_stride < dims + 64);
+            for k in 0..12 {
+                let slots = plain.segment_slots(k);
+                // version 1, as it was: vectors first
+                let p = plain.segment_layout(slots);
+                let headers = align_up(slots * plain.stride as u64, 4096);
+                let l0 = align_up(headers + slots * SLOT_HEADER as u64, 4096);
+                assert_eq!((p.codes, p.vectors, p.headers, p.l0), (0, 0, headers, l0));
+                let c = coded.segment_layout(slots);
+                assert_eq!(c.codes, 0);
+                assert!(c.vectors >= slots * coded.code_stride as u64);
+                assert!(c.headers >= c.vectors + slots * coded.stride as u64);
+                assert!(c.l0 >= c.headers + slots * SLOT_HEADER as u64);
+                assert!(c.len >= c.l0 + slots * coded.l0_words as u64 * 4);
+                assert_eq!(c.vectors % 64, 0);
+                if slots * coded.stride as u64 >= HUGE_PAGE {
+                    assert_eq!(c.vectors % HUGE_PAGE, 0, "dims {dims} segment {k}");
+                    assert_eq!(coded.segment_start(DATA_START + 1, slots) % HUGE_PAGE, 0);
+                }
+            }
+        }
     }
 }
