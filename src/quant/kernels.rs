@@ -40,28 +40,22 @@ pub const SCALAR: CodeKernels = CodeKernels {
     dot_x4: scalar::dot_x4,
 };
 
-/// Every set this CPU can run, best first, ending with scalar.
+/// Every set this CPU can run, best first, ending with scalar: the levels the float kernels
+/// found (`crate::distance::available`, one feature check for both).
 pub fn available() -> Vec<CodeKernels> {
-    let mut v = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            v.push(x86::AVX512);
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            v.push(x86::AVX2);
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        v.push(neon::NEON);
-    }
-    v.push(SCALAR);
-    v
+    crate::distance::available()
+        .iter()
+        .filter_map(|k| match k.level {
+            #[cfg(target_arch = "x86_64")]
+            "avx512" => Some(x86::AVX512),
+            #[cfg(target_arch = "x86_64")]
+            "avx2" => Some(x86::AVX2),
+            #[cfg(target_arch = "aarch64")]
+            "neon" => Some(neon::NEON),
+            "scalar" => Some(SCALAR),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The set in use: the level of `crate::distance::kernels()` where this module has it (the
