@@ -6,9 +6,18 @@
 //! 64 KiB   header copy 1 (64 KiB)  } a sequence number; the valid copy with the higher one is current
 //! 128 KiB  regions, appended in allocation order and never moved once written:
 //!          - segments: [vectors | slot headers | level-0 records] for a run of slots
-//!            (with 8-bit codes, in progress: [codes | vectors | ...]; `Geometry::with_codes`)
+//!            (with 8-bit codes: [codes | vectors | ...])
 //!          - heap chunks: upper-layer neighbor lists
+//!          - a quantizer (8-bit codes only): its stored form (`quant::Quantizer::to_bytes`)
 //! ```
+//!
+//! **Versions.** A file without codes is written as version 1, exactly as before codes
+//! existed, so older builds keep opening it; a file created with `quantization="int8"` is
+//! version 2: its header names the codes mode (byte 30) and the quantizer region in effect
+//! (bytes 96..104, its file offset, 0 until trained), and each segment holds a codes area
+//! ahead of its vectors: `[codes | vectors | slot headers | level-0 records]`
+//! (`Geometry::with_codes`). A code is the encoding of its vector under the quantizer: `check`
+//! verifies exactly that, which is stronger than a checksum of the code.
 //!
 //! A flush writes the *older* header copy with `seq + 1`, so the current copy is never being
 //! overwritten; a torn or damaged copy fails its checksum and the other one is used (and the
@@ -48,7 +57,10 @@ use crate::error::{Error, ErrorKind, Result};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 pub const MAGIC: [u8; 8] = *b"CHASSIS\x1a";
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest version this build writes and reads (files with codes).
+pub const FORMAT_VERSION: u32 = 2;
+/// The version of files without codes, still written for them (older builds read it).
+pub const FORMAT_VERSION_PLAIN: u32 = 1;
 pub const HEADER_COPY_SIZE: usize = 64 * 1024;
 /// Offset of the first region.
 pub const DATA_START: u64 = 2 * HEADER_COPY_SIZE as u64;
@@ -147,10 +159,47 @@ impl Precision {
     }
 }
 
+/// Whether an index keeps 8-bit codes of its vectors (`crate::quant`). Fixed at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantization {
+    None = 0,
+    /// An 8-bit code per dimension beside the full vectors: searches walk the codes and
+    /// rerank their best candidates on the vectors.
+    Int8 = 1,
+}
+
+impl Quantization {
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Quantization::None => None,
+            Quantization::Int8 => Some("int8"),
+        }
+    }
+    pub fn parse(s: Option<&str>) -> Result<Quantization> {
+        match s {
+            None | Some("none") => Ok(Quantization::None),
+            Some("int8" | "i8" | "sq8" | "scalar") => Ok(Quantization::Int8),
+            Some(s) => Err(Error::invalid(
+                format!("unknown quantization {s:?}"),
+                "use \"int8\" (8-bit codes, reranked with the full vectors) or None",
+            )),
+        }
+    }
+    fn from_u8(v: u8) -> Option<Quantization> {
+        match v {
+            0 => Some(Quantization::None),
+            1 => Some(Quantization::Int8),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegionKind {
     Segment = 1,
     Heap = 2,
+    /// A quantizer's stored form (`used`: its length).
+    Quantizer = 3,
 }
 
 /// One entry of the region table.
@@ -183,10 +232,33 @@ pub struct Header {
     pub entry: u32,
     pub max_level: u32,
     pub user_version: u64,
+    /// Version 2: whether the index keeps codes, and the file offset of the quantizer region
+    /// in effect (0: not trained yet; searches walk the vectors).
+    pub quantization: Quantization,
+    pub quantizer: u64,
     pub regions: Vec<RegionEntry>,
 }
 
 impl Header {
+    /// The geometry of this header's segments.
+    pub fn geometry(&self) -> Geometry {
+        let g = Geometry::new(self.dims as usize, self.precision, self.max_connections as usize);
+        if self.quantization == Quantization::None {
+            g
+        } else {
+            g.with_codes()
+        }
+    }
+
+    /// The version this header is written as: 1 without codes, as before codes existed.
+    pub fn version(&self) -> u32 {
+        if self.quantization == Quantization::None && self.quantizer == 0 {
+            FORMAT_VERSION_PLAIN
+        } else {
+            FORMAT_VERSION
+        }
+    }
+
     /// Where region number `regions.len()` goes: after the last one, aligned.
     pub fn end_of_regions(&self) -> u64 {
         self.regions.last().map(|r| r.offset + r.len).unwrap_or(DATA_START)
@@ -197,12 +269,14 @@ impl Header {
         let body = HEADER_FIXED + n * REGION_ENTRY;
         let mut b = vec![0u8; body + 8];
         b[0..8].copy_from_slice(&MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
+        put_u32(&mut b, 8, self.version());
         put_u32(&mut b, 12, body as u32);
         put_u64(&mut b, 16, self.seq);
         put_u32(&mut b, 24, self.dims);
         b[28] = self.metric as u8;
         b[29] = self.precision as u8;
+        b[30] = self.quantization as u8;
+        put_u64(&mut b, 96, self.quantizer);
         put_u32(&mut b, 32, self.max_connections);
         put_u32(&mut b, 36, self.ef_construction);
         put_u32(&mut b, 40, self.ef_search);
@@ -244,12 +318,20 @@ impl Header {
             return Err(CopyDamage::Checksum);
         }
         let version = get_u32(b, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_VERSION_PLAIN {
             return Err(CopyDamage::Version(version));
         }
         let bad = |what: &str| CopyDamage::Invalid(what.to_string());
         let metric = Metric::from_u8(b[28]).ok_or_else(|| bad("metric"))?;
         let precision = Precision::from_u8(b[29]).ok_or_else(|| bad("precision"))?;
+        let quantization = Quantization::from_u8(b[30]).ok_or_else(|| bad("quantization"))?;
+        let quantizer = get_u64(b, 96);
+        // Version 1 has neither (its bytes were zero); version 2 is only written with codes.
+        if (version == FORMAT_VERSION_PLAIN)
+            != (quantization == Quantization::None && quantizer == 0)
+        {
+            return Err(bad("quantization for the format version"));
+        }
         let mut regions = Vec::with_capacity(n);
         let mut end = DATA_START;
         for i in 0..n {
@@ -257,6 +339,7 @@ impl Header {
             let kind = match get_u32(b, o) {
                 1 => RegionKind::Segment,
                 2 => RegionKind::Heap,
+                3 => RegionKind::Quantizer,
                 _ => return Err(bad("region kind")),
             };
             let r = RegionEntry {
@@ -290,6 +373,8 @@ impl Header {
             entry: get_u32(b, 72),
             max_level: get_u32(b, 76),
             user_version: get_u64(b, 80),
+            quantization,
+            quantizer,
             regions,
         };
         // Every field against what the rest of the header makes possible, before anything
@@ -323,7 +408,16 @@ impl Header {
             let limit = format!("the top layer must be 0 to {MAX_LEVEL}, and 0 when empty");
             return Err(field("max_level", h.max_level as u64, &limit));
         }
-        let geo = Geometry::new(h.dims as usize, h.precision, h.max_connections as usize);
+        if h.quantizer != 0
+            && (h.quantization == Quantization::None
+                || !h.regions.iter().any(|r| {
+                    r.kind == RegionKind::Quantizer && r.offset == h.quantizer && r.used > 0
+                }))
+        {
+            let limit = "must be the offset of a quantizer region of an index with codes";
+            return Err(field("quantizer", h.quantizer, limit));
+        }
+        let geo = h.geometry();
         let segs = h.regions.iter().filter(|r| r.kind == RegionKind::Segment).count();
         if h.slots > geo.slots_in_segments(segs)
             || (h.slots > 0) != (h.entry != EMPTY)
@@ -355,7 +449,7 @@ impl std::fmt::Display for CopyDamage {
             CopyDamage::NoMagic => write!(f, "no Chassis magic"),
             CopyDamage::Checksum => write!(f, "checksum mismatch"),
             CopyDamage::Version(v) => {
-                write!(f, "format version {v} (this build reads {FORMAT_VERSION})")
+                write!(f, "format version {v} (this build reads {FORMAT_VERSION_PLAIN} and {FORMAT_VERSION})")
             }
             CopyDamage::Invalid(what) => write!(f, "invalid {what}"),
         }
@@ -412,7 +506,7 @@ pub fn choose_header(bytes: &[u8], path: &std::path::Path) -> Result<HeaderChoic
     if let (CopyDamage::Version(v), _) | (_, CopyDamage::Version(v)) = (&da, &db) {
         if *v > FORMAT_VERSION {
             return Err(Error::new(ErrorKind::NotAnIndex,
-                format!("{p} has Chassis format version {v}; this version of chassis reads {FORMAT_VERSION}"),
+                format!("{p} has Chassis format version {v}; this version of chassis reads up to {FORMAT_VERSION}"),
                 "upgrade chassis-index to open it"));
         }
     }
@@ -790,6 +884,8 @@ mod tests {
             entry: 3,
             max_level: 2,
             user_version: 9,
+            quantization: Quantization::None,
+            quantizer: 0,
             regions: vec![
                 RegionEntry {
                     kind: RegionKind::Segment,

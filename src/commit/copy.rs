@@ -92,7 +92,7 @@ pub fn put_in_place(made: Result<()>, tmp: &Path, dest: &Path, overwrite: bool) 
 }
 
 /// The byte ranges (file offset, length) commit `h` has written: the used slots of each
-/// segment, the used bytes of each heap chunk. The rest is unused capacity (a hole in a file).
+/// segment (codes, vectors, headers, lists), the used bytes of each heap chunk and quantizer. The rest is unused capacity (a hole in a file).
 pub fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
     let g = st.geo;
     let mut ranges: Vec<(u64, u64)> = Vec::new();
@@ -102,12 +102,16 @@ pub fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
         let n = h.slots.saturating_sub(first).min(cap);
         first += cap;
         let l = g.segment_layout(cap);
+        ranges.push((r.offset + l.codes, n * g.code_stride as u64));
         ranges.push((r.offset + l.vectors, n * g.stride as u64));
         ranges.push((r.offset + l.headers, n * format::SLOT_HEADER as u64));
         ranges.push((r.offset + l.l0, n * g.l0_words as u64 * 4));
     }
     ranges.extend(
-        h.regions.iter().filter(|r| r.kind == RegionKind::Heap).map(|r| (r.offset, r.used as u64)),
+        h.regions
+            .iter()
+            .filter(|r| r.kind == RegionKind::Heap || r.kind == RegionKind::Quantizer)
+            .map(|r| (r.offset, r.used as u64)),
     );
     ranges.retain(|r| r.1 > 0);
     ranges

@@ -236,8 +236,10 @@ pub struct Graph<'a> {
     /// Where the vectors are read from, if not the storage: a batch's linking reads a
     /// half-precision copy (see `halfcopy`).
     copy: Option<&'a HalfCopy>,
-    /// ... or a search's walk reads codes (see `on_codes`).
+    /// ... or a search's walk reads codes: a table's (see `on_codes`) or the storage's
+    /// (`on_stored_codes`).
     codes: Option<&'a CodeTable>,
+    stored_codes: bool,
 }
 
 impl<'a> Graph<'a> {
@@ -289,6 +291,7 @@ impl<'a> Graph<'a> {
             m: st.geo.m,
             copy,
             codes: None,
+            stored_codes: false,
         }
     }
 
@@ -302,17 +305,33 @@ impl<'a> Graph<'a> {
         limit: u32,
         codes: &'a CodeTable,
     ) -> Graph<'a> {
-        let mut g = Self::reading(st, metric, limit.min(codes.slots()), &st.geo, None);
-        let k = crate::quant::code_kernels();
-        let l2 = metric == format::Metric::Euclidean;
-        (g.kernel, g.kernel4) = if l2 { (k.l2, k.l2_x4) } else { (k.dot, k.dot_x4) };
-        (g.bias, g.sign) = (0.0, if l2 { 1.0 } else { -1.0 });
-        g.qlen = if l2 { 2 * g.dims } else { g.dims };
-        g.half = false;
-        g.grouped = codes.stride() >= group_min_bytes();
-        g.pf_lines = cpu::info().prefetch_lines.min(codes.stride() / 64).max(1);
+        let mut g = Self::reading(st, metric, limit.min(codes.slots()), &st.geo, None)
+            .measuring_codes(metric, codes.stride());
         g.codes = Some(codes);
         g
+    }
+
+    /// As `on_codes`, on the codes the storage keeps (an index created with codes, whose
+    /// quantizer is trained: every slot a walk can reach has its code written).
+    pub fn on_stored_codes(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
+        assert!(st.geo.code_stride > 0, "a storage without codes");
+        let mut g = Self::reading(st, metric, limit, &st.geo, None)
+            .measuring_codes(metric, st.geo.code_stride);
+        g.stored_codes = true;
+        g
+    }
+
+    /// The code kernels and their query form for rows `stride` bytes apart.
+    fn measuring_codes(mut self, metric: format::Metric, stride: usize) -> Self {
+        let k = crate::quant::code_kernels();
+        let l2 = metric == format::Metric::Euclidean;
+        (self.kernel, self.kernel4) = if l2 { (k.l2, k.l2_x4) } else { (k.dot, k.dot_x4) };
+        (self.bias, self.sign) = (0.0, if l2 { 1.0 } else { -1.0 });
+        self.qlen = if l2 { 2 * self.dims } else { self.dims };
+        self.half = false;
+        self.grouped = stride >= group_min_bytes();
+        self.pf_lines = cpu::info().prefetch_lines.min(stride / 64).max(1);
+        self
     }
 
     /// This graph with another kernel for the same stored rows, whose queries hold `qlen`
@@ -325,6 +344,9 @@ impl<'a> Graph<'a> {
     /// A slot's vector as this graph reads it (the copy's row, or the stored vector).
     #[inline(always)]
     fn vector_ptr(&self, slot: u32) -> *const u8 {
+        if self.stored_codes {
+            return self.st.code_ptr(slot);
+        }
         match (self.codes, self.copy) {
             (Some(t), _) => t.ptr(slot),
             (None, Some(c)) => c.ptr(slot),
@@ -367,7 +389,10 @@ impl<'a> Graph<'a> {
     /// A slot's vector as f32 as this graph reads it (the stored vector, or the copy's scaled
     /// row), decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
-        assert!(self.codes.is_none(), "a graph on codes is for searching, not linking");
+        assert!(
+            self.codes.is_none() && !self.stored_codes,
+            "a graph on codes is for searching, not linking"
+        );
         // The copy's rows are always half precision.
         if !self.half {
             return self.st.vector_f32(slot);

@@ -14,8 +14,11 @@ pub struct CheckReport {
     /// Ids of live vectors holding NaN or infinity.
     pub not_finite: Vec<u64>,
     /// Slots whose vector, header, delete marker or lists fail their checksums or refer
-    /// outside the index.
+    /// outside the index, or (8-bit codes) whose code is not the encoding of their vector.
     pub corrupt: Vec<u32>,
+    /// 8-bit codes: values of the stored vectors outside the quantizer's range (stored
+    /// clipped to its ends). 0 without codes.
+    pub clipped: u64,
 }
 
 impl Index {
@@ -26,37 +29,57 @@ impl Index {
     pub fn check(&self, ctl: &Control) -> Result<CheckReport> {
         self.check_open()?;
         // A writer: hold the writer lock so that no list changes under the scan.
-        let _w = if self.read_only { None } else { Some(self.writer.lock()) };
+        let w = if self.read_only { None } else { Some(self.writer.lock()) };
         let snap = self.snap();
         let st = &snap.st;
+        // The quantizer the commit names (a damaged one is an error, not walked around).
+        let named = match &w {
+            Some(w) => w.quantizer,
+            None => self.writer.lock().committed.quantizer,
+        };
+        if snap.quant.is_none() {
+            st.quantizer(named)?;
+        }
         let n = snap.slots as u32;
         let g = Graph::new(st, self.metric(), n);
+        let clipped = AtomicU64::new(0);
         let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
             .into_par_iter()
             .with_min_len(1024)
-            .map_init(Vec::new, |buf, s| {
-                ctl.done.fetch_add(1, Relaxed);
-                if ctl.cancelled() {
-                    return (None, None);
-                }
-                let h = st.header(s);
-                let (id, upper, del, crcs) = (
-                    h[0].load(Relaxed),
-                    h[1].load(Relaxed),
-                    h[2].load(Relaxed),
-                    h[3].load(Relaxed),
-                );
-                let vec_ok = format::vector_crc(st.vector_bytes(s)) == crcs as u32;
-                let hdr_ok = format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32;
-                let marker_ok = format::read_marker(del, s) != format::Marker::Damaged;
-                let lists_ok = self.lists_ok(st, s, n);
-                if !(vec_ok && hdr_ok && marker_ok && lists_ok) {
-                    return (Some(s), None);
-                }
-                let live = snap.live_id(s).is_some();
-                let finite = g.vector_f32(s, buf).iter().all(|x| x.is_finite());
-                (None, if live && !finite { Some(id) } else { None })
-            })
+            .map_init(
+                || (Vec::new(), Vec::new()),
+                |(buf, codes), s| {
+                    ctl.done.fetch_add(1, Relaxed);
+                    if ctl.cancelled() {
+                        return (None, None);
+                    }
+                    let h = st.header(s);
+                    let (id, upper, del, crcs) = (
+                        h[0].load(Relaxed),
+                        h[1].load(Relaxed),
+                        h[2].load(Relaxed),
+                        h[3].load(Relaxed),
+                    );
+                    let vec_ok = format::vector_crc(st.vector_bytes(s)) == crcs as u32;
+                    let hdr_ok = format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32;
+                    let marker_ok = format::read_marker(del, s) != format::Marker::Damaged;
+                    let lists_ok = self.lists_ok(st, s, n);
+                    if !(vec_ok && hdr_ok && marker_ok && lists_ok) {
+                        return (Some(s), None);
+                    }
+                    let live = snap.live_id(s).is_some();
+                    let v = g.vector_f32(s, buf);
+                    let finite = v.iter().all(|x| x.is_finite());
+                    if let Some(q) = &snap.quant {
+                        codes.resize(v.len(), 0u8);
+                        clipped.fetch_add(q.encode(v, codes) as u64, Relaxed);
+                        if codes[..] != *st.code_bytes(s) {
+                            return (Some(s), None);
+                        }
+                    }
+                    (None, if live && !finite { Some(id) } else { None })
+                },
+            )
             .collect();
         if ctl.cancelled() {
             return Err(Error::interrupted());
@@ -73,7 +96,7 @@ impl Index {
         lists::mark_reachable(st, n, &mut stack, &mut seen);
         let unreachable =
             (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
-        Ok(CheckReport { unreachable, not_finite, corrupt })
+        Ok(CheckReport { unreachable, not_finite, corrupt, clipped: clipped.into_inner() })
     }
 
     /// Whether a node's lists check out: counts in range, checksums, entries below `n`. A list

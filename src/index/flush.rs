@@ -20,6 +20,7 @@ impl Index {
         next.entry = snap.entry;
         next.max_level = snap.max_level as u32;
         next.user_version = writer.user_version;
+        next.quantizer = writer.quantizer;
         next.regions = snap.st.regions();
         Ok(next)
     }
@@ -77,6 +78,7 @@ impl Index {
             && writer.user_version == committed.user_version
             && writer.deletes == 0
             && writer.next_id == committed.next_id
+            && writer.quantizer == committed.quantizer
         {
             return Ok(());
         }
@@ -132,7 +134,8 @@ impl Index {
     pub(super) fn rollback_locked(&self, writer: &mut Writer) -> Result<()> {
         let dirty = writer.slots != writer.committed.slots
             || writer.user_version != writer.committed.user_version
-            || writer.deletes != 0;
+            || writer.deletes != 0
+            || writer.quantizer != writer.committed.quantizer;
         if !dirty && self.undo.lock().log.is_empty() {
             return Ok(());
         }
@@ -143,6 +146,7 @@ impl Index {
         writer.live = committed.live;
         writer.next_id = committed.next_id;
         writer.user_version = committed.user_version;
+        writer.quantizer = committed.quantizer;
         writer.deletes = 0;
         *self.entry.lock() = (committed.entry, committed.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back.

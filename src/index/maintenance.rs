@@ -186,6 +186,17 @@ impl Index {
             ids.push(snap.live_id(s).expect("live"));
         }
         let mut nw = new.writer.lock();
+        // A trained quantizer is learned again, from the live vectors (evenly spread).
+        if snap.quant.is_some() && !live.is_empty() {
+            let d = new.geo.dims;
+            let take = live.len().min(100_000);
+            let mut sample = vec![0f32; take * d];
+            for (i, row) in sample.chunks_exact_mut(d).enumerate() {
+                let s = live[i * live.len() / take];
+                format::decode_vector(snap.st.vector_bytes(s), new.precision(), row);
+            }
+            new.train_locked(&mut nw, &sample, take, threads, ctl)?;
+        }
         new.add_rows(&mut nw, Rows::Stored(&bytes), live.len(), Some(&ids), threads, ctl)?;
         nw.next_id = nw.next_id.max(w.next_id);
         nw.user_version = w.user_version;

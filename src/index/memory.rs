@@ -15,6 +15,9 @@ pub struct MemoryStats {
     /// Of the written ranges, bytes in memory now (mincore).
     pub resident_bytes: u64,
     pub vector_bytes: u64,
+    /// 8-bit codes written, and of them bytes in memory now (0 without codes).
+    pub code_bytes: u64,
+    pub resident_code_bytes: u64,
     /// Of the vectors, bytes mapped by huge pages (FilePmdMapped of a file; AnonHugePages in
     /// memory), where the system says.
     pub vector_huge_bytes: Option<u64>,
@@ -152,7 +155,17 @@ impl Index {
             mapped_bytes: mapped.iter().map(|r| r.1 as u64).sum(),
             written_bytes: written.iter().map(|r| r.len as u64).sum(),
             resident_bytes: written.iter().map(|r| os::resident(r.addr as *const u8, r.len)).sum(),
-            vector_bytes: written.iter().filter(|r| r.vectors).map(|r| r.len as u64).sum(),
+            vector_bytes: written
+                .iter()
+                .filter(|r| r.vectors && !r.codes)
+                .map(|r| r.len as u64)
+                .sum(),
+            code_bytes: written.iter().filter(|r| r.codes).map(|r| r.len as u64).sum(),
+            resident_code_bytes: written
+                .iter()
+                .filter(|r| r.codes)
+                .map(|r| os::resident(r.addr as *const u8, r.len))
+                .sum(),
             vector_huge_bytes: huge(&vectors),
             graph_huge_bytes: huge(&others),
             huge_bytes: huge(&all),

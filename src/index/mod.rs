@@ -41,7 +41,8 @@ pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
 
 use crate::commit::undo::UndoLog;
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{self, Geometry, Header, Metric, Precision};
+use crate::format::{self, Geometry, Header, Metric, Precision, Quantization};
+use crate::quant::Quantizer;
 use crate::storage::Storage;
 use crate::warm::Warm;
 use filter::FastMap;
@@ -95,13 +96,16 @@ pub struct Snap {
     /// Deletes committed by this sequence or earlier hide a slot: a reader's own commit; in a
     /// writer, the next one (its pending deletes count).
     pub del_visible: u64,
+    /// The quantizer in effect (8-bit codes, trained): searches walk the codes. None: they
+    /// walk the vectors.
+    pub quant: Option<Arc<Quantizer>>,
 }
 
 impl Snap {
     /// The state committed by header `h`; `writer`: pending deletes of this process count.
     fn of(st: Arc<Storage>, h: &Header, writer: bool) -> Snap {
+        let st_quant = |h: &Header| st.quantizer(h.quantizer).ok().flatten();
         Snap {
-            st,
             seq: h.seq,
             slots: h.slots,
             live: h.live,
@@ -109,11 +113,15 @@ impl Snap {
             max_level: h.max_level as usize,
             user_version: h.user_version,
             del_visible: if writer { h.seq + 1 } else { h.seq },
+            // A damaged quantizer was refused when the header was read (`quantizer_of`);
+            // should it fail here anyway, searches walk the vectors.
+            quant: st_quant(h),
+            st,
         }
     }
 
     fn clone_of(s: &Snap) -> Snap {
-        Snap { st: s.st.clone(), ..*s }
+        Snap { st: s.st.clone(), quant: s.quant.clone(), ..*s }
     }
 
     /// The id of a slot visible in this state; None for deleted or damaged slots.
@@ -136,6 +144,9 @@ struct Writer {
     deletes: u64,
     /// Rows linked since the last repair (see `add_batch`; this process only).
     unrepaired: u64,
+    /// File offset of the quantizer region in effect (0: none yet), committed by the next
+    /// flush (see `crate::quant`).
+    quantizer: u64,
     /// A commit failed: what the disk holds is one of two commits, the page cache is not to
     /// be trusted, and nothing more is written (not even by rollback or close).
     poisoned: Option<Poison>,
@@ -191,6 +202,9 @@ pub struct Index {
     /// a new file reads that in too).
     warm: Mutex<Option<Warm>>,
     warm_on: AtomicBool,
+    /// Values clipped to the quantizer's range by the encodes of this handle (training and
+    /// adds; `check` counts them over the whole index).
+    clipped: AtomicU64,
     /// Things the caller should be told about once (a damaged header copy, a replayed log).
     pub warnings: Vec<String>,
 }
@@ -232,6 +246,20 @@ impl Index {
 
     pub fn precision(&self) -> Precision {
         self.opts.precision
+    }
+
+    pub fn quantization(&self) -> Quantization {
+        self.opts.quantization
+    }
+
+    /// Whether searches walk 8-bit codes now (a quantized index whose quantizer is trained).
+    pub fn is_trained(&self) -> bool {
+        self.snap().quant.is_some()
+    }
+
+    /// Values clipped to the quantizer's range by this handle's encodes so far.
+    pub fn clipped(&self) -> u64 {
+        self.clipped.load(Relaxed)
     }
 
     pub fn options(&self) -> &Options {

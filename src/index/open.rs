@@ -196,6 +196,7 @@ impl Index {
             ef_search: h.ef_search.max(1) as usize,
             metric: h.metric,
             precision: h.precision,
+            quantization: h.quantization,
             huge_pages: None,
             warm: false,
             placement: Placement::Balanced,
@@ -222,6 +223,8 @@ impl Index {
         }
         let committed_slots = h.slots;
         let st = Arc::new(Storage::open(path, file, mode == Mode::Write, &h)?);
+        // A damaged quantizer is refused here rather than silently walked around.
+        st.quantizer(h.quantizer)?;
         let mut idx = Self::assemble(path, eff, st, h, copy, mode == Mode::Read, warnings);
         if mode == Mode::Write {
             idx.replay_undo()?;
@@ -254,6 +257,11 @@ impl Index {
             ("metric", want.metric.name().to_string(), have.metric.name().to_string()),
             ("precision", want.precision.name().to_string(), have.precision.name().to_string()),
             ("max_connections", want.max_connections.to_string(), have.max_connections.to_string()),
+            (
+                "quantization",
+                want.quantization.name().unwrap_or("None").to_string(),
+                have.quantization.name().unwrap_or("None").to_string(),
+            ),
         ] {
             if w != h {
                 return Err(Error::new(
@@ -300,6 +308,7 @@ impl Index {
                 user_version: committed.user_version,
                 deletes: 0,
                 unrepaired: 0,
+                quantizer: committed.quantizer,
                 poisoned: None,
                 committed,
             }),
@@ -314,6 +323,7 @@ impl Index {
             unusable_seq: AtomicU64::new(u64::MAX),
             warm: Mutex::new(None),
             warm_on: AtomicBool::new(false),
+            clipped: AtomicU64::new(0),
             warnings,
         }
     }
@@ -344,6 +354,8 @@ impl Index {
             entry: EMPTY,
             max_level: 0,
             user_version: 0,
+            quantization: opts.quantization,
+            quantizer: 0,
             regions: Vec::new(),
         }
     }

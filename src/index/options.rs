@@ -3,13 +3,13 @@
 //! missing.
 
 use crate::error::{Error, Result};
-use crate::format::{self, Metric, Precision};
+use crate::format::{self, Metric, Precision, Quantization};
 
 /// Largest k and ef a call accepts.
 pub const MAX_K: usize = format::MAX_EF;
 
-/// Construction and search parameters. `max_connections`, `metric` and `precision` are fixed
-/// when a file is created.
+/// Construction and search parameters. `max_connections`, `metric`, `precision` and
+/// `quantization` are fixed when a file is created.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub max_connections: usize,
@@ -17,6 +17,8 @@ pub struct Options {
     pub ef_search: usize,
     pub metric: Metric,
     pub precision: Precision,
+    /// 8-bit codes beside the vectors (`crate::quant`): searches walk them and rerank.
+    pub quantization: Quantization,
     /// ADR-0016: None = let `warm` decide (vectors of 2 KB and more), Some(b) = asked for or not.
     pub huge_pages: Option<bool>,
     /// ADR-0019: read the index in on a background thread from opening.
@@ -68,6 +70,7 @@ impl Default for Options {
             ef_search: 50,
             metric: Metric::Euclidean,
             precision: Precision::Full,
+            quantization: Quantization::None,
             huge_pages: None,
             warm: false,
             placement: Placement::Balanced,

@@ -46,6 +46,7 @@ impl Index {
         if cur.st.map_new_regions(&h).is_err() {
             return self.reopen(&mut w);
         }
+        cur.st.quantizer(h.quantizer)?;
         self.advise_committed(&cur.st, h.slots);
         self.publish(Snap::of(cur.st.clone(), &h, false));
         w.copy = copy;
@@ -70,6 +71,7 @@ impl Index {
         if h.dims as usize != self.geo.dims
             || h.metric != self.opts.metric
             || h.precision != self.opts.precision
+            || h.quantization != self.opts.quantization
             || h.max_connections as usize != self.geo.m
         {
             return Err(Error::new(
@@ -82,6 +84,7 @@ impl Index {
             ));
         }
         let st = Arc::new(Storage::open(&self.path, file, false, &h)?);
+        st.quantizer(h.quantizer)?;
         st.huge.store(self.view.read().st.huge.load(Acquire), Release);
         self.advise_committed(&st, h.slots);
         let rewarm = self.warm_on.load(Acquire);

@@ -7,6 +7,34 @@ use crate::graph::{self, insert::Linker, locality};
 use crate::storage::lists;
 use rayon::prelude::*;
 
+/// A quantized index learns its quantizer once it holds this many rows (see `add_rows`).
+pub const TRAIN_MIN: u64 = 1000;
+/// Rows a quantizer is learned from at most (evenly spread over the index).
+const TRAIN_SAMPLE: u64 = 100_000;
+
+/// Per-thread buffers of the row writes.
+#[derive(Default)]
+struct RowBufs {
+    bytes: Vec<u8>,
+    values: Vec<f32>,
+    codes: Vec<u8>,
+}
+
+/// The codes of a stored vector (`bytes` at `precision`) into `codes`; returns the values
+/// clipped.
+fn encode_stored(
+    q: &Quantizer,
+    bytes: &[u8],
+    precision: Precision,
+    values: &mut Vec<f32>,
+    codes: &mut Vec<u8>,
+) -> usize {
+    values.resize(q.dims(), 0.0);
+    codes.resize(q.dims(), 0);
+    format::decode_vector(bytes, precision, values);
+    q.encode(values, codes)
+}
+
 /// Rows to add: caller values (checked, normalised, rounded) or stored bytes copied as they
 /// are (compaction).
 #[derive(Clone, Copy)]
@@ -147,14 +175,22 @@ impl Index {
         // The pieces this batch fills whole are written once: ask for huge pages before writing
         // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
         Self::advise_slots(st, start, start + n as u64);
-        // 3. Write vectors, slot headers and empty lists of the new slots (not yet reachable).
-        let write_row = |buf: &mut Vec<u8>, j: usize| {
+        // 3. Write vectors, codes (once a quantizer is in effect), slot headers and empty lists
+        // of the new slots (not yet reachable).
+        let clipped = AtomicU64::new(0);
+        let write_row = |bufs: &mut RowBufs, j: usize| {
             let (slot, i) = ((start + j as u64) as u32, order[j] as usize);
             let bytes = match rows {
-                Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], buf),
+                Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], &mut bufs.bytes),
                 Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
             };
             st.write_vector(slot, bytes);
+            if let Some(q) = &snap.quant {
+                let c =
+                    encode_stored(q, bytes, self.precision(), &mut bufs.values, &mut bufs.codes);
+                clipped.fetch_add(c as u64, Relaxed);
+                st.write_code(slot, &bufs.codes);
+            }
             let vcrc = format::vector_crc(bytes);
             let h = st.header(slot);
             h[0].store(new_ids[i], Relaxed);
@@ -177,20 +213,34 @@ impl Index {
                 (0..n)
                     .into_par_iter()
                     .with_min_len(256)
-                    .for_each_init(Vec::new, |buf, i| write_row(buf, i));
+                    .for_each_init(RowBufs::default, |buf, i| write_row(buf, i));
             } else if self.opts.placement == Placement::Balanced && n >= BALANCED_MIN && pool > 1 {
                 rayon::broadcast(|ctx| {
                     let (t, k) = (ctx.num_threads(), ctx.index());
-                    let mut buf = Vec::new();
+                    let mut buf = RowBufs::default();
                     (n * k / t..n * (k + 1) / t).for_each(|i| write_row(&mut buf, i));
                 });
             } else {
-                let mut buf = Vec::new();
+                let mut buf = RowBufs::default();
                 (0..n).for_each(|i| write_row(&mut buf, i));
             }
         };
         with_threads(threads, write_rows)?;
-        // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
+        self.clipped.fetch_add(clipped.into_inner(), Relaxed);
+        // 3b. A quantized index without a quantizer learns one once it holds enough rows, and
+        // encodes every vector so far; searches walk the codes from the publish on.
+        let mut trained = None;
+        if self.geo.code_stride > 0 && snap.quant.is_none() && start + n as u64 >= TRAIN_MIN {
+            match with_threads(threads, || self.learn_codes(st, None, start + n as u64, ctl))
+                .and_then(|r| r)
+            {
+                Ok(t) => trained = Some(t),
+                Err(e) => {
+                    give_back();
+                    return Err(e);
+                }
+            }
+        } // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
         let (cslots, cseq) = (w.committed.slots, w.committed.seq);
         let linker = Linker {
@@ -223,6 +273,13 @@ impl Index {
         }
         // 5. Publish.
         w.unrepaired = if repair { 0 } else { due };
+        let quant = match trained {
+            Some((offset, q)) => {
+                w.quantizer = offset;
+                Some(q)
+            }
+            None => snap.quant.clone(),
+        };
         w.slots += n as u64;
         w.live += n as u64;
         let max_new = *new_ids.iter().max().unwrap();
@@ -234,9 +291,128 @@ impl Index {
             entry,
             max_level,
             user_version: w.user_version,
+            quant,
             ..Snap::clone_of(&snap)
         });
         Ok(new_ids)
+    }
+
+    /// Learn a quantizer (from `sample`, n x dims values in search form, or else from up to
+    /// `TRAIN_SAMPLE` of the stored vectors of slots `0..slots`, evenly spread), store it, and
+    /// write the codes of every slot below `slots`. Returns its region's offset and itself; in
+    /// effect only once published (nothing walks codes before). On threads of the caller's pool.
+    pub(super) fn learn_codes(
+        &self,
+        st: &Storage,
+        sample: Option<&[f32]>,
+        slots: u64,
+        ctl: &Control,
+    ) -> Result<(u64, Arc<Quantizer>)> {
+        let d = self.dims();
+        let owned: Vec<f32>;
+        let rows: &[f32] = match sample {
+            Some(s) => s,
+            None => {
+                let take = slots.min(TRAIN_SAMPLE);
+                owned = (0..take)
+                    .into_par_iter()
+                    .flat_map_iter(|i| {
+                        let s = (i * slots / take) as u32;
+                        let mut v = vec![0f32; d];
+                        format::decode_vector(st.vector_bytes(s), self.precision(), &mut v);
+                        v
+                    })
+                    .collect();
+                &owned
+            }
+        };
+        let q = Quantizer::train(d, rows.chunks_exact(d), 1.0)?;
+        let offset = st.write_quantizer(&q)?;
+        let q = st.quantizer(offset)?.expect("stored just now");
+        let clipped = AtomicU64::new(0);
+        (0..slots as u32).into_par_iter().with_min_len(256).for_each_init(
+            RowBufs::default,
+            |b, s| {
+                if ctl.cancelled() {
+                    return;
+                }
+                let c = encode_stored(
+                    &q,
+                    st.vector_bytes(s),
+                    self.precision(),
+                    &mut b.values,
+                    &mut b.codes,
+                );
+                clipped.fetch_add(c as u64, Relaxed);
+                st.write_code(s, &b.codes);
+            },
+        );
+        if ctl.cancelled() {
+            return Err(Error::interrupted());
+        }
+        self.clipped.fetch_add(clipped.into_inner(), Relaxed);
+        Ok((offset, q))
+    }
+
+    /// Learn the quantizer of a quantized index from `sample` (n x dims), instead of from the
+    /// first 1,000 rows added; the vectors already added are encoded with it. Searches walk
+    /// the codes from now on; the next flush makes it durable.
+    pub fn train(
+        &self,
+        sample: &[f32],
+        n: usize,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        if let Some(poison) = &w.poisoned {
+            return Err(self.poisoned_error(poison));
+        }
+        self.train_locked(&mut w, sample, n, threads, ctl)
+    }
+
+    pub(super) fn train_locked(
+        &self,
+        w: &mut Writer,
+        sample: &[f32],
+        n: usize,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        if self.geo.code_stride == 0 {
+            return Err(Error::invalid(
+                "this index keeps no codes to train a quantizer for",
+                "create it with IndexOptions(quantization=\"int8\")",
+            ));
+        }
+        let snap = self.view.read().clone();
+        if snap.quant.is_some() {
+            return Err(Error::invalid(
+                "the quantizer of this index is already trained",
+                "compact() learns it again from the live vectors",
+            ));
+        }
+        let d = self.dims();
+        if n == 0 || sample.len() != n * d {
+            return Err(Error::new(
+                ErrorKind::DimensionMismatch,
+                format!(
+                    "got {} values for a sample of {n} vectors of {d} dimensions",
+                    sample.len()
+                ),
+                format!("pass a non-empty array of shape (n, {d})"),
+            ));
+        }
+        for (r, row) in sample.chunks_exact(d).enumerate() {
+            self.check_vector(row, &format!("sample row {r}"))?;
+        }
+        let sample = self.search_form(sample, d);
+        let (offset, q) =
+            with_threads(threads, || self.learn_codes(&snap.st, Some(&sample), w.slots, ctl))??;
+        w.quantizer = offset;
+        self.publish(Snap { quant: Some(q), ..Snap::clone_of(&snap) });
+        Ok(())
     }
 
     pub(super) fn assign_ids(

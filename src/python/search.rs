@@ -196,7 +196,7 @@ pub fn do_search<'py>(
     let hits = py
         .detach(|| {
             let snap = snap.cloned().unwrap_or_else(|| idx.snap());
-            idx.search_in(&snap, q, a.k, a.ef, a.filter.as_ref())
+            idx.search_in(&snap, q, a.k, a.ef, a.rerank, a.filter.as_ref())
         })
         .map_err(to_py)?;
     hits_to_list(py, hits)
@@ -241,7 +241,7 @@ pub fn do_search_batch<'py>(
             Some(v) => BatchFilter::PerQuery(v),
             None => BatchFilter::Same(a.filter.as_ref()),
         };
-        idx.search_batch_in(&snap, qs, nq, a.k, a.ef, filters, threads, ctl)
+        idx.search_batch_in(&snap, qs, nq, a.k, a.ef, a.rerank, filters, threads, ctl)
     })?;
     Ok((matrix(py, nq, a.k, ids), matrix(py, nq, a.k, dists)))
 }

@@ -54,6 +54,40 @@ impl Storage {
         unsafe { std::slice::from_raw_parts(self.vector_ptr(slot) as *const f32, self.geo.dims) }
     }
 
+    /// Pointer to a slot's 8-bit codes (`geo.dims` bytes, 64-byte aligned); an index with
+    /// codes only (panics otherwise).
+    #[inline(always)]
+    pub fn code_ptr(&self, slot: u32) -> *const u8 {
+        assert!(self.geo.code_stride > 0, "codes of an index without codes");
+        let (seg, local) = self.seg_of(slot);
+        // SAFETY: inside the segment's codes area (local < layout.slots).
+        unsafe {
+            seg.map.as_ptr().add((seg.layout.codes + local * self.geo.code_stride as u64) as usize)
+        }
+    }
+
+    /// A slot's codes. Written as a vector is (before the slot is published), or for every
+    /// slot at once when the quantizer is trained, before any snapshot uses the codes.
+    #[inline(always)]
+    pub fn code_bytes(&self, slot: u32) -> &[u8] {
+        // SAFETY: as for `vector_bytes`; the range lies inside the mapping.
+        unsafe { std::slice::from_raw_parts(self.code_ptr(slot), self.geo.dims) }
+    }
+
+    /// Write a slot's codes: an unpublished slot, or any slot while no snapshot in use walks
+    /// the codes (training; see `code_bytes`).
+    pub fn write_code(&self, slot: u32, codes: &[u8]) {
+        assert!(self.writable && codes.len() == self.geo.dims);
+        // SAFETY: writable mapping, in bounds; nobody reads these bytes meanwhile (above).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                codes.as_ptr(),
+                self.code_ptr(slot) as *mut u8,
+                codes.len(),
+            )
+        }
+    }
+
     /// Write a slot's vector. Only for unpublished slots (see `vector_bytes`).
     pub fn write_vector(&self, slot: u32, bytes: &[u8]) {
         assert!(self.writable && bytes.len() == self.geo.vec_bytes);

@@ -43,12 +43,13 @@ use crate::format::{
     HEADER_COPY_SIZE, HUGE_PAGE, MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
 };
 use crate::os;
+use crate::quant::Quantizer;
 use memmap2::{MmapOptions, MmapRaw};
 use parking_lot::Mutex;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
 /// offset is 2 MiB-aligned, so that its vectors can sit on huge pages (ADR-0016).
@@ -65,6 +66,15 @@ struct HeapChunk {
     len: u64,
 }
 
+/// A mapped quantizer region: its stored form, decoded on first use (a loaded copy is filled
+/// after it is mapped).
+struct QuantRegion {
+    map: os::AlignedMap,
+    offset: u64,
+    len: u64,
+    decoded: OnceLock<Arc<Quantizer>>,
+}
+
 pub struct Storage {
     pub path: PathBuf,
     /// The index file; None for an in-memory index, whose regions are anonymous stores laid
@@ -79,6 +89,8 @@ pub struct Storage {
     heaps: Box<[OnceLock<HeapChunk>]>,
     seg_count: AtomicUsize,
     heap_count: AtomicUsize,
+    /// Quantizer regions (8-bit codes; normally one, more only after a rolled-back training).
+    quants: Mutex<Vec<Arc<QuantRegion>>>,
     /// ADR-0016: whether huge pages are asked for under the vectors. Everything else is
     /// always told MADV_NOHUGEPAGE (our mappings are 2 MiB-aligned, and a kernel with large
     /// page-cache folios would otherwise map some of the graph with them).
@@ -148,15 +160,12 @@ impl Storage {
             path,
             file,
             writable,
-            geo: Geometry::new(
-                header.dims as usize,
-                header.precision,
-                header.max_connections as usize,
-            ),
+            geo: header.geometry(),
             segments: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             heaps: (0..MAX_REGIONS).map(|_| OnceLock::new()).collect(),
             seg_count: AtomicUsize::new(0),
             heap_count: AtomicUsize::new(0),
+            quants: Mutex::new(Vec::new()),
             huge: AtomicBool::new(huge),
             header_view,
             alloc: Mutex::new(Alloc {
@@ -303,6 +312,26 @@ impl Storage {
                 // Made whole by `alloc_upper` (or, opened, by whoever made it).
                 a.heap_blocks.push(r.len);
             }
+            RegionKind::Quantizer => {
+                let map = match &self.file {
+                    Some(file) => os::AlignedMap::new(
+                        file,
+                        r.offset,
+                        r.len as usize,
+                        self.writable,
+                        os::page_size(),
+                    )
+                    .map_err(|e| Error::io(e, "mapping", &self.path))?,
+                    None => os::AlignedMap::anonymous(r.len as usize, false)
+                        .map_err(|_| Self::no_memory())?,
+                };
+                self.quants.lock().push(Arc::new(QuantRegion {
+                    map,
+                    offset: r.offset,
+                    len: r.len,
+                    decoded: OnceLock::new(),
+                }));
+            }
         }
         a.regions.push(r);
         Ok(())
@@ -381,7 +410,9 @@ impl Storage {
             let base =
                 a.regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k).unwrap().offset;
             let l0b = self.geo.l0_words as u64 * 4;
+            let cs = self.geo.code_stride as u64;
             for (start, size) in [
+                (seg.layout.codes + local * cs, n * cs),
                 (seg.layout.vectors + local * self.geo.stride as u64, n * self.geo.stride as u64),
                 (seg.layout.headers + local * SLOT_HEADER as u64, n * SLOT_HEADER as u64),
                 (seg.layout.l0 + local * l0b, n * l0b),
@@ -499,6 +530,7 @@ impl Storage {
             let l = &seg.layout;
             let l0_bytes = self.geo.l0_words as u64 * 4;
             for (area, size) in [
+                (l.codes, self.geo.code_stride as u64),
                 (l.vectors, self.geo.stride as u64),
                 (l.headers, SLOT_HEADER as u64),
                 (l.l0, l0_bytes),
@@ -516,6 +548,64 @@ impl Storage {
                 a.heap_blocks[chunk] = used;
             }
         }
+    }
+
+    /// The quantizer stored in the region at file offset `offset` (None for 0: not trained).
+    /// Err if no quantizer region is mapped there or its stored form is damaged.
+    pub fn quantizer(&self, offset: u64) -> Result<Option<Arc<Quantizer>>> {
+        if offset == 0 {
+            return Ok(None);
+        }
+        let region = self.quants.lock().iter().find(|q| q.offset == offset).cloned();
+        let Some(q) = region else {
+            return Err(Error::corrupt(format!(
+                "{}: no quantizer region at offset {offset}",
+                self.path.display()
+            )));
+        };
+        if let Some(d) = q.decoded.get() {
+            return Ok(Some(d.clone()));
+        }
+        // SAFETY: the mapping covers `len` bytes and lives as long as `q`; a quantizer region
+        // is written once, before any header names it, and never after.
+        let bytes = unsafe { std::slice::from_raw_parts(q.map.as_ptr(), q.len as usize) };
+        let used = Quantizer::stored_len(self.geo.dims).min(bytes.len());
+        let decoded = Quantizer::from_bytes(&bytes[..used], self.geo.dims).map_err(|e| {
+            Error::corrupt(format!(
+                "{}: the quantizer is damaged ({})",
+                self.path.display(),
+                e.message
+            ))
+        })?;
+        Ok(Some(q.decoded.get_or_init(|| Arc::new(decoded)).clone()))
+    }
+
+    /// Store `q` in a new quantizer region (written and given blocks; durable with the next
+    /// sync) and return its file offset, which a header then names. Only the writer calls this.
+    pub fn write_quantizer(&self, q: &Quantizer) -> Result<u64> {
+        let bytes = q.to_bytes();
+        let mut a = self.alloc.lock();
+        let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
+        let len = align_up(bytes.len() as u64, REGION_ALIGN);
+        self.add_region(&mut a, RegionKind::Quantizer, offset, len)?;
+        if let Some(file) = &self.file {
+            os::preallocate(file, offset, len)
+                .map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+        }
+        let region = self.quants.lock().last().cloned().expect("mapped just now");
+        // SAFETY: a writable mapping of `len >= bytes.len()` bytes that no header names yet,
+        // so nothing else reads it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                region.map.as_ptr() as *mut u8,
+                bytes.len(),
+            )
+        };
+        if let Some(r) = a.regions.last_mut() {
+            r.used = bytes.len() as u32;
+        }
+        Ok(offset)
     }
 
     /// Read both header copies (or as much of them as the file has).

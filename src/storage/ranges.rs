@@ -16,8 +16,11 @@ pub struct Written {
     pub addr: usize,
     pub len: usize,
     pub file_offset: u64,
-    /// Vectors (else slot headers, lists or heap).
+    /// Vectors or codes: an area asked for huge pages (else slot headers, lists, heap, the
+    /// quantizer).
     pub vectors: bool,
+    /// 8-bit codes (then `vectors` too).
+    pub codes: bool,
     /// In a mapping of its own (see `os::AlignedMap::is_own_mapping`): what the kernel says
     /// about its pages (smaps) is about the index's bytes alone.
     pub own: bool,
@@ -34,8 +37,9 @@ impl Storage {
         })
     }
 
-    /// Address ranges of the whole 2 MiB pieces that hold nothing but the vectors of slots
-    /// `[from, to)`: what ADR-0016 asks huge pages for. One range per segment.
+    /// Address ranges of the whole 2 MiB pieces that hold nothing but the vectors (or the
+    /// codes) of slots `[from, to)`: what ADR-0016 asks huge pages for. Up to two ranges per
+    /// segment (codes, vectors).
     pub fn vector_pieces(&self, from: u64, to: u64) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
         let mut first = 0u64;
@@ -47,11 +51,20 @@ impl Storage {
             if a >= b || seg.offset % HUGE_PAGE != 0 {
                 continue;
             }
-            let stride = self.geo.stride as u64;
-            let lo = align_up((a - (first - n)) * stride, HUGE_PAGE);
-            let hi = ((b - (first - n)) * stride) / HUGE_PAGE * HUGE_PAGE;
-            if hi > lo {
-                out.push((seg.map.as_ptr() as usize + lo as usize, (hi - lo) as usize));
+            let areas = [
+                (seg.layout.codes, self.geo.code_stride as u64),
+                (seg.layout.vectors, self.geo.stride as u64),
+            ];
+            for (area, stride) in areas {
+                // Areas start on 2 MiB boundaries of the segment when they fill a huge page.
+                if stride == 0 || area % HUGE_PAGE != 0 {
+                    continue;
+                }
+                let lo = area + align_up((a - (first - n)) * stride, HUGE_PAGE);
+                let hi = area + ((b - (first - n)) * stride) / HUGE_PAGE * HUGE_PAGE;
+                if hi > lo {
+                    out.push((seg.map.as_ptr() as usize + lo as usize, (hi - lo) as usize));
+                }
             }
         }
         out
@@ -93,12 +106,20 @@ impl Storage {
                 len: (base + rel + len).div_ceil(ps) * ps - s,
                 file_offset: file_base + (s - base) as u64,
                 vectors,
+                codes: false,
                 own: map.is_own_mapping(),
             }
         };
         let mut out: Vec<Written> = Vec::new();
         for (seg, n) in self.segments_upto(slots) {
             let l = &seg.layout;
+            if self.geo.code_stride > 0 {
+                let len = (n * self.geo.code_stride as u64) as usize;
+                out.push(Written {
+                    codes: true,
+                    ..page(&seg.map, seg.offset, l.codes as usize, len, true)
+                });
+            }
             out.push(page(
                 &seg.map,
                 seg.offset,
@@ -126,6 +147,10 @@ impl Storage {
             if let Some(h) = self.heaps[i].get() {
                 out.push(page(&h.map, r.offset, 0, r.used as usize, false));
             }
+        }
+        for q in self.quants.lock().iter() {
+            let used = a.regions.iter().find(|r| r.offset == q.offset).map_or(0, |r| r.used);
+            out.push(page(&q.map, q.offset, 0, used as usize, false));
         }
         out.sort_by_key(|w| w.file_offset);
         out.retain(|w| w.len > 0);
@@ -188,20 +213,24 @@ impl Storage {
         let a = self.alloc.lock();
         let (mut seg, mut heap) = (0usize, 0usize);
         for r in &a.regions {
-            let (k, is_seg) = match r.kind {
-                RegionKind::Segment => (seg, true),
-                RegionKind::Heap => (heap, false),
+            let k = match r.kind {
+                RegionKind::Segment => seg,
+                RegionKind::Heap => heap,
+                RegionKind::Quantizer => 0,
             };
-            if is_seg {
-                seg += 1;
-            } else {
-                heap += 1;
+            match r.kind {
+                RegionKind::Segment => seg += 1,
+                RegionKind::Heap => heap += 1,
+                RegionKind::Quantizer => {}
             }
             if offset >= r.offset && offset + len as u64 <= r.offset + r.len {
-                let base = if is_seg {
-                    self.segments[k].get()?.map.as_ptr()
-                } else {
-                    self.heaps[k].get()?.map.as_ptr()
+                let base = match r.kind {
+                    RegionKind::Segment => self.segments[k].get()?.map.as_ptr(),
+                    RegionKind::Heap => self.heaps[k].get()?.map.as_ptr(),
+                    RegionKind::Quantizer => {
+                        let q = self.quants.lock();
+                        q.iter().find(|q| q.offset == r.offset)?.map.as_ptr()
+                    }
                 };
                 // SAFETY: pointer arithmetic only; the range lies inside this region's mapping.
                 return Some(unsafe { base.add((offset - r.offset) as usize) });

@@ -1,0 +1,283 @@
+//! Indexes with 8-bit codes (`quantization = Int8`) through the public Rust API. Oracles: exact
+//! k-NN and exact distances computed here in f64, the same data in a float index, the same
+//! file reopened by a fresh `Index`, and bytes damaged on disk.
+
+mod common;
+
+use chassis::format::{Metric, Quantization};
+use chassis::index::{Control, Index, Mode, Options};
+use common::rand_vecs;
+
+/// Clustered rows: `centers` random centres, each row one of them plus smaller noise (the
+/// shape embeddings have; uniform noise would give every dimension the same range).
+fn clustered(n: usize, d: usize, seed: u64) -> Vec<f32> {
+    let centers = rand_vecs(20, d, seed ^ 0x5eed);
+    let noise = rand_vecs(n, d, seed);
+    (0..n * d).map(|i| 2.0 * centers[(i / d) % 20 * d + i % d] + 0.5 * noise[i]).collect()
+}
+
+/// The metric's distance in f64 (what `Hit::distance` reports: L2, 1 - cos, -dot).
+fn exact(metric: Metric, a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    match metric {
+        Metric::Euclidean => {
+            a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum::<f64>().sqrt()
+        }
+        Metric::Cosine => {
+            let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            1.0 - dot / (na * nb)
+        }
+        Metric::InnerProduct => -dot,
+    }
+}
+
+fn brute(metric: Metric, data: &[f32], d: usize, q: &[f32], k: usize) -> Vec<u64> {
+    let mut v: Vec<(f64, u64)> =
+        data.chunks_exact(d).enumerate().map(|(i, r)| (exact(metric, q, r), i as u64)).collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v.into_iter().take(k).map(|x| x.1).collect()
+}
+
+fn opts(metric: Metric, quantization: Quantization) -> Options {
+    Options { metric, quantization, ef_construction: 64, max_connections: 8, ..Default::default() }
+}
+
+/// Recall@10 over `queries` at `ef`, and the largest gap between a returned distance and the
+/// exact distance of the returned id.
+fn measure(
+    idx: &Index,
+    metric: Metric,
+    data: &[f32],
+    d: usize,
+    queries: &[f32],
+    ef: usize,
+) -> (f64, f64) {
+    let (mut hit, mut total, mut gap) = (0, 0, 0f64);
+    for q in queries.chunks_exact(d) {
+        let got = idx.search(q, 10, Some(ef)).unwrap();
+        let want = brute(metric, data, d, q, 10);
+        hit += got.iter().filter(|h| want.contains(&h.id)).count();
+        total += want.len();
+        for h in &got {
+            let row = &data[h.id as usize * d..(h.id as usize + 1) * d];
+            let e = exact(metric, q, row);
+            gap = gap.max((h.distance as f64 - e).abs() / e.abs().max(1.0));
+        }
+    }
+    (hit as f64 / total as f64, gap)
+}
+
+#[test]
+fn codes_walk_with_rerank_keeps_the_float_recall_and_returns_exact_distances() {
+    let (n, d) = (4000, 48);
+    let data = clustered(n, d, 1);
+    let queries = clustered(60, d, 2);
+    for metric in [Metric::Euclidean, Metric::Cosine, Metric::InnerProduct] {
+        let dir = tempfile::tempdir().unwrap();
+        let float = Index::open(
+            &dir.path().join("f"),
+            Some(d),
+            Some(&opts(metric, Quantization::None)),
+            Mode::Write,
+        )
+        .unwrap();
+        float.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+        let path = dir.path().join("q");
+        let quant =
+            Index::open(&path, Some(d), Some(&opts(metric, Quantization::Int8)), Mode::Write)
+                .unwrap();
+        // Below 1,000 rows nothing is learned: the walk measures the vectors.
+        quant.add_batch(&data[..500 * d], 500, None, Some(1), &Control::default()).unwrap();
+        assert!(!quant.is_trained());
+        quant.add_batch(&data[500 * d..], n - 500, None, Some(1), &Control::default()).unwrap();
+        assert!(quant.is_trained(), "{metric:?}: trained at 1,000 rows");
+        for ef in [16, 64] {
+            let (rf, _) = measure(&float, metric, &data, d, &queries, ef);
+            let (rq, gap) = measure(&quant, metric, &data, d, &queries, ef);
+            assert!(
+                rq >= rf - 0.03,
+                "{metric:?} ef {ef}: recall {rq} against the float index's {rf}"
+            );
+            assert!(
+                gap < 1e-4,
+                "{metric:?} ef {ef}: a returned distance is {gap} from the exact one"
+            );
+        }
+        // The file says what it holds: version 2 with codes, version 1 without.
+        quant.flush().unwrap();
+        float.flush().unwrap();
+        let version = |p: &std::path::Path| common::get(&std::fs::read(p).unwrap(), 8, 4);
+        assert_eq!((version(&path), version(&dir.path().join("f"))), (2, 1));
+        // A fresh reader walks the same codes: the same ids and distances.
+        let reader = Index::open(&path, None, None, Mode::Read).unwrap();
+        assert!(reader.is_trained());
+        for q in queries.chunks_exact(d).take(10) {
+            assert_eq!(
+                quant.search(q, 10, Some(32)).unwrap(),
+                reader.search(q, 10, Some(32)).unwrap()
+            );
+        }
+        assert_eq!(reader.check(&Control::default()).unwrap().corrupt, Vec::<u32>::new());
+    }
+}
+
+#[test]
+fn a_rolled_back_training_is_forgotten_and_a_later_one_commits() {
+    let (n, d) = (1500, 16);
+    let data = clustered(n, d, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q");
+    let o = opts(Metric::Euclidean, Quantization::Int8);
+    let idx = Index::open(&path, Some(d), Some(&o), Mode::Write).unwrap();
+    idx.add_batch(&data[..200 * d], 200, None, Some(1), &Control::default()).unwrap();
+    idx.flush().unwrap();
+    idx.add_batch(&data[200 * d..], n - 200, None, Some(1), &Control::default()).unwrap();
+    assert!(idx.is_trained());
+    idx.rollback().unwrap();
+    assert!(!idx.is_trained());
+    assert_eq!(idx.len(), 200);
+    let q = &data[7 * d..8 * d];
+    assert_eq!(idx.search(q, 1, None).unwrap()[0].id, 7);
+    idx.add_batch(&data[200 * d..], n - 200, None, Some(1), &Control::default()).unwrap();
+    assert!(idx.is_trained());
+    idx.flush().unwrap();
+    drop(idx);
+    let idx = Index::open(&path, None, Some(&o), Mode::Write).unwrap();
+    assert!(idx.is_trained());
+    let report = idx.check(&Control::default()).unwrap();
+    assert!(report.corrupt.is_empty() && report.unreachable.is_empty(), "{report:?}");
+    for i in [0usize, 199, 200, 1499] {
+        assert_eq!(idx.search(&data[i * d..(i + 1) * d], 1, Some(32)).unwrap()[0].id, i as u64);
+    }
+}
+
+#[test]
+fn a_damaged_code_is_reported_by_check_and_never_changes_a_distance() {
+    let (n, d) = (1200, 32);
+    let data = clustered(n, d, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q");
+    let idx = Index::open(
+        &path,
+        Some(d),
+        Some(&opts(Metric::Euclidean, Quantization::Int8)),
+        Mode::Write,
+    )
+    .unwrap();
+    idx.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+    idx.flush().unwrap();
+    drop(idx);
+    // The first segment starts at 128 KiB with its codes area (rows of 64 bytes at 32 dims).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = 128 * 1024 + 5 * 64 + 3;
+    bytes[at] ^= 0x80;
+    std::fs::write(&path, &bytes).unwrap();
+    let idx = Index::open(&path, None, None, Mode::Read).unwrap();
+    assert_eq!(idx.check(&Control::default()).unwrap().corrupt, vec![5]);
+    let q = &data[5 * d..6 * d];
+    let hits = idx.search(q, 5, Some(64)).unwrap();
+    for h in hits {
+        let row = &data[h.id as usize * d..(h.id as usize + 1) * d];
+        assert!((h.distance as f64 - exact(Metric::Euclidean, q, row)).abs() < 1e-4);
+    }
+}
+
+#[test]
+fn a_damaged_quantizer_refuses_to_open_with_a_corrupt_error() {
+    let (n, d) = (1000, 8);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q");
+    let idx = Index::open(
+        &path,
+        Some(d),
+        Some(&opts(Metric::Euclidean, Quantization::Int8)),
+        Mode::Write,
+    )
+    .unwrap();
+    idx.add_batch(&clustered(n, d, 5), n, None, Some(1), &Control::default()).unwrap();
+    idx.flush().unwrap();
+    drop(idx);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The flush wrote header copy 1 (copy 0 holds the empty index it was created as).
+    let quantizer = common::get(&bytes, 64 * 1024 + 96, 8) as usize;
+    assert!(quantizer > 0);
+    bytes[quantizer + 12] ^= 1; // an offset of the first dimension
+    std::fs::write(&path, &bytes).unwrap();
+    for mode in [Mode::Read, Mode::Write] {
+        let e = Index::open(&path, None, None, mode).err().expect("a damaged quantizer");
+        assert_eq!(e.kind, chassis::error::ErrorKind::CorruptIndex, "{e:?}");
+        assert!(e.message.contains("quantizer"), "{}", e.message);
+    }
+}
+
+#[test]
+fn training_from_a_sample_compaction_and_memory_copies_keep_the_codes_right() {
+    let (n, d) = (3000, 24);
+    let data = clustered(n, d, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q");
+    let o = opts(Metric::Cosine, Quantization::Int8);
+    let idx = Index::open(&path, Some(d), Some(&o), Mode::Write).unwrap();
+    // Trained from a sample before the first add: every add is encoded as it is written.
+    idx.train(&data[..500 * d], 500, Some(1), &Control::default()).unwrap();
+    assert!(idx.is_trained());
+    assert!(idx.train(&data[..500 * d], 500, None, &Control::default()).is_err(), "trained twice");
+    for chunk in 0..30 {
+        let rows = &data[chunk * 100 * d..(chunk + 1) * 100 * d];
+        idx.add_batch(rows, 100, None, Some(1), &Control::default()).unwrap();
+    }
+    idx.flush().unwrap();
+    let report = idx.check(&Control::default()).unwrap();
+    assert!(report.corrupt.is_empty(), "{report:?}");
+    // Values of rows 500.. outside the sample's range were clipped, and counted.
+    assert!(
+        report.clipped > 0 && idx.clipped() == report.clipped,
+        "{} {}",
+        report.clipped,
+        idx.clipped()
+    );
+    for id in (0..n as u64).step_by(2) {
+        idx.delete(id).unwrap();
+    }
+    idx.compact(Some(1), &Control::default()).unwrap();
+    assert!(idx.is_trained());
+    let report = idx.check(&Control::default()).unwrap();
+    assert!(
+        report.corrupt.is_empty() && report.clipped == 0,
+        "learned from the live rows: {report:?}"
+    );
+    let q = &data[7 * d..8 * d];
+    let hits = idx.search(q, 3, Some(64)).unwrap();
+    assert_eq!(hits[0].id, 7);
+    // save and load: the codes and the quantizer travel with the file.
+    let saved = dir.path().join("saved");
+    idx.save(&saved, false).unwrap();
+    let mem = Index::load(&saved, None, None, &Control::default()).unwrap();
+    assert!(mem.is_trained());
+    assert_eq!(mem.search(q, 3, Some(64)).unwrap(), hits);
+    assert!(mem.check(&Control::default()).unwrap().corrupt.is_empty());
+    // An in-memory quantized index trains at 1,000 rows as a file does.
+    let m = Index::memory(d, Some(&o)).unwrap();
+    m.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+    assert!(m.is_trained());
+    assert_eq!(m.search(q, 1, Some(32)).unwrap()[0].id, 7);
+}
+
+#[test]
+fn train_refuses_an_index_without_codes_and_bad_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = Index::open(&dir.path().join("p"), Some(4), None, Mode::Write).unwrap();
+    let e = plain.train(&[0.0; 8], 2, None, &Control::default()).unwrap_err();
+    assert!(e.message.contains("no codes"), "{}", e.message);
+    let q = Index::open(
+        &dir.path().join("q"),
+        Some(4),
+        Some(&opts(Metric::Euclidean, Quantization::Int8)),
+        Mode::Write,
+    )
+    .unwrap();
+    assert!(q.train(&[0.0; 7], 2, None, &Control::default()).is_err());
+    assert!(q.train(&[f32::NAN, 0.0, 0.0, 0.0], 1, None, &Control::default()).is_err());
+    assert!(!q.is_trained());
+}
