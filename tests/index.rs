@@ -320,11 +320,11 @@ fn reader_follows_flushes() {
     assert_eq!(r.len(), 5000);
     assert_eq!(pinned.slots, 10, "a pinned snapshot keeps its state");
     assert_eq!(
-        r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None).unwrap().len(),
+        r.search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None, None).unwrap().len(),
         3
     );
     assert!(r
-        .search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None)
+        .search_in(&pinned, &data[4000 * d..4001 * d], 3, Some(10), None, None)
         .unwrap()
         .iter()
         .all(|h| h.id < 10));

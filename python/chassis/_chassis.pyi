@@ -132,6 +132,7 @@ class VectorIndex:
         excluded: _Ids | None = None,
         *,
         ef: int | None = None,
+        rerank: int | None = None,
     ) -> list[SearchResult]: ...
     def search_batch(
         self,
@@ -141,6 +142,7 @@ class VectorIndex:
         excluded: _Ids | None = None,
         *,
         ef: int | None = None,
+        rerank: int | None = None,
         threads: int | None = None,
         progress: bool = False,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...
@@ -173,6 +175,11 @@ class VectorIndex:
     def metric(self) -> Metric: ...
     @property
     def precision(self) -> Precision: ...
+    @property
+    def quantization(self) -> Literal["int8"] | None: ...
+    @property
+    def trained(self) -> bool: ...
+    def train(self, sample: _Vector, *, threads: int | None = None) -> None: ...
     @property
     def path(self) -> Path | None:
         """The index file; None for an index in memory."""
@@ -207,6 +214,7 @@ class Snapshot:
         excluded: _Ids | None = None,
         *,
         ef: int | None = None,
+        rerank: int | None = None,
     ) -> list[SearchResult]: ...
     def search_batch(
         self,
@@ -216,6 +224,7 @@ class Snapshot:
         excluded: _Ids | None = None,
         *,
         ef: int | None = None,
+        rerank: int | None = None,
         threads: int | None = None,
         progress: bool = False,
     ) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.float32]]: ...

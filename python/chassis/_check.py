@@ -21,6 +21,11 @@ class Check:
         Slot numbers (beyond chassisdb) whose stored vector, slot header, delete marker or
         neighbor lists fail their checksums or refer outside the index. These are slots, not
         ids, since a damaged header may not hold a trustworthy id. Searches skip such slots.
+        With 8-bit codes, a slot whose code is not the encoding of its vector is corrupt too.
+    clipped : int, default: 0
+        With 8-bit codes: how many stored values lie outside the quantizer's range (their
+        codes are clipped to its ends). Information, not damage: it does not affect `ok`.
+        ``compact()`` learns the range again from the live vectors.
 
     See Also
     --------
@@ -34,7 +39,7 @@ class Check:
     array([0, 1], dtype=uint64)
     >>> report = index.check()
     >>> report
-    Check(unreachable=[], not_finite=[], corrupt=[])
+    Check(unreachable=[], not_finite=[], corrupt=[], clipped=0)
     >>> report.ok
     True
     """
@@ -42,6 +47,7 @@ class Check:
     unreachable: list[int]
     not_finite: list[int]
     corrupt: list[int] = dataclasses.field(default_factory=list)
+    clipped: int = 0
 
     @property
     def ok(self) -> bool:

@@ -18,6 +18,7 @@ _METRICS = {
     "ip": "inner_product",
     "dot": "inner_product",
 }
+_QUANTIZATIONS = {"int8": "int8", "i8": "int8", "sq8": "int8", "scalar": "int8", "none": "none"}
 _PRECISIONS = {
     "full": "full",
     "f32": "full",
@@ -79,6 +80,13 @@ class IndexOptions:
         that pages spread over the nodes, ``"local"`` writes from the calling thread only.
         It changes where memory lies, never what a search returns, and does nothing for a
         file (whose pages belong to the page cache).
+    quantization : {None, "int8"}, default: None
+        ``"int8"`` keeps an 8-bit code per dimension beside each vector (a quarter of its
+        bytes): searches walk the codes and measure their best candidates again on the
+        vectors (``rerank``), so the distances returned stay the vectors' own. The codes'
+        ranges are learned from the first 1,000 rows (or by ``VectorIndex.train``). The
+        aliases ``"i8"``, ``"sq8"`` and ``"scalar"`` are accepted. Fixed when the file is
+        created.
     **unknown
         Not accepted: any other keyword raises `ArgumentTypeError` naming the valid options
         (it is there to give that message rather than Python's own `TypeError`).
@@ -129,6 +137,7 @@ class IndexOptions:
     huge_pages: bool | None = None
     warm: bool = False
     placement: str = "balanced"
+    quantization: str | None = None
 
     def __init__(
         self,
@@ -140,6 +149,7 @@ class IndexOptions:
         huge_pages: bool | None = None,
         warm: bool = False,
         placement: str = "balanced",
+        quantization: str | None = None,
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -153,6 +163,7 @@ class IndexOptions:
         self.ef_search = ef_search
         self.metric = metric
         self.precision = precision
+        self.quantization = quantization
         self.huge_pages = huge_pages
         self.warm = warm
         self.placement = placement
@@ -204,6 +215,21 @@ class IndexOptions:
                     f"use one of {sorted(set(table.values()))}",
                 )
             setattr(self, name, canon)
+        if self.quantization is not None:
+            if not isinstance(self.quantization, str):
+                raise _fail(
+                    _chassis.ArgumentTypeError,
+                    f"quantization={self.quantization!r} is not a str",
+                    'pass "int8" or None',
+                )
+            q = _QUANTIZATIONS.get(self.quantization.strip().lower(), "")
+            if not q:
+                raise _fail(
+                    _chassis.InvalidArgumentError,
+                    f"unknown quantization {self.quantization!r}",
+                    'use "int8" (8-bit codes, reranked with the vectors) or None',
+                )
+            self.quantization = None if q == "none" else q
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
             raise _fail(
                 _chassis.ArgumentTypeError,

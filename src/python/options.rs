@@ -2,7 +2,7 @@
 //! validates it) to the core's `Options` and back.
 
 use super::errors::{type_error, IntoPyResult};
-use crate::format::{Metric, Precision};
+use crate::format::{Metric, Precision, Quantization};
 use crate::index::{Options, Placement};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -31,6 +31,10 @@ pub fn options_from(
         ef_search: obj.getattr("ef_search")?.extract()?,
         metric: Metric::parse(&metric).py()?,
         precision: Precision::parse(&precision).py()?,
+        quantization: Quantization::parse(
+            obj.getattr("quantization")?.extract::<Option<String>>()?.as_deref(),
+        )
+        .py()?,
         huge_pages: obj.getattr("huge_pages")?.extract()?,
         warm: obj.getattr("warm")?.extract()?,
         placement: Placement::parse(&obj.getattr("placement")?.extract::<String>()?).py()?,
@@ -45,6 +49,7 @@ pub fn options_to_py(py: Python<'_>, o: &Options) -> PyResult<Py<PyAny>> {
     kw.set_item("ef_search", o.ef_search)?;
     kw.set_item("metric", o.metric.name())?;
     kw.set_item("precision", o.precision.name())?;
+    kw.set_item("quantization", o.quantization.name())?;
     kw.set_item("huge_pages", o.huge_pages)?;
     kw.set_item("warm", o.warm)?;
     kw.set_item("placement", o.placement.name())?;

@@ -108,6 +108,8 @@ pub struct SearchArgs {
     filter: Option<Filter>,
     /// search_batch: one filter per query.
     per_query: Option<Vec<Filter>>,
+    /// 8-bit codes: candidates measured again on the full vectors.
+    rerank: Option<usize>,
 }
 
 /// One `allowed`/`excluded` value: None, ids, or a boolean mask.
@@ -135,7 +137,13 @@ impl SearchArgs {
         };
         let ef = opt_count(ef, "ef", MAX_K)?;
         let filter = make_filter(filter_set(allowed)?, filter_set(excluded)?);
-        Ok(SearchArgs { k, ef, filter, per_query: None })
+        Ok(SearchArgs { k, ef, filter, per_query: None, rerank: None })
+    }
+
+    /// These arguments with a `rerank` count (None, or 1 to 2**24).
+    pub fn with_rerank(mut self, rerank: Option<&Bound<'_, PyAny>>) -> PyResult<SearchArgs> {
+        self.rerank = opt_count(rerank, "rerank", MAX_K)?;
+        Ok(self)
     }
 
     /// As `parse`, where `allowed` and `excluded` may also be lists with one entry (ids, a
@@ -214,6 +222,7 @@ pub fn do_search_batch<'py>(
         Option<&Bound<'py, PyAny>>,
         Option<&Bound<'py, PyAny>>,
     ),
+    rerank: Option<&Bound<'py, PyAny>>,
     threads: Option<&Bound<'py, PyAny>>,
     progress: bool,
 ) -> PyResult<BatchArrays<'py>> {
@@ -221,7 +230,7 @@ pub fn do_search_batch<'py>(
     let arr = f32_array(queries, 2, "queries")?;
     let shape = arr.shape().to_vec();
     let (nq, d) = (shape[0], shape[1]);
-    let a = SearchArgs::parse_batch(args.0, args.1, args.2, args.3, nq)?;
+    let a = SearchArgs::parse_batch(args.0, args.1, args.2, args.3, nq)?.with_rerank(rerank)?;
     let dims = idx.dims();
     if d != dims && nq > 0 {
         return Err(to_py(Error::new(

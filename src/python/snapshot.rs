@@ -54,9 +54,10 @@ impl Snapshot {
 
     #[doc = include_str!("doc/search.md")]
     #[pyo3(
-        signature = (query, k = None, allowed = None, excluded = None, *, ef = None),
-        text_signature = "($self, query, k=10, allowed=None, excluded=None, *, ef=None)"
+        signature = (query, k = None, allowed = None, excluded = None, *, ef = None, rerank = None),
+        text_signature = "($self, query, k=10, allowed=None, excluded=None, *, ef=None, rerank=None)"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -65,15 +66,16 @@ impl Snapshot {
         allowed: Option<&Bound<'py, PyAny>>,
         excluded: Option<&Bound<'py, PyAny>>,
         ef: Option<&Bound<'py, PyAny>>,
+        rerank: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
+        let a = SearchArgs::parse(k, ef, allowed, excluded)?.with_rerank(rerank)?;
         do_search(py, &self.idx, Some(&self.snap), query, a)
     }
 
     #[doc = include_str!("doc/search_batch.md")]
     #[pyo3(
-        signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, threads = None, progress = false),
-        text_signature = "($self, queries, k=10, allowed=None, excluded=None, *, ef=None, threads=None, progress=False)"
+        signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, rerank = None, threads = None, progress = false),
+        text_signature = "($self, queries, k=10, allowed=None, excluded=None, *, ef=None, rerank=None, threads=None, progress=False)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn search_batch<'py>(
@@ -84,6 +86,7 @@ impl Snapshot {
         allowed: Option<&Bound<'py, PyAny>>,
         excluded: Option<&Bound<'py, PyAny>>,
         ef: Option<&Bound<'py, PyAny>>,
+        rerank: Option<&Bound<'py, PyAny>>,
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<BatchArrays<'py>> {
@@ -93,6 +96,7 @@ impl Snapshot {
             Some(&self.snap),
             queries,
             (k, ef, allowed, excluded),
+            rerank,
             threads,
             progress,
         )

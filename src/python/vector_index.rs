@@ -12,7 +12,7 @@ use super::run;
 use super::search::{do_search, do_search_batch, BatchArrays, SearchArgs};
 use super::snapshot::Snapshot;
 use crate::error::{Error, Result};
-use crate::format::{Metric, Precision};
+use crate::format::{Metric, Precision, Quantization};
 use crate::index::{Index, Mode};
 use numpy::{PyArray1, PyArrayMethods, PyUntypedArrayMethods};
 use parking_lot::RwLock;
@@ -76,6 +76,7 @@ pub struct VectorIndex {
     dims: usize,
     metric: Metric,
     precision: Precision,
+    quantization: Quantization,
     read_only: bool,
 }
 
@@ -106,6 +107,7 @@ impl VectorIndex {
             dims: idx.dims(),
             metric: idx.metric(),
             precision: idx.precision(),
+            quantization: idx.quantization(),
             read_only,
             path,
             inner: RwLock::new(Some(Arc::new(idx))),
@@ -443,9 +445,10 @@ impl VectorIndex {
 
     #[doc = include_str!("doc/search.md")]
     #[pyo3(
-        signature = (query, k = None, allowed = None, excluded = None, *, ef = None),
-        text_signature = "($self, query, k=10, allowed=None, excluded=None, *, ef=None)"
+        signature = (query, k = None, allowed = None, excluded = None, *, ef = None, rerank = None),
+        text_signature = "($self, query, k=10, allowed=None, excluded=None, *, ef=None, rerank=None)"
     )]
+    #[allow(clippy::too_many_arguments)]
     fn search<'py>(
         &self,
         py: Python<'py>,
@@ -454,15 +457,16 @@ impl VectorIndex {
         allowed: Option<&Bound<'py, PyAny>>,
         excluded: Option<&Bound<'py, PyAny>>,
         ef: Option<&Bound<'py, PyAny>>,
+        rerank: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let a = SearchArgs::parse(k, ef, allowed, excluded)?;
+        let a = SearchArgs::parse(k, ef, allowed, excluded)?.with_rerank(rerank)?;
         do_search(py, &*self.index()?, None, query, a)
     }
 
     #[doc = include_str!("doc/search_batch.md")]
     #[pyo3(
-        signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, threads = None, progress = false),
-        text_signature = "($self, queries, k=10, allowed=None, excluded=None, *, ef=None, threads=None, progress=False)"
+        signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, rerank = None, threads = None, progress = false),
+        text_signature = "($self, queries, k=10, allowed=None, excluded=None, *, ef=None, rerank=None, threads=None, progress=False)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn search_batch<'py>(
@@ -473,6 +477,7 @@ impl VectorIndex {
         allowed: Option<&Bound<'py, PyAny>>,
         excluded: Option<&Bound<'py, PyAny>>,
         ef: Option<&Bound<'py, PyAny>>,
+        rerank: Option<&Bound<'py, PyAny>>,
         threads: Option<&Bound<'py, PyAny>>,
         progress: bool,
     ) -> PyResult<BatchArrays<'py>> {
@@ -482,6 +487,7 @@ impl VectorIndex {
             None,
             queries,
             (k, ef, allowed, excluded),
+            rerank,
             threads,
             progress,
         )
@@ -616,6 +622,7 @@ impl VectorIndex {
             r.unreachable,
             r.not_finite,
             r.corrupt,
+            r.clipped,
         ))
     }
 
@@ -720,7 +727,8 @@ impl VectorIndex {
     /// -------
     /// dict
     ///     ``mapped_bytes``, ``written_bytes`` and ``resident_bytes`` of the mappings;
-    ///     ``vector_bytes``; ``vector_huge_bytes``, ``graph_huge_bytes`` and ``huge_bytes``
+    ///     ``vector_bytes``; ``code_bytes`` and ``resident_code_bytes`` of the 8-bit codes (0
+    ///     without them); ``vector_huge_bytes`` (vectors and codes), ``graph_huge_bytes`` and ``huge_bytes``
     ///     on huge pages (of an in-memory index, its stores of 2 MiB and more: smaller ones
     ///     share the allocator's pages with the rest of the process); ``huge_pages_asked`` and ``huge_pages_refused``; ``backing``
     ///     (``"file"`` or ``"memory"``); ``warm_running``, ``warm_done_bytes`` and
@@ -733,6 +741,8 @@ impl VectorIndex {
         d.set_item("written_bytes", m.written_bytes)?;
         d.set_item("resident_bytes", m.resident_bytes)?;
         d.set_item("vector_bytes", m.vector_bytes)?;
+        d.set_item("code_bytes", m.code_bytes)?;
+        d.set_item("resident_code_bytes", m.resident_code_bytes)?;
         d.set_item("vector_huge_bytes", m.vector_huge_bytes)?;
         d.set_item("graph_huge_bytes", m.graph_huge_bytes)?;
         d.set_item("huge_bytes", m.huge_bytes)?;
@@ -809,6 +819,68 @@ impl VectorIndex {
     fn precision(&self) -> &'static str {
         self.precision.name()
     }
+    /// ``"int8"`` for an index that keeps 8-bit codes beside its vectors, else None.
+    #[getter]
+    fn quantization(&self) -> Option<&'static str> {
+        self.quantization.name()
+    }
+    /// Whether searches walk 8-bit codes now: a quantized index whose quantizer is learned
+    /// (from its first 1,000 rows, or by ``train``). False for an index without codes.
+    #[getter]
+    fn trained(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |idx| Ok(idx.is_trained()))
+    }
+
+    /// Learn the 8-bit quantizer of a quantized index from a sample of vectors.
+    ///
+    /// A quantized index (``IndexOptions(quantization="int8")``) learns it by itself from its
+    /// first 1,000 rows; call this to learn it from a sample of your choosing instead, before
+    /// or after adding. Each dimension's range runs from the sample's minimum to its maximum;
+    /// values outside it are stored clipped to its ends and counted (``Check.clipped``).
+    /// The vectors already added are encoded at once; the next ``flush()`` makes it durable.
+    /// ``compact()`` learns it again from the live vectors.
+    ///
+    /// Parameters
+    /// ----------
+    /// sample : array_like, shape (n, dimensions)
+    ///     Vectors like the ones the index will hold (converted to float32 once if needed).
+    /// threads : int, optional
+    ///     Threads to encode the stored vectors with, from 1 to 1024; by default every core.
+    ///
+    /// Raises
+    /// ------
+    /// InvalidArgumentError
+    ///     The index keeps no codes, its quantizer is already learned, or the sample holds
+    ///     NaN or infinity.
+    /// DimensionMismatchError
+    ///     The sample is empty or its rows are not ``dimensions`` long.
+    /// ReadOnlyError
+    ///     The index was opened read-only.
+    ///
+    /// Examples
+    /// --------
+    /// >>> import numpy as np, chassis
+    /// >>> index = chassis.VectorIndex(None, 8, chassis.IndexOptions(quantization="int8"))
+    /// >>> index.train(np.random.default_rng(0).random((100, 8), dtype=np.float32))
+    /// >>> index.trained
+    /// True
+    #[pyo3(signature = (sample, *, threads = None))]
+    fn train(
+        &self,
+        py: Python<'_>,
+        sample: &Bound<'_, PyAny>,
+        threads: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let arr = f32_array(sample, 2, "sample")?;
+        let n = arr.shape()[0];
+        let threads = opt_count(threads, "threads", 1024)?;
+        // SAFETY: as in `search::do_search`.
+        let data = unsafe { arr.as_slice() }?;
+        let idx = self.index()?;
+        run::run_long_threaded(py, n as u64, false, "training", |ctl| {
+            idx.train(data, n, threads, ctl)
+        })
+    }
     /// The index file as a ``pathlib.Path``; None for an index in memory.
     #[getter]
     fn path(&self, py: Python<'_>) -> Py<PyAny> {
@@ -859,8 +931,12 @@ impl VectorIndex {
             None => "status=closed".into(),
         };
         let cls = if self.read_only { "IndexReader" } else { "VectorIndex" };
+        let quant = match self.quantization.name() {
+            Some(q) => format!(", quantization={q:?}"),
+            None => String::new(),
+        };
         format!(
-            "{cls}(path={path}, dimensions={}, metric={:?}, precision={:?}, {tail})",
+            "{cls}(path={path}, dimensions={}, metric={:?}, precision={:?}{quant}, {tail})",
             self.dims,
             self.metric.name(),
             self.precision.name()
