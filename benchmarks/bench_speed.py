@@ -72,6 +72,7 @@ from toolkit import (  # noqa: E402
     TARGETS,
     ChassisDBEngine,
     ChassisEngine,
+    ChassisInt8Engine,
     EngineUnavailable,
     FaissEngine,
     FaissSQ8Engine,
@@ -103,7 +104,11 @@ DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
 QUICK_EF = "10,20,40,80,160"
 ALL_ENGINES = "chassis,chassis-memory,hnswlib,usearch,faiss,chassisdb"
 # Our own engines: never a "peer" of each other.
-OURS = ("chassis", "chassis-memory")
+OURS = ("chassis", "chassis-memory", "chassis-int8")
+# Peers storing 8-bit codes: the quantized mode's own targets are against these and, apart,
+# against the float32 peers.
+EIGHT_BIT = ("faiss-sq8", "usearch-i8")
+GOAL_INT8_FLOAT, GOAL_INT8_8BIT = 2.0, 1.3
 SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
 MAX_CALLS = 1_000  # per engine, sweep point and mode (a bound for near-zero call times)
 MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
@@ -185,6 +190,10 @@ class ChassisSpeed(_SpeedModes, ChassisEngine):
         return found
 
 
+class ChassisInt8Speed(ChassisSpeed, ChassisInt8Engine):
+    pass
+
+
 class ChassisMemorySpeed(ChassisSpeed):
     """chassis in memory (VectorIndex(None, dims)), like hnswlib, usearch and faiss: built by
     add_batch into anonymous memory; "persist" is save(path), "open" is VectorIndex.load."""
@@ -264,6 +273,7 @@ class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
 SPEED_ENGINES = {
     "chassis": ChassisSpeed,
     "chassis-memory": ChassisMemorySpeed,
+    "chassis-int8": ChassisInt8Speed,
     "hnswlib": HnswlibSpeed,
     "usearch": UsearchSpeed,
     "usearch-i8": UsearchI8Speed,
@@ -720,6 +730,8 @@ def targets(
             }
         )
 
+    if who == "chassis-int8":
+        return checks + int8_targets(label, results)
     check("1t batch QPS@0.95 vs best peer", "batch@0.95", GOAL_QPS, True)
     check("1t loop QPS@0.95 vs best peer", "loop@0.95", GOAL_QPS, True)
     check("build time vs best peer", "build_s", GOAL_BUILD, False)
@@ -734,6 +746,47 @@ def targets(
             "verdict": "PASS" if scaling is not None and scaling >= GOAL_SCALING else "FAIL",
         }
     )
+    return checks
+
+
+def int8_targets(label: str, results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The quantized mode's targets: 1t QPS at recall 0.95 (batch and loop) at least 2x the
+    best float32 peer's and 1.3x the best 8-bit peer's; build time at most chassis's float one."""
+    who = "chassis-int8"
+    mine = results[who]
+    checks = []
+
+    def add(what, value, peer, peer_value, goal, higher):
+        r = ratio(value, peer_value)
+        if peer_value is None:
+            verdict = "n/a"
+        else:
+            verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
+        checks.append(
+            {
+                "dataset": label,
+                "what": what,
+                "goal": goal,
+                "higher": higher,
+                "ratio": r,
+                "chassis": value,
+                "best_peer": peer,
+                "peer_value": peer_value,
+                "verdict": verdict,
+            }
+        )
+
+    for mode in ("batch", "loop"):
+        qps = {n: s["qps_at"][mode]["0.95"]["qps"] for n, s in results.items()}
+        value = qps[who]
+        floats = {n: v for n, v in qps.items() if n not in EIGHT_BIT}
+        eights = {n: v for n, v in qps.items() if n in EIGHT_BIT}
+        peer, peer_value = best_peer(floats, "high", OURS)
+        add(f"1t {mode} QPS@0.95 vs float peer", value, peer, peer_value, GOAL_INT8_FLOAT, True)
+        peer, peer_value = best_peer(eights, "high", OURS)
+        add(f"1t {mode} QPS@0.95 vs 8-bit peer", value, peer, peer_value, GOAL_INT8_8BIT, True)
+    float_build = results.get("chassis", {}).get("build_s")
+    add("build time vs chassis float32", mine.get("build_s"), "chassis", float_build, 1.0, False)
     return checks
 
 

@@ -98,6 +98,7 @@ path_bytes = _b.path_bytes
 EngineUnavailable = _b.EngineUnavailable
 Engine = _b.Engine
 ChassisEngine = _b.ChassisEngine
+ChassisInt8Engine = _b.ChassisInt8Engine
 ChassisDBEngine = _b.ChassisDBEngine
 HnswlibEngine = _b.HnswlibEngine
 UsearchEngine = _b.UsearchEngine

@@ -16,6 +16,13 @@ must never die of a signal. Then:
   without error, get() of a vector failing its checksum raises CorruptIndexError and every
   other vector is bit-identical, a slot whose header or marker is damaged is hidden.
 
+The whole matrix runs twice: on a plain index and on one with 8-bit codes
+(``quantization="int8"``, format version 2: each segment starts with a codes area, and a
+quantizer region holds the learned ranges). The codes add two cases: a damaged code is named by
+check().corrupt while every search still returns exact distances (they come from the vectors),
+and a damaged quantizer, which both commits name, makes the file refuse to open
+(CorruptIndexError).
+
 Offsets follow docs/format.md; ``test_layout_arithmetic`` checks them against the file first
 (ids read back from slot headers, vectors from the vector arrays, the region table). A batch of
 1,024 rows or more is laid out by locality, so a slot does not hold the id of the same number:
@@ -71,22 +78,34 @@ class Header:
     regions: list = field(default_factory=list)  # (kind, used, offset, length)
 
 
+    quantization: int = 0  # byte 30 (version 2): 1 = int8 codes
+    quantizer: int = 0  # bytes 96..104: file offset of the quantizer region in effect
+
+
 def parse_header(b: bytes, copy: int) -> Header:
     o = copy * HEADER_COPY
     magic, version, body, seq = struct.unpack_from("<8sIIQ", b, o)
     assert magic == b"CHASSIS\x1a"
     slots, live, next_id, entry, top, uv, nreg = struct.unpack_from("<QQQIIQI", b, o + 48)
     regions = [struct.unpack_from("<IIQQ", b, o + 128 + 24 * r) for r in range(nreg)]
-    return Header(copy, version, body, seq, slots, live, next_id, entry, top, uv, regions)
+    quantization = b[o + 30]
+    quantizer = struct.unpack_from("<Q", b, o + 96)[0]
+    return Header(
+        copy, version, body, seq, slots, live, next_id, entry, top, uv, regions, quantization,
+        quantizer,
+    )
 
 
 class Layout:
-    """Offsets of one slot's vector, header and level-0 record, and of upper lists."""
+    """Offsets of one slot's code, vector, header and level-0 record, and of upper lists."""
 
     def __init__(self, h: Header):
         self.h = h
         self.segments = [r for r in h.regions if r[0] == 1]
         self.heaps = [r for r in h.regions if r[0] == 2]
+        # 8-bit codes: a codes area of 64-byte rows (16 codes each) ahead of the vectors
+        self.codes = h.quantization == 1
+        self.code_stride = 64 if self.codes else 0
 
     @staticmethod
     def locate(slot: int) -> tuple[int, int]:
@@ -100,20 +119,27 @@ class Layout:
         k, i = self.locate(slot)
         _, _, off, _ = self.segments[k]
         n = 1024 << k
-        headers = align_up(n * STRIDE, 4096)
+        # [codes | vectors | headers | l0]; the codes area is empty without codes
+        vectors = align_up(n * self.code_stride, 4096)
+        headers = align_up(vectors + n * STRIDE, 4096)
         l0 = align_up(headers + n * 32, 4096)
-        return off, i, headers, l0
+        return off, i, vectors, headers, l0
+
+    def code(self, slot: int) -> int:
+        assert self.codes
+        off, i, _, _, _ = self._seg(slot)
+        return off + i * self.code_stride
 
     def vector(self, slot: int) -> int:
-        off, i, _, _ = self._seg(slot)
-        return off + i * STRIDE
+        off, i, vectors, _, _ = self._seg(slot)
+        return off + vectors + i * STRIDE
 
     def slot_header(self, slot: int) -> int:
-        off, i, headers, _ = self._seg(slot)
+        off, i, _, headers, _ = self._seg(slot)
         return off + headers + i * 32
 
     def l0(self, slot: int) -> int:
-        off, i, _, l0 = self._seg(slot)
+        off, i, _, _, l0 = self._seg(slot)
         return off + l0 + i * L0_WORDS * 4
 
     def upper_list(self, ref: int, layer: int) -> int:
@@ -122,12 +148,14 @@ class Layout:
 
 
 # --------------------------------------------------------------------------- the pristine index
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
+@pytest.fixture(scope="module", params=["plain", "int8"])
+def pristine(tmp_path_factory, request):
     d = tmp_path_factory.mktemp("corruption")
     path = d / "pristine.chassis"
     data = clustered_data(N, DIMS, seed=31)
-    with VectorIndex(path, DIMS, IndexOptions(max_connections=M, ef_construction=64)) as ix:
+    quantization = None if request.param == "plain" else request.param
+    options = IndexOptions(max_connections=M, ef_construction=64, quantization=quantization)
+    with VectorIndex(path, DIMS, options) as ix:
         ix.add_batch(data[:2000])
         ix.flush()
         ix.add_batch(data[2000:])
@@ -162,7 +190,8 @@ def pristine(tmp_path_factory):
 def test_layout_arithmetic(pristine):
     """The offsets used below agree with the file: region table, ids and vectors read back."""
     b, lay, data, cur = pristine["bytes"], pristine["layout"], pristine["data"], pristine["cur"]
-    assert cur.version == 1 and cur.slots == N and cur.live == N - len(DELETED) and cur.next_id == N
+    assert cur.version == (2 if lay.codes else 1)
+    assert cur.slots == N and cur.live == N - len(DELETED) and cur.next_id == N
     assert cur.user_version == USER_VERSION
     assert lay.segments[0][2] == DATA_START, "the first segment starts at 128 KiB"
     assert len(lay.segments) == 2 and len(lay.heaps) >= 1  # 1024 + 2048 slots; upper layers exist
@@ -190,6 +219,20 @@ def test_layout_arithmetic(pristine):
             ucount = struct.unpack_from("<I", b, lay.upper_list(upper, 1))[0]
             assert 0 < ucount <= M
     assert upper_node(pristine) is not None
+    if lay.codes:
+        # The quantizer region: "CHQ8", dims, then (offset, step) per dimension. Each stored
+        # code stands for its vector to within half a step (values inside the range).
+        q = cur.quantizer
+        assert any(r[0] == 3 and r[2] == q for r in cur.regions), "the quantizer region"
+        assert b[q : q + 4] == b"CHQ8" and struct.unpack_from("<I", b, q + 4)[0] == DIMS
+        pairs = np.frombuffer(b, np.float32, 2 * DIMS, q + 8).reshape(DIMS, 2)
+        offset, step = pairs[:, 0], pairs[:, 1]
+        for s in [0, 5, 1023, 1024, 2999]:
+            codes = np.frombuffer(b, np.uint8, DIMS, lay.code(s)).astype(np.float64)
+            sid = id_of[s]
+            err = np.abs(offset + step * codes - data[sid])
+            inside = (data[sid] >= offset) & (data[sid] <= offset + 255 * step)
+            assert (err[inside] <= step[inside] * 0.5 + 1e-6).all(), f"codes of slot {s}"
 
 
 def upper_node(pristine, avoid=()) -> int | None:
@@ -372,6 +415,18 @@ def make_cases(p) -> list[Case]:
         at("delete marker of a deleted slot, seq bits", lay.slot_header, 2500, 0x01, off=16 + 3),
         at("delete marker of a live slot", lay.slot_header, 777, 0x10, off=16 + 3, hidden=(777,)),
     ]
+    if lay.codes:
+        cases += [
+            # a code is checked against its vector's encoding, and never gives a distance
+            at("code byte", lay.code, 1300, 0x80, off=5),
+            # the ranges of every code: both commits name the same quantizer region
+            Case(
+                "quantizer range",
+                [(cur.quantizer + 8 + 4, 0x01)],
+                "both",
+                error="CorruptIndexError",
+            ),
+        ]
     return cases
 
 
@@ -500,7 +555,12 @@ def _cases():
         "delete marker of a deleted slot",
         "delete marker of a deleted slot, seq bits",
         "delete marker of a live slot",
+        *CODE_CASES,
     ]
+
+
+# Cases of the index with 8-bit codes only.
+CODE_CASES = ("code byte", "quantizer range")
 
 
 def find_case(p, name: str) -> Case:
@@ -519,6 +579,7 @@ FAST_CASES = {
     "vector in segment 0",
     "level-0 list checksum",
     "delete marker of a live slot",
+    "code byte",
 }
 
 
@@ -529,6 +590,8 @@ FAST_CASES = {
 )
 def test_damaged_file(pristine, tmp_path, name):
     p = pristine
+    if name in CODE_CASES and not p["layout"].codes:
+        pytest.skip("an index without codes has no codes or quantizer to damage")
     case = find_case(p, name)
     path = damage(p, case, tmp_path / "damaged.chassis")
     queries = queries_for(p, case)

@@ -11,7 +11,8 @@ process:
 
 * reopens the index as a writer (the lock must be gone) and checks it is EXACTLY the state of
   the last flush whose END was logged, or of the flush that BEGAN without an END: ids() in
-  order, bit-identical vectors from get() (f16-rounded ones for half precision), and exact
+  order, bit-identical vectors from get() (f16-rounded ones for half precision), no slot
+  check() finds damaged (trials rotate over full precision, 8-bit codes and half), and exact
   search (ef >= len) matching brute force over that state;
 * adds one vector with a default id, flushes, closes, reopens read-only and checks the new
   vector is there with id max + 1 and everything else unchanged.
@@ -65,7 +66,10 @@ DIMS = 16
 
 
 def options(precision):
+    # "int8": full precision with 8-bit codes (learned once the plan has added 1,000 rows)
     import chassis
+    if precision == "int8":
+        return chassis.IndexOptions(max_connections=8, ef_construction=32, quantization="int8")
     return chassis.IndexOptions(max_connections=8, ef_construction=32, precision=precision)
 
 
@@ -209,6 +213,8 @@ def dump(index, tag):
 # 1. the first open after the crash is a writer's (recovery, if any, happens here)
 index = chassis.VectorIndex(path)
 dump(index, "recovered")
+# every stored checksum holds, and with 8-bit codes every code is its vector's encoding
+result["corrupt"] = index.check().corrupt
 # 2. the index is usable as a writer again
 new_vec = np.linspace(-1, 1, index.dimensions).astype(np.float32)
 result["new_id"] = index.add(new_vec)
@@ -275,7 +281,7 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
     module, script = harness
     rnd = random.Random(1_000_003 * trial + KINDS.index(kind))
     seed = 7919 * trial + 17
-    precision = "half" if trial % 3 == 2 else "full"
+    precision = ("full", "int8", "half")[trial % 3]
     ops_all = module.plan(seed, N_STEPS)
     mode = {"close": "close", "with": "with"}.get(kind, "flush")
     stop = rnd.randint(5, 60) if kind == "close" else N_STEPS
@@ -381,6 +387,7 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
     n = counts[matched]
     state_ids, state_vecs = all_ids[:n], all_vecs[:n]
     assert result["recovered"] == {"len": n, "pending": 0}
+    assert result["corrupt"] == [], f"check() after SIGKILL: damaged slots {result['corrupt']}"
     assert_bit_identical(rec["vecs"], state_vecs, f"vectors after SIGKILL ({kind} trial {trial})")
     for qi, q in enumerate(queries):
         live = rec["s_ids"][qi] != np.uint64(NO_ID)
@@ -392,7 +399,7 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
             q,
             k,
             "euclidean",
-            precision=precision,
+            precision="half" if precision == "half" else "full",
             context=f"search after SIGKILL, query {qi}",
         )
         np.testing.assert_array_equal(rec["b_ids"][qi], rec["s_ids"][qi])

@@ -376,10 +376,15 @@ class ChassisEngine(Engine):
         self.progress = False  # a progress bar while building (add_batch(progress=True))
         self.read_only = False  # open() opens a reader instead of the writer
 
+    quantization: str | None = None
+
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
         options = self.module.IndexOptions(
-            max_connections=m, ef_construction=ef_construction, metric=metric
+            max_connections=m,
+            ef_construction=ef_construction,
+            metric=metric,
+            quantization=self.quantization,
         )
         self.index = self.module.VectorIndex(path, self.dims, options)
         _, seconds = timed(
@@ -409,6 +414,14 @@ class ChassisEngine(Engine):
     def add_and_flush(self, vector):
         self.index.add(vector)
         self.index.flush()
+
+
+class ChassisInt8Engine(ChassisEngine):
+    """This project with 8-bit codes (``IndexOptions(quantization="int8")``): the walk on the
+    codes, the best candidates reranked on the float32 vectors (the distances are theirs)."""
+
+    name = "chassis-int8"
+    quantization = "int8"
 
 
 class ChassisDBEngine(Engine):
@@ -629,6 +642,7 @@ class FaissSQ8Engine(FaissEngine):
 
 ENGINES: dict[str, type[Engine]] = {
     "chassis": ChassisEngine,
+    "chassis-int8": ChassisInt8Engine,
     "chassisdb": ChassisDBEngine,
     "hnswlib": HnswlibEngine,
     "usearch": UsearchEngine,

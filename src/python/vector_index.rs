@@ -824,8 +824,10 @@ impl VectorIndex {
     fn quantization(&self) -> Option<&'static str> {
         self.quantization.name()
     }
-    /// Whether searches walk 8-bit codes now: a quantized index whose quantizer is learned
-    /// (from its first 1,000 rows, or by ``train``). False for an index without codes.
+    /// Whether searches walk 8-bit codes now.
+    ///
+    /// True for a quantized index whose quantizer is learned (from its first 1,000 rows, or by
+    /// ``train``); False before that, and always for an index without codes.
     #[getter]
     fn trained(&self, py: Python<'_>) -> PyResult<bool> {
         self.with(py, |idx| Ok(idx.is_trained()))

@@ -1,0 +1,244 @@
+"""8-bit codes (``IndexOptions(quantization="int8")``) through the Python API.
+
+Oracles: brute-force k-NN and exact distances in NumPy (float64), the same data in an index
+without codes built the same way (recall at a fixed ef within a stated margin), the file
+reopened in a fresh process, and the codes' ranges checked against the values the test chose.
+"""
+
+from __future__ import annotations
+
+import json
+
+import chassis
+import numpy as np
+import pytest
+from chassis import IndexOptions, IndexReader, VectorIndex
+from conftest import (
+    assert_has_help,
+    brute_force_knn,
+    clustered_data,
+    pairwise_distances,
+    recall_at_k,
+    run_python,
+)
+
+N, DIMS, K = 4000, 48, 10
+# The codes walk reranks its best candidates on the stored vectors: recall at equal ef stays
+# within this of the float index's (measured: equal to within 0.001 on MiniLM, ef 16-128).
+RECALL_MARGIN = 0.03
+
+
+@pytest.fixture(scope="module")
+def data():
+    return clustered_data(N, DIMS, seed=5)
+
+
+@pytest.fixture(scope="module")
+def queries():
+    return clustered_data(100, DIMS, seed=5, sample_seed=99)
+
+
+def options(metric: str, quantization: str | None) -> IndexOptions:
+    return IndexOptions(
+        metric=metric, quantization=quantization, max_connections=8, ef_construction=64
+    )
+
+
+def exact_distances(data, ids, queries, metric):
+    """(q, k) float64 distances of the returned ids (padding ids give NaN)."""
+    d = pairwise_distances(data, queries, metric)
+    out = np.full(ids.shape, np.nan)
+    ok = ids != np.uint64(2**64 - 1)
+    rows = np.nonzero(ok)
+    out[rows] = d[rows[0], ids[rows].astype(np.int64)]
+    return out
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine", "inner_product"])
+def test_codes_keep_the_float_recall_and_return_exact_distances(tmp_path, data, queries, metric):
+    true_ids, _ = brute_force_knn(data, queries, K, metric)
+    plain = VectorIndex(tmp_path / "plain.chassis", DIMS, options(metric, None))
+    plain.add_batch(data, threads=1)
+    coded = VectorIndex(tmp_path / "int8.chassis", DIMS, options(metric, "int8"))
+    coded.add_batch(data, threads=1)
+    assert coded.trained and not plain.trained
+    assert coded.quantization == "int8" and plain.quantization is None
+    for ef in (16, 64):
+        pid, _ = plain.search_batch(queries, K, ef=ef)
+        cid, cdist = coded.search_batch(queries, K, ef=ef)
+        rp, rc = recall_at_k(pid, true_ids), recall_at_k(cid, true_ids)
+        assert rc >= rp - RECALL_MARGIN, f"ef {ef}: recall {rc:.3f} with codes, {rp:.3f} without"
+        # reranked: the distances are the stored vectors' own, not the codes'
+        want = exact_distances(data, cid, queries, metric)
+        np.testing.assert_allclose(cdist, want, rtol=1e-4, atol=1e-4)
+        # one query at a time gives what the batch gives
+        for qi in (0, 17, 99):
+            hits = coded.search(queries[qi], K, ef=ef)
+            assert [h.id for h in hits] == cid[qi].tolist()
+    # the smallest rerank (the walk's own k best) still returns exact distances; it finds
+    # fewer of the true neighbours than the default, which measures more candidates again
+    rid, rdist = coded.search_batch(queries, K, ef=64, rerank=K)
+    np.testing.assert_allclose(
+        rdist, exact_distances(data, rid, queries, metric), rtol=1e-4, atol=1e-4
+    )
+    assert 0.85 <= recall_at_k(rid, true_ids) <= recall_at_k(cid, true_ids)
+
+
+def test_training_waits_for_1000_rows_and_a_sample_can_come_first(tmp_path, data, queries):
+    index = VectorIndex(tmp_path / "a.chassis", DIMS, options("euclidean", "int8"))
+    index.add_batch(data[:999])
+    assert not index.trained, "999 rows: the walk still measures the vectors"
+    exact, _ = brute_force_knn(data[:999], queries, K, "euclidean")
+    ids, _ = index.search_batch(queries, K, ef=999)
+    np.testing.assert_array_equal(ids, exact)
+    index.add(data[999])
+    assert index.trained, "learned at the 1,000th row"
+    index.flush()
+    index.close()
+    # a reader in a fresh process opens the learned quantizer with the file
+    reader = IndexReader(tmp_path / "a.chassis")
+    assert reader.trained
+
+    # train() from a sample before any add: each add is encoded as it is written
+    early = VectorIndex(tmp_path / "b.chassis", DIMS, options("euclidean", "int8"))
+    early.train(data[::10])
+    assert early.trained and len(early) == 0
+    for start in range(0, N, 500):
+        early.add_batch(data[start : start + 500])
+    report = early.check()
+    assert report.ok and report.corrupt == []
+    true_ids, _ = brute_force_knn(data, queries, K, "euclidean")
+    ids, _ = early.search_batch(queries, K, ef=64)
+    assert recall_at_k(ids, true_ids) >= 0.9
+
+
+def test_values_outside_the_learned_range_are_clipped_and_counted(tmp_path):
+    rng = np.random.default_rng(3)
+    sample = rng.uniform(-1, 1, (200, 8)).astype(np.float32)
+    index = VectorIndex(None, 8, IndexOptions(quantization="int8"))
+    index.train(sample)
+    wide = sample.copy()
+    wide[:10, 3] = 5.0  # 10 values beyond the sample's range in dimension 3
+    wide[10:15, 0] = -7.0  # and 5 in dimension 0
+    index.add_batch(wide)
+    report = index.check()
+    assert report.clipped == 15, report
+    assert report.ok, "clipping is information, not damage"
+    # the walk saw clipped codes; the rerank still reports the true distance
+    hit = index.search(wide[0], 1, ef=64)[0]
+    assert hit.id == 0 and hit.distance == pytest.approx(0.0, abs=1e-5)
+    # compaction learns the range again from the live vectors: nothing is clipped then
+    index.delete(199)
+    index.compact()
+    assert index.check().clipped == 0
+
+
+def test_bad_calls_get_typed_errors_with_help(tmp_path, data):
+    plain = VectorIndex(tmp_path / "plain.chassis", DIMS)
+    with pytest.raises(chassis.InvalidArgumentError) as e:
+        plain.train(data[:10])
+    assert "no codes" in str(e.value)
+    assert_has_help(e.value)
+    coded = VectorIndex(tmp_path / "int8.chassis", DIMS, IndexOptions(quantization="int8"))
+    with pytest.raises(chassis.DimensionMismatchError):
+        coded.train(data[:10, :5])
+    bad = data[:10].copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(chassis.InvalidArgumentError) as e:
+        coded.train(bad)
+    assert "sample row 3" in str(e.value)
+    coded.train(data[:100])
+    with pytest.raises(chassis.InvalidArgumentError) as e:
+        coded.train(data[:100])
+    assert "already trained" in str(e.value)
+    assert_has_help(e.value)
+    coded.add_batch(data[:50])
+    for bad_rerank in (0, -1, 2**24 + 1):
+        with pytest.raises(chassis.InvalidArgumentError):
+            coded.search(data[0], 5, rerank=bad_rerank)
+    with pytest.raises(TypeError):
+        coded.search_batch(data[:2], 5, rerank="many")
+    # a plain index ignores rerank: the same results either way
+    plain.add_batch(data[:50])
+    assert plain.search(data[0], 5, rerank=1) == plain.search(data[0], 5)
+    with pytest.raises(chassis.InvalidArgumentError):
+        IndexOptions(quantization="int4")
+    with pytest.raises(chassis.ArgumentTypeError):
+        IndexOptions(quantization=8)
+    assert IndexOptions(quantization="SQ8").quantization == "int8"
+    assert IndexOptions(quantization="none").quantization is None
+    plain.flush()
+    plain.close()
+    # the codes are fixed at creation: a writer asking for others is refused
+    with pytest.raises(chassis.OptionsMismatchError) as e:
+        VectorIndex(tmp_path / "plain.chassis", DIMS, IndexOptions(quantization="int8"))
+    assert "quantization" in str(e.value)
+    reader = IndexReader(tmp_path / "plain.chassis", options=IndexOptions(quantization="int8"))
+    assert reader.quantization is None, "a reader takes the fixed options from the file"
+    ro = VectorIndex(tmp_path / "int8.chassis", read_only=True)
+    with pytest.raises(chassis.ReadOnlyError):
+        ro.train(data[:10])
+
+
+def test_filters_deletes_and_a_reader_in_another_process(tmp_path, data, queries):
+    path = tmp_path / "q.chassis"
+    index = VectorIndex(path, DIMS, options("cosine", "int8"))
+    index.add_batch(data)
+    gone = list(range(0, N, 3))
+    for i in gone:
+        index.delete(i)
+    index.flush()
+    live = np.setdiff1d(np.arange(N), gone)
+    allowed = live[live % 2 == 0]
+    ids, dists = index.search_batch(queries, K, ef=128, allowed=allowed)
+    assert np.isin(ids, allowed).all()
+    true_ids, _ = brute_force_knn(data[allowed], queries, K, "cosine", ids=allowed)
+    assert recall_at_k(ids, true_ids) >= 0.9
+    np.testing.assert_allclose(
+        dists, exact_distances(data, ids, queries, "cosine"), rtol=1e-4, atol=1e-4
+    )
+    ids, _ = index.search_batch(queries, K, ef=64)
+    assert not np.isin(ids, gone).any()
+    np.save(tmp_path / "queries.npy", queries)
+    child = run_python(
+        """
+        import json, sys
+        import numpy as np
+        import chassis
+        reader = chassis.IndexReader(sys.argv[1])
+        ids, dists = reader.search_batch(np.load(sys.argv[2]), 10, ef=64)
+        print(json.dumps([reader.trained, repr(reader), ids.tolist(), dists.tolist()]))
+        """,
+        path,
+        tmp_path / "queries.npy",
+    )
+    assert child.returncode == 0, child.stderr
+    trained, text, cids, cdists = json.loads(child.stdout)
+    assert trained and 'quantization="int8"' in text
+    theirs_ids, theirs_d = index.search_batch(queries, K, ef=64)
+    assert cids == theirs_ids.tolist()
+    np.testing.assert_array_equal(np.float32(cdists), theirs_d)
+
+
+def test_codes_take_a_quarter_of_the_vectors_bytes_and_travel_with_save_and_load(
+    tmp_path, data, queries
+):
+    coded = VectorIndex(None, DIMS, options("euclidean", "int8"))
+    coded.add_batch(data)
+    stats = coded.memory_stats()
+    # 48 dims: 192 vector bytes in 192-byte rows, 48 codes in 64-byte rows
+    assert stats["code_bytes"] >= N * 64 and stats["code_bytes"] < N * 64 + 2 * 4096 * 4
+    assert stats["resident_code_bytes"] == stats["code_bytes"], "in memory, all resident"
+    assert stats["vector_bytes"] >= N * 192
+    plain = VectorIndex(None, DIMS, options("euclidean", None))
+    plain.add_batch(data)
+    assert plain.memory_stats()["code_bytes"] == 0
+    coded.save(tmp_path / "saved.chassis")
+    loaded = VectorIndex.load(tmp_path / "saved.chassis")
+    assert loaded.trained and loaded.quantization == "int8"
+    a = coded.search_batch(queries, K, ef=32)
+    b = loaded.search_batch(queries, K, ef=32)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    assert loaded.check().ok
+    assert "quantization" in repr(loaded) and loaded.options.quantization == "int8"
