@@ -76,8 +76,6 @@ class Header:
     top: int
     user_version: int
     regions: list = field(default_factory=list)  # (kind, used, offset, length)
-
-
     quantization: int = 0  # byte 30 (version 2): 1 = int8 codes
     quantizer: int = 0  # bytes 96..104: file offset of the quantizer region in effect
 
@@ -91,7 +89,18 @@ def parse_header(b: bytes, copy: int) -> Header:
     quantization = b[o + 30]
     quantizer = struct.unpack_from("<Q", b, o + 96)[0]
     return Header(
-        copy, version, body, seq, slots, live, next_id, entry, top, uv, regions, quantization,
+        copy,
+        version,
+        body,
+        seq,
+        slots,
+        live,
+        next_id,
+        entry,
+        top,
+        uv,
+        regions,
+        quantization,
         quantizer,
     )
 

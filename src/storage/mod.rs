@@ -595,13 +595,7 @@ impl Storage {
         let region = self.quants.lock().last().cloned().expect("mapped just now");
         // SAFETY: a writable mapping of `len >= bytes.len()` bytes that no header names yet,
         // so nothing else reads it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                region.map.as_ptr() as *mut u8,
-                bytes.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), region.map.as_ptr(), bytes.len()) };
         if let Some(r) = a.regions.last_mut() {
             r.used = bytes.len() as u32;
         }
