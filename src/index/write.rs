@@ -309,24 +309,26 @@ impl Index {
         ctl: &Control,
     ) -> Result<(u64, Arc<Quantizer>)> {
         let d = self.dims();
-        let owned: Vec<f32>;
-        let rows: &[f32] = match sample {
-            Some(s) => s,
+        let take = slots.min(TRAIN_SAMPLE);
+        let spread = move |i: u64| (i * slots / take) as u32;
+        let q = match sample {
+            Some(s) => Quantizer::train(d, s.chunks_exact(d), 1.0)?,
+            // Full precision: the stored rows as they are, no copy.
+            None if self.precision() == Precision::Full => {
+                Quantizer::train(d, (0..take).map(|i| st.vector_f32(spread(i))), 1.0)?
+            }
             None => {
-                let take = slots.min(TRAIN_SAMPLE);
-                owned = (0..take)
+                let rows: Vec<f32> = (0..take)
                     .into_par_iter()
                     .flat_map_iter(|i| {
-                        let s = (i * slots / take) as u32;
                         let mut v = vec![0f32; d];
-                        format::decode_vector(st.vector_bytes(s), self.precision(), &mut v);
+                        format::decode_vector(st.vector_bytes(spread(i)), self.precision(), &mut v);
                         v
                     })
                     .collect();
-                &owned
+                Quantizer::train(d, rows.chunks_exact(d), 1.0)?
             }
         };
-        let q = Quantizer::train(d, rows.chunks_exact(d), 1.0)?;
         let offset = st.write_quantizer(&q)?;
         let q = st.quantizer(offset)?.expect("stored just now");
         let clipped = AtomicU64::new(0);

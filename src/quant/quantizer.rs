@@ -62,8 +62,15 @@ impl Quantizer {
                 "use 1 for the full range, or e.g. 0.999 to clip the rarest 0.1% at each end",
             ));
         }
-        // Dimension-major: each dimension's values together, for selecting its quantiles.
-        let mut cols: Vec<Vec<f32>> = vec![Vec::new(); dims];
+        // Dimension-major: each dimension's values together, for selecting its quantiles. The
+        // full range (quantile 1) needs only each dimension's minimum and maximum, kept as the
+        // rows stream by (on MiniLM's 45,056 rows, 0.25 s for the columns, which a build paid).
+        let full = quantile == 1.0;
+        let mut cols: Vec<Vec<f32>> = vec![Vec::new(); if full { 2 } else { dims }];
+        if full {
+            cols[0] = vec![f32::INFINITY; dims];
+            cols[1] = vec![f32::NEG_INFINITY; dims];
+        }
         let mut n = 0usize;
         for (r, row) in rows.into_iter().enumerate() {
             if row.len() != dims {
@@ -78,21 +85,43 @@ impl Quantizer {
                     "train on finite values",
                 ));
             }
-            for (c, &x) in cols.iter_mut().zip(row) {
-                c.push(x);
+            if full {
+                let (lo, hi) = cols.split_at_mut(1);
+                for ((l, h), &x) in lo[0].iter_mut().zip(hi[0].iter_mut()).zip(row) {
+                    *l = l.min(x);
+                    *h = h.max(x);
+                }
+            } else {
+                for (c, &x) in cols.iter_mut().zip(row) {
+                    c.push(x);
+                }
             }
             n += 1;
         }
         if n == 0 {
             return Err(Error::invalid("no rows to learn from", "train on at least one vector"));
         }
+        if full {
+            let ranges = cols[0].iter().zip(&cols[1]).map(|(&lo, &hi)| (lo, hi));
+            return Self::from_ranges(ranges);
+        }
         let lo_rank = (((1.0 - quantile) * (n - 1) as f64).floor() as usize).min(n - 1);
         let hi_rank = ((quantile * (n - 1) as f64).ceil() as usize).min(n - 1);
-        let mut offset = Vec::with_capacity(dims);
-        let mut step = Vec::with_capacity(dims);
-        for c in &mut cols {
-            let lo = *c.select_nth_unstable_by(lo_rank, f32::total_cmp).1;
-            let hi = *c.select_nth_unstable_by(hi_rank, f32::total_cmp).1;
+        let ranges: Vec<(f32, f32)> = cols
+            .iter_mut()
+            .map(|c| {
+                let lo = *c.select_nth_unstable_by(lo_rank, f32::total_cmp).1;
+                let hi = *c.select_nth_unstable_by(hi_rank, f32::total_cmp).1;
+                (lo, hi)
+            })
+            .collect();
+        Self::from_ranges(ranges.into_iter())
+    }
+
+    /// A quantizer whose 256 codes of each dimension run from `lo` to `hi`.
+    fn from_ranges(ranges: impl Iterator<Item = (f32, f32)>) -> Result<Quantizer> {
+        let (mut offset, mut step) = (Vec::new(), Vec::new());
+        for (lo, hi) in ranges {
             offset.push(lo);
             // f64, then rounded up: the top code reaches `hi` (never one rounding below it)
             let s = ((hi as f64 - lo as f64) / LEVELS as f64) as f32;

@@ -285,3 +285,21 @@ fn a_stored_quantizer_reads_back_bitwise_and_damage_is_refused() {
 
 /// The first step's byte offset in the stored form (head, then the first offset).
 const STORED_STEP0: usize = 8 + 4;
+
+#[test]
+fn the_full_range_kept_as_rows_stream_equals_the_selected_extremes() {
+    // Quantile 1 keeps a running minimum and maximum; a quantile a hair below 1 selects the
+    // same ranks (0 and n - 1) from whole columns: the two must agree bitwise.
+    let dims = 37;
+    let mut rows = data(500 * dims, 9, -3.0, 3.0);
+    rows[5 * dims + 2] = -40.0; // one extreme low value
+    rows[400 * dims + 36] = 1e6; // one extreme high value
+    for row in rows.chunks_exact_mut(dims).skip(100).take(50) {
+        row[7] = 0.25; // a dimension that holds one value in part of the rows
+    }
+    let streamed = Quantizer::train(dims, rows.chunks_exact(dims), 1.0).unwrap();
+    let selected = Quantizer::train(dims, rows.chunks_exact(dims), 1.0 - 1e-12).unwrap();
+    assert_eq!(streamed, selected);
+    assert_eq!(streamed.offset()[2], -40.0);
+    assert!(streamed.decode_one(36, 255) >= 1e6);
+}
