@@ -26,7 +26,7 @@ pub use insert::level_for;
 use crate::cpu;
 use crate::distance::{Kernel, Kernel4};
 use crate::format;
-use crate::quant::CodeTable;
+use crate::quant::{CodeTable, Prepared, Quantizer};
 use crate::storage::Storage;
 use halfcopy::HalfCopy;
 use std::cell::RefCell;
@@ -129,6 +129,11 @@ pub struct Scratch {
     /// A decoded stored vector (f16 storage) for node-to-node distances.
     vec_a: Vec<f32>,
     vec_b: Vec<f32>,
+    /// Linking on codes: a node's vector made ready for the codes, and the kept neighbors'
+    /// (see `select`), `qlen` values each.
+    prep: Prepared,
+    prep_b: Prepared,
+    kept_prep: Vec<f32>,
     /// Distances computed by the current search (see `counters`).
     dists: u64,
 }
@@ -157,6 +162,9 @@ impl Scratch {
             seen: Vec::new(),
             vec_a: Vec::new(),
             vec_b: Vec::new(),
+            prep: Prepared::default(),
+            prep_b: Prepared::default(),
+            kept_prep: Vec::new(),
             dists: 0,
         }
     }
@@ -233,6 +241,10 @@ pub struct Graph<'a> {
     pf_lines: usize,
     pf_l1: bool,
     pub m: usize,
+    /// Linking on codes (`linking_on_codes`): the quantizer a node's own vector is made ready
+    /// with before it measures codes, and the metric it is made ready for.
+    quant: Option<&'a Quantizer>,
+    metric: format::Metric,
     /// Where the vectors are read from, if not the storage: a batch's linking reads a
     /// half-precision copy (see `halfcopy`).
     copy: Option<&'a HalfCopy>,
@@ -292,6 +304,8 @@ impl<'a> Graph<'a> {
             copy,
             codes: None,
             stored_codes: false,
+            quant: None,
+            metric,
         }
     }
 
@@ -319,6 +333,36 @@ impl<'a> Graph<'a> {
             .measuring_codes(metric, st.geo.code_stride);
         g.stored_codes = true;
         g
+    }
+
+    /// A graph for linking a batch that measures the storage's codes (trained by `quantizer`,
+    /// written for every slot below `limit`): each node's full vector, read from the storage,
+    /// is made ready for the codes (`prepared`) before it measures them. The lists are the
+    /// storage's either way.
+    pub fn linking_on_codes(
+        st: &'a Storage,
+        metric: format::Metric,
+        limit: u32,
+        quantizer: &'a Quantizer,
+    ) -> Graph<'a> {
+        let mut g = Self::on_stored_codes(st, metric, limit);
+        g.quant = Some(quantizer);
+        g
+    }
+
+    /// `q` (a stored vector as f32) as this graph's distances take it, and what to add to
+    /// them for the metric's distance: made ready for the codes in `buf` when linking on
+    /// codes (the prepared query's `bias`: distances from different nodes are compared when
+    /// neighbors are chosen, so it counts there), else `q` itself and 0.
+    #[inline]
+    pub(super) fn prepared<'b>(&self, q: &'b [f32], buf: &'b mut Prepared) -> (&'b [f32], f32) {
+        match self.quant {
+            Some(z) => {
+                buf.prepare(z, self.metric, q);
+                (&buf.values, buf.bias)
+            }
+            None => (q, 0.0),
+        }
     }
 
     /// The code kernels and their query form for rows `stride` bytes apart.
@@ -390,9 +434,18 @@ impl<'a> Graph<'a> {
     /// row), decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
         assert!(
-            self.codes.is_none() && !self.stored_codes,
+            self.codes.is_none() && (!self.stored_codes || self.quant.is_some()),
             "a graph on codes is for searching, not linking"
         );
+        // Linking on codes reads a node's own vector from the storage.
+        if self.quant.is_some() {
+            if self.st.geo.precision == format::Precision::Full {
+                return self.st.vector_f32(slot);
+            }
+            buf.resize(self.dims, 0.0);
+            format::decode_vector(self.st.vector_bytes(slot), self.st.geo.precision, buf);
+            return buf;
+        }
         // The copy's rows are always half precision.
         if !self.half {
             return self.st.vector_f32(slot);

@@ -23,7 +23,7 @@ pub fn rerank_count(k: usize, ef: usize, rerank: Option<usize>) -> usize {
 
 thread_local! {
     static PREPARED: std::cell::RefCell<Prepared> =
-        std::cell::RefCell::new(Prepared { values: Vec::new(), bias: 0.0, sign: 1.0 });
+        std::cell::RefCell::new(Prepared::default());
 }
 
 /// `f` on `q` made ready for `quantizer` (`Prepared`), in this thread's buffer: a search

@@ -250,6 +250,7 @@ impl Index {
             entry: &self.entry,
             locks: &self.locks,
             before_modify: |node: u32| self.before_modify(st, cslots, cseq, node),
+            quant: trained.as_ref().map(|t| &*t.1).or(snap.quant.as_deref()),
         };
         let result =
             with_threads(threads, || linker.link(start, &pos, &levels, ctl)).and_then(|r| r);

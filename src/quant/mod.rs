@@ -46,6 +46,13 @@ pub struct Prepared {
     pub sign: f32,
 }
 
+impl Default for Prepared {
+    /// Empty, for filling with `prepare`.
+    fn default() -> Self {
+        Prepared { values: Vec::new(), bias: 0.0, sign: 1.0 }
+    }
+}
+
 impl Prepared {
     /// `q` (already normalised for cosine, as stored vectors are) made ready for `quantizer`.
     pub fn new(quantizer: &Quantizer, metric: Metric, q: &[f32]) -> Prepared {
