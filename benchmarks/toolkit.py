@@ -99,6 +99,7 @@ EngineUnavailable = _b.EngineUnavailable
 Engine = _b.Engine
 ChassisEngine = _b.ChassisEngine
 ChassisInt8Engine = _b.ChassisInt8Engine
+ChassisCodesEngine = _b.ChassisCodesEngine
 ChassisDBEngine = _b.ChassisDBEngine
 HnswlibEngine = _b.HnswlibEngine
 UsearchEngine = _b.UsearchEngine

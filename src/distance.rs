@@ -64,6 +64,16 @@ impl KernelSet {
         let (l2, dot) = match precision {
             Precision::Full => ((self.l2_f32, self.l2_f32_x4), (self.dot_f32, self.dot_f32_x4)),
             Precision::Half => ((self.l2_f16, self.l2_f16_x4), (self.dot_f16, self.dot_f16_x4)),
+            // Codes: the code kernels, whose queries are prepared (`quant::Prepared`, which
+            // carries the query's own constant); a graph over codes checks the query's length.
+            Precision::Int8 => {
+                let k = crate::quant::code_kernels();
+                let ((one, four), sign) = match metric {
+                    Metric::Euclidean => ((k.l2, k.l2_x4), 1.0),
+                    _ => ((k.dot, k.dot_x4), -1.0),
+                };
+                return MetricKernels { one, four, bias: 0.0, sign };
+            }
         };
         let ((one, four), bias, sign) = match metric {
             Metric::Euclidean => (l2, 0.0, 1.0),

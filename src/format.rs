@@ -126,6 +126,9 @@ pub enum Precision {
     Full = 1,
     /// f16 storage, f32 queries.
     Half = 2,
+    /// 8-bit codes only (version 2, with `Quantization::Int8`): the stored vector is its code
+    /// under the quantizer in effect, and distances are the codes'.
+    Int8 = 3,
 }
 
 impl Precision {
@@ -133,27 +136,32 @@ impl Precision {
         match self {
             Precision::Full => "full",
             Precision::Half => "half",
+            Precision::Int8 => "int8",
         }
     }
     pub fn parse(s: &str) -> Result<Precision> {
         match s {
             "full" | "f32" | "float32" => Ok(Precision::Full),
             "half" | "f16" | "float16" => Ok(Precision::Half),
-            _ => {
-                Err(Error::invalid(format!("unknown precision {s:?}"), "use \"full\" or \"half\""))
-            }
+            "int8" | "i8" => Ok(Precision::Int8),
+            _ => Err(Error::invalid(
+                format!("unknown precision {s:?}"),
+                "use \"full\", \"half\" or \"int8\" (8-bit codes only)",
+            )),
         }
     }
     pub fn bytes(self) -> usize {
         match self {
             Precision::Full => 4,
             Precision::Half => 2,
+            Precision::Int8 => 1,
         }
     }
     fn from_u8(v: u8) -> Option<Precision> {
         match v {
             1 => Some(Precision::Full),
             2 => Some(Precision::Half),
+            3 => Some(Precision::Int8),
             _ => None,
         }
     }
@@ -240,10 +248,11 @@ pub struct Header {
 }
 
 impl Header {
-    /// The geometry of this header's segments.
+    /// The geometry of this header's segments: a codes area beside full or half vectors; a
+    /// codes-only index's vectors are its codes.
     pub fn geometry(&self) -> Geometry {
         let g = Geometry::new(self.dims as usize, self.precision, self.max_connections as usize);
-        if self.quantization == Quantization::None {
+        if self.quantization == Quantization::None || self.precision == Precision::Int8 {
             g
         } else {
             g.with_codes()
@@ -331,6 +340,9 @@ impl Header {
             != (quantization == Quantization::None && quantizer == 0)
         {
             return Err(bad("quantization for the format version"));
+        }
+        if precision == Precision::Int8 && quantization != Quantization::Int8 {
+            return Err(bad("precision int8 without 8-bit codes"));
         }
         let mut regions = Vec::with_capacity(n);
         let mut end = DATA_START;
@@ -573,6 +585,11 @@ impl Geometry {
         }
     }
 
+    /// Whether the slots hold 8-bit codes: in a codes area, or as the vectors themselves.
+    pub fn has_codes(&self) -> bool {
+        self.code_stride > 0 || self.precision == Precision::Int8
+    }
+
     /// This geometry with a codes area in every segment: one 8-bit code per dimension, rows
     /// of whole 64-byte lines. Segment sizes stay those of the vectors.
     pub fn with_codes(mut self) -> Geometry {
@@ -670,6 +687,7 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
             .iter_mut()
             .zip(bytes.chunks_exact(4))
             .for_each(|(o, c)| *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        Precision::Int8 => panic!("8-bit codes decode through their quantizer (Quantizer::decode)"),
         Precision::Half => {
             use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
             let n = out.len().min(bytes.len() / 2);
@@ -698,6 +716,7 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
 pub fn encode_vector(v: &[f32], precision: Precision, out: &mut Vec<u8>) {
     match precision {
         Precision::Full => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
+        Precision::Int8 => panic!("8-bit codes encode through their quantizer (Quantizer::encode)"),
         Precision::Half => {
             use half::slice::HalfFloatSliceExt;
             let mut h = [half::f16::ZERO; 64];

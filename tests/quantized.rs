@@ -281,3 +281,116 @@ fn train_refuses_an_index_without_codes_and_bad_samples() {
     assert!(q.train(&[f32::NAN, 0.0, 0.0, 0.0], 1, None, &Control::default()).is_err());
     assert!(!q.is_trained());
 }
+
+#[test]
+fn a_codes_only_index_returns_the_distances_of_what_its_codes_stand_for() {
+    use chassis::format::Precision;
+    let (n, d) = (4000, 64);
+    let data = clustered(n, d, 8);
+    let queries = clustered(40, d, 9);
+    for metric in [Metric::Euclidean, Metric::Cosine, Metric::InnerProduct] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        let o = Options { precision: Precision::Int8, ..opts(metric, Quantization::None) };
+        let idx = Index::open(&path, Some(d), Some(&o), Mode::Write).unwrap();
+        assert_eq!(idx.quantization(), Quantization::Int8, "codes only implies codes");
+        // Its ranges come from the first batch: 500 rows are too few, and nothing is added.
+        let e = idx.add_batch(&data[..500 * d], 500, None, Some(1), &Control::default());
+        let e = e.unwrap_err();
+        assert!(e.message.contains("first batch") && e.help.contains("train"), "{e:?}");
+        assert_eq!(idx.len(), 0);
+        idx.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+        assert!(idx.is_trained());
+        // A quarter of the bytes of float32 vectors.
+        let g = idx.geometry();
+        assert_eq!((g.vec_bytes, g.stride, g.code_stride), (d, 64, 0));
+        // Two oracles: brute force over the rows added (what codes alone can reach), and over
+        // what the codes stand for (`get`), which the graph's walk should find.
+        let decoded: Vec<f32> =
+            (0..n as u64).flat_map(|id| idx.get(id).unwrap().unwrap()).collect();
+        let (mut hit, mut hit_decoded, mut total) = (0, 0, 0);
+        for q in queries.chunks_exact(d) {
+            let got = idx.search(q, 10, Some(64)).unwrap();
+            let want = brute(metric, &data, d, q, 10);
+            hit += got.iter().filter(|h| want.contains(&h.id)).count();
+            let want = brute(metric, &decoded, d, q, 10);
+            hit_decoded += got.iter().filter(|h| want.contains(&h.id)).count();
+            total += want.len();
+            for h in &got {
+                // the distance to what the code stands for, which `get` returns
+                let v = idx.get(h.id).unwrap().unwrap();
+                let e = exact(metric, q, &v);
+                assert!(
+                    (h.distance as f64 - e).abs() <= 1e-3 * e.abs().max(1.0),
+                    "{metric:?}: {} against {e}",
+                    h.distance
+                );
+            }
+        }
+        let (recall, walk) = (hit as f64 / total as f64, hit_decoded as f64 / total as f64);
+        // The same rows in a float index, the same way: the walk on codes finds the codes'
+        // own nearest about as well as the float walk finds the rows'.
+        let float = Index::memory(d, Some(&opts(metric, Quantization::None))).unwrap();
+        float.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+        let (rf, _) = measure(&float, metric, &data, d, &queries, 64);
+        assert!(
+            walk >= rf - 0.05,
+            "{metric:?}: the walk found {walk} of the codes' own nearest, the float walk {rf}"
+        );
+        assert!(recall >= rf - 0.08, "{metric:?}: recall {recall} of the rows added, float {rf}");
+        // `get` is within half a step of the row added (cosine: of the normalised row).
+        let row = &data[17 * d..18 * d];
+        let norm = if metric == Metric::Cosine {
+            row.iter().map(|x| x * x).sum::<f32>().sqrt()
+        } else {
+            1.0
+        };
+        let back = idx.get(17).unwrap().unwrap();
+        let span = |i: usize| {
+            let col = data.chunks_exact(d).map(|r| {
+                let s = if metric == Metric::Cosine {
+                    r.iter().map(|x| x * x).sum::<f32>().sqrt()
+                } else {
+                    1.0
+                };
+                r[i] / s
+            });
+            let (lo, hi) = col.fold((f32::MAX, f32::MIN), |(a, b), x| (a.min(x), b.max(x)));
+            hi - lo
+        };
+        for i in 0..d {
+            let err = (back[i] - row[i] / norm).abs();
+            assert!(err <= span(i) / 255.0 * 0.5 + 1e-5, "dimension {i}: off by {err}");
+        }
+        idx.flush().unwrap();
+        assert!(idx.check(&Control::default()).unwrap().corrupt.is_empty());
+        // A reader opens the codes with the file; compaction copies them with their quantizer.
+        let reader = Index::open(&path, None, None, Mode::Read).unwrap();
+        let q = &queries[..d];
+        let before = idx.search(q, 10, Some(64)).unwrap();
+        assert_eq!(reader.search(q, 10, Some(64)).unwrap(), before);
+        drop(reader);
+        for id in (0..n as u64).filter(|id| id % 2 == 1) {
+            idx.delete(id).unwrap();
+        }
+        idx.compact(Some(1), &Control::default()).unwrap();
+        assert_eq!(idx.get(16).unwrap(), Some(idx.get(16).unwrap().unwrap()));
+        for h in idx.search(q, 5, Some(2000)).unwrap() {
+            assert_eq!(h.id % 2, 0);
+            let same = before.iter().find(|b| b.id == h.id);
+            if let Some(b) = same {
+                assert_eq!(b.distance, h.distance, "the codes were copied as they were");
+            }
+        }
+        assert!(idx.check(&Control::default()).unwrap().corrupt.is_empty());
+    }
+    // Trained from a sample first, single adds work from the start.
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options { precision: Precision::Int8, ..opts(Metric::Euclidean, Quantization::None) };
+    let idx = Index::open(&dir.path().join("s"), Some(d), Some(&o), Mode::Write).unwrap();
+    idx.train(&data[..300 * d], 300, None, &Control::default()).unwrap();
+    for i in 0..20 {
+        idx.add(&data[i * d..(i + 1) * d], None).unwrap();
+    }
+    assert_eq!(idx.search(&data[7 * d..8 * d], 1, Some(20)).unwrap()[0].id, 7);
+}

@@ -242,3 +242,51 @@ def test_codes_take_a_quarter_of_the_vectors_bytes_and_travel_with_save_and_load
     np.testing.assert_array_equal(a[1], b[1])
     assert loaded.check().ok
     assert "quantization" in repr(loaded) and loaded.options.quantization == "int8"
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "cosine"])
+def test_codes_only_distances_are_those_of_what_the_codes_stand_for(tmp_path, metric):
+    n, dims = 3000, 64
+    data = clustered_data(n, dims, seed=11)
+    queries = clustered_data(50, dims, seed=11, sample_seed=12)
+    options = IndexOptions(metric=metric, precision="int8", max_connections=8, ef_construction=64)
+    path = tmp_path / "codes.chassis"
+    index = VectorIndex(path, dims, options)
+    assert index.precision == "int8" and index.quantization == "int8"
+    assert 'distances="8-bit codes"' in repr(index)
+    # the codes' ranges come from the first batch: a small one is refused, nothing added
+    with pytest.raises(chassis.InvalidArgumentError) as e:
+        index.add_batch(data[:10])
+    assert "first batch" in str(e.value) and "train" in str(e.value)
+    assert_has_help(e.value)
+    assert len(index) == 0
+    index.add_batch(data)
+    assert index.trained
+    # what the codes stand for (get), and the distances to exactly that
+    decoded = np.stack([index.get(i) for i in range(n)])
+    step = (data.max(axis=0) - data.min(axis=0)) / 255
+    if metric == "euclidean":
+        assert (np.abs(decoded - data) <= step / 2 + 1e-5).all()
+    ids, dists = index.search_batch(queries, K, ef=64)
+    np.testing.assert_allclose(
+        dists, exact_distances(decoded, ids, queries, metric), rtol=1e-3, atol=1e-3
+    )
+    # the walk finds the codes' own nearest about as well as a float index finds the rows'
+    float_index = VectorIndex(
+        None, dims, IndexOptions(metric=metric, max_connections=8, ef_construction=64)
+    )
+    float_index.add_batch(data)
+    true_rows, _ = brute_force_knn(data, queries, K, metric)
+    true_codes, _ = brute_force_knn(decoded, queries, K, metric)
+    fids, _ = float_index.search_batch(queries, K, ef=64)
+    rf = recall_at_k(fids, true_rows)
+    assert recall_at_k(ids, true_codes) >= rf - 0.05
+    assert recall_at_k(ids, true_rows) >= rf - 0.1
+    # a quarter of the bytes: 64 bytes a row against 256
+    assert index.memory_stats()["vector_bytes"] * 3.5 < float_index.memory_stats()["vector_bytes"]
+    index.flush()
+    reader = IndexReader(path)
+    rids, rd = reader.search_batch(queries, K, ef=64)
+    np.testing.assert_array_equal(rids, ids)
+    np.testing.assert_array_equal(rd, dists)
+    assert reader.check().ok

@@ -377,6 +377,7 @@ class ChassisEngine(Engine):
         self.read_only = False  # open() opens a reader instead of the writer
 
     quantization: str | None = None
+    precision = "full"
 
     def build(self, path, base, *, metric, m, ef_construction, threads):
         self._remember(base, metric, m, ef_construction)
@@ -385,6 +386,7 @@ class ChassisEngine(Engine):
             ef_construction=ef_construction,
             metric=metric,
             quantization=self.quantization,
+            precision=self.precision,
         )
         self.index = self.module.VectorIndex(path, self.dims, options)
         _, seconds = timed(
@@ -422,6 +424,14 @@ class ChassisInt8Engine(ChassisEngine):
 
     name = "chassis-int8"
     quantization = "int8"
+
+
+class ChassisCodesEngine(ChassisEngine):
+    """This project with 8-bit codes only (``IndexOptions(precision="int8")``): no float32
+    copy, walk and distances on the codes, as usearch ``i8`` and faiss SQ8."""
+
+    name = "chassis-codes"
+    precision = "int8"
 
 
 class ChassisDBEngine(Engine):
@@ -643,6 +653,7 @@ class FaissSQ8Engine(FaissEngine):
 ENGINES: dict[str, type[Engine]] = {
     "chassis": ChassisEngine,
     "chassis-int8": ChassisInt8Engine,
+    "chassis-codes": ChassisCodesEngine,
     "chassisdb": ChassisDBEngine,
     "hnswlib": HnswlibEngine,
     "usearch": UsearchEngine,

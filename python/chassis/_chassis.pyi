@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 Metric = Literal["euclidean", "cosine", "inner_product"]
-Precision = Literal["full", "half"]
+Precision = Literal["full", "half", "int8"]
 _Path = str | PathLike[str]
 _Vector = npt.ArrayLike
 _Ids = npt.ArrayLike

@@ -29,6 +29,8 @@ _PRECISIONS = {
     "f16": "half",
     "float16": "half",
     "fp16": "half",
+    "int8": "int8",
+    "i8": "int8",
 }
 
 
@@ -62,10 +64,15 @@ class IndexOptions:
         and zero vectors refused) or ``"inner_product"`` (minus the dot product). The aliases
         ``"l2"``, ``"euclid"``, ``"cos"``, ``"angular"``, ``"ip"`` and ``"dot"`` are accepted,
         in any case, and stored as the canonical name. Fixed when the file is created.
-    precision : {"full", "half"}, default: "full"
-        ``"full"`` (32-bit floats) or ``"half"`` (16-bit storage, 32-bit queries; values
-        beyond the 16-bit range are refused). The aliases ``"f32"``, ``"float32"``,
-        ``"fp32"``, ``"single"``, ``"f16"``, ``"float16"`` and ``"fp16"`` are accepted, in any
+    precision : {"full", "half", "int8"}, default: "full"
+        ``"full"`` (32-bit floats), ``"half"`` (16-bit storage, 32-bit queries; values
+        beyond the 16-bit range are refused) or ``"int8"``: 8-bit codes only, no float copy
+        (a quarter of the bytes of ``"full"``; implies ``quantization="int8"``). With
+        ``"int8"`` the distances returned, and the vectors ``get`` returns, are the codes'
+        (each value within half a step of the one added, or clipped to the learned range);
+        the first ``add_batch`` needs 1,000 rows to learn the ranges from, unless
+        ``VectorIndex.train`` came first. The aliases ``"f32"``, ``"float32"``, ``"fp32"``,
+        ``"single"``, ``"f16"``, ``"float16"``, ``"fp16"`` and ``"i8"`` are accepted, in any
         case, and stored as the canonical name. Fixed when the file is created.
     huge_pages : bool or None, default: None
         ADR-0016: True asks the OS for huge pages under the vectors, False never; None turns

@@ -5,7 +5,7 @@
 use super::*;
 use crate::control::Control;
 use crate::error::{Error, Result};
-use crate::format::{Metric, EMPTY};
+use crate::format::{Metric, Precision, EMPTY};
 use crate::storage::lists;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::*};
@@ -299,7 +299,14 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
         if entry == EMPTY || entry >= n {
             return Ok(());
         }
-        let g = Graph::new(st, self.metric, n);
+        // A codes-only index measures codes: nodes' vectors (what their codes stand for) are
+        // made ready for them. Every comparison below is between distances from one node.
+        let codes_only = st.geo.precision == Precision::Int8;
+        let g = match self.quant {
+            Some(z) if codes_only => Graph::linking_on_codes(st, self.metric, n, z),
+            _ => Graph::new(st, self.metric, n),
+        };
+        let mut prep = Prepared::default();
         let cap = 2 * st.geo.m;
         let mut buf = Vec::new();
         // Entries of a list that lie inside the graph (those of a damaged list outside it go).
@@ -320,6 +327,7 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
                 continue;
             }
             let uv = g.vector_f32(u, &mut buf).to_vec();
+            let uv = g.prepared(&uv, &mut prep).0.to_vec();
             let mut out_u = entries(u);
             let way = out_u
                 .iter()
@@ -340,6 +348,7 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
             let mut handed = None;
             if out_v.len() >= cap {
                 let vv = g.vector_f32(v, &mut buf).to_vec();
+                let vv = g.prepared(&vv, &mut prep).0.to_vec();
                 let far = (0..out_v.len())
                     .max_by(|&a, &b| g.dist(&vv, out_v[a]).total_cmp(&g.dist(&vv, out_v[b])))
                     .expect("a full list");
@@ -374,7 +383,9 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
         let st = self.st;
         let n = pos.len();
         let total = start + n as u64;
-        let on_codes = self.quant.filter(|_| st.geo.code_stride > 0 && link_on_codes());
+        // A codes-only index has nothing else to link on.
+        let codes_only = st.geo.precision == Precision::Int8;
+        let on_codes = self.quant.filter(|_| codes_only || (st.geo.has_codes() && link_on_codes()));
         let copy = if on_codes.is_none() && halfcopy::pays(&st.geo, n as u64, total) {
             HalfCopy::new(st, total as u32)
         } else {

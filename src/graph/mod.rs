@@ -287,6 +287,10 @@ impl<'a> Graph<'a> {
     ) -> Graph<'a> {
         let k = crate::distance::kernels().for_metric(metric, geo.precision);
         let ci = cpu::info();
+        // A codes-only storage is measured by the code kernels, whose queries are prepared:
+        // twice the dimensions under euclidean (see `crate::quant`).
+        let codes_only = geo.precision == format::Precision::Int8;
+        let l2 = metric == format::Metric::Euclidean;
         Graph {
             st,
             kernel: k.one,
@@ -295,7 +299,7 @@ impl<'a> Graph<'a> {
             bias: k.bias,
             sign: k.sign,
             dims: geo.dims,
-            qlen: geo.dims,
+            qlen: if codes_only && l2 { 2 * geo.dims } else { geo.dims },
             half: geo.precision == format::Precision::Half,
             limit: limit.min(st.capacity().min(u32::MAX as u64) as u32),
             pf_lines: ci.prefetch_lines.min(geo.vec_bytes.div_ceil(64)).max(1),
@@ -328,7 +332,7 @@ impl<'a> Graph<'a> {
     /// As `on_codes`, on the codes the storage keeps (an index created with codes, whose
     /// quantizer is trained: every slot a walk can reach has its code written).
     pub fn on_stored_codes(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
-        assert!(st.geo.code_stride > 0, "a storage without codes");
+        assert!(st.geo.has_codes(), "a storage without codes");
         let mut g = Self::reading(st, metric, limit, &st.geo, None)
             .measuring_codes(metric, st.geo.code_stride);
         g.stored_codes = true;
@@ -437,10 +441,16 @@ impl<'a> Graph<'a> {
             self.codes.is_none() && (!self.stored_codes || self.quant.is_some()),
             "a graph on codes is for searching, not linking"
         );
-        // Linking on codes reads a node's own vector from the storage.
-        if self.quant.is_some() {
+        // Linking on codes reads a node's own vector from the storage (a codes-only index's:
+        // what its code stands for).
+        if let Some(z) = self.quant {
             if self.st.geo.precision == format::Precision::Full {
                 return self.st.vector_f32(slot);
+            }
+            buf.resize(self.dims, 0.0);
+            if self.st.geo.precision == format::Precision::Int8 {
+                z.decode(self.st.code_bytes(slot), buf);
+                return buf;
             }
             buf.resize(self.dims, 0.0);
             format::decode_vector(self.st.vector_bytes(slot), self.st.geo.precision, buf);

@@ -41,6 +41,7 @@ impl Index {
             st.quantizer(named)?;
         }
         let n = snap.slots as u32;
+        let codes_only = self.precision() == Precision::Int8;
         let g = Graph::new(st, self.metric(), n);
         let clipped = AtomicU64::new(0);
         let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
@@ -66,6 +67,11 @@ impl Index {
                     let lists_ok = self.lists_ok(st, s, n);
                     if !(vec_ok && hdr_ok && marker_ok && lists_ok) {
                         return (Some(s), None);
+                    }
+                    // A codes-only index's stored bytes are its codes: the checksum covers
+                    // them, and a code is finite whatever its bytes.
+                    if codes_only {
+                        return (None, None);
                     }
                     let live = snap.live_id(s).is_some();
                     let v = g.vector_f32(s, buf);

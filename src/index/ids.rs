@@ -53,6 +53,13 @@ impl Index {
                 self.path.display()
             )));
         }
+        if self.precision() == Precision::Int8 {
+            // What the code stands for (a codes-only index keeps nothing else).
+            let q = snap.quant.as_ref().expect("a codes-only index with rows has a quantizer");
+            let mut v = vec![0f32; self.dims()];
+            q.decode(bytes, &mut v);
+            return Ok(Some(v));
+        }
         let g = Graph::new(&snap.st, self.metric(), snap.slots as u32);
         let mut buf = Vec::new();
         Ok(Some(g.vector_f32(slot, &mut buf).to_vec()))

@@ -186,8 +186,12 @@ impl Index {
             ids.push(snap.live_id(s).expect("live"));
         }
         let mut nw = new.writer.lock();
-        // A trained quantizer is learned again, from the live vectors (evenly spread).
-        if snap.quant.is_some() && !live.is_empty() {
+        // A codes-only index keeps its quantizer (its codes are copied as they are); beside
+        // float vectors a trained quantizer is learned again, from the live vectors (evenly
+        // spread).
+        if let (Some(q), Precision::Int8) = (&snap.quant, new.precision()) {
+            new.install_quantizer_locked(&mut nw, q)?;
+        } else if snap.quant.is_some() && !live.is_empty() {
             let d = new.geo.dims;
             let take = live.len().min(100_000);
             let mut sample = vec![0f32; take * d];

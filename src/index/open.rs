@@ -22,6 +22,8 @@ impl Index {
         if let Some(o) = opts {
             o.validate()?;
         }
+        let normalized = opts.map(Options::normalized);
+        let opts = normalized.as_ref();
         if let Some(d) = dims {
             check_dims_arg(d)?;
         }
@@ -330,7 +332,7 @@ impl Index {
 
     /// A new in-memory index: the whole writer API with no file (see `save` and `load`).
     pub fn memory(dims: usize, opts: Option<&Options>) -> Result<Index> {
-        let opts = opts.cloned().unwrap_or_default();
+        let opts = opts.cloned().unwrap_or_default().normalized();
         opts.validate()?;
         check_dims_arg(dims)?;
         let h = Self::new_header(dims, &opts, 1);
@@ -372,7 +374,8 @@ impl Index {
     ) -> Result<Index> {
         let reader = Index::open(path, None, opts, Mode::Read)?;
         let mut eff = reader.opts.clone();
-        if let Some(o) = opts {
+        let normalized = opts.map(Options::normalized);
+        if let Some(o) = normalized.as_ref() {
             Self::check_fixed(path, o, &eff, "load")?;
             eff.placement = o.placement;
             eff.huge_pages = o.huge_pages;

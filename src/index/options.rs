@@ -79,6 +79,16 @@ impl Default for Options {
 }
 
 impl Options {
+    /// These options as an index keeps them: codes-only storage (`precision="int8"`) is 8-bit
+    /// codes (`quantization="int8"`) without the float vectors.
+    pub fn normalized(&self) -> Options {
+        let mut o = self.clone();
+        if o.precision == Precision::Int8 {
+            o.quantization = Quantization::Int8;
+        }
+        o
+    }
+
     pub fn validate(&self) -> Result<()> {
         if !(2..=format::MAX_M).contains(&self.max_connections) {
             return Err(Error::invalid(

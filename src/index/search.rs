@@ -26,21 +26,24 @@ thread_local! {
         std::cell::RefCell::new(Prepared::default());
 }
 
-/// `f` on `q` made ready for `quantizer` (`Prepared`), in this thread's buffer: a search
-/// allocates nothing for it once warm (a fresh buffer each query was 1.5% of a MiniLM search's
-/// time, perf).
+/// `f(values, bias)` on `q` made ready for `quantizer` (`Prepared`), in this thread's buffer:
+/// a search allocates nothing for it once warm (a fresh buffer each query was 1.5% of a MiniLM
+/// search's time, perf).
 fn with_prepared<R>(
     quantizer: &Quantizer,
     metric: Metric,
     q: &[f32],
-    f: impl FnOnce(&[f32]) -> R,
+    f: impl FnOnce(&[f32], f32) -> R,
 ) -> R {
     PREPARED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut p) => {
             p.prepare(quantizer, metric, q);
-            f(&p.values)
+            f(&p.values, p.bias)
         }
-        Err(_) => f(&Prepared::new(quantizer, metric, q).values),
+        Err(_) => {
+            let p = Prepared::new(quantizer, metric, q);
+            f(&p.values, p.bias)
+        }
     })
 }
 
@@ -163,9 +166,38 @@ impl Index {
         bad: &[u32],
         start: Option<&Start>,
     ) -> Vec<(f32, u32)> {
+        // A codes-only index measures codes everywhere (walk and scans): the query is made
+        // ready for them once, and its constant added to the distances found.
+        if self.precision() == Precision::Int8 {
+            let Some(z) = snap.quant.clone() else { return Vec::new() };
+            return with_prepared(&z, self.metric(), q, |values, bias| {
+                let mut out = self.search_measured(snap, values, k, ef, None, filter, bad, start);
+                out.iter_mut().for_each(|h| h.0 += bias);
+                out
+            });
+        }
+        self.search_measured(snap, q, k, ef, rerank, filter, bad, start)
+    }
+
+    /// `search_slots` with `q` as the storage's kernels take it (a codes-only index's: made
+    /// ready for the codes, distances without the query's constant).
+    #[allow(clippy::too_many_arguments)]
+    fn search_measured(
+        &self,
+        snap: &Snap,
+        q: &[f32],
+        k: usize,
+        ef: usize,
+        rerank: Option<usize>,
+        filter: Option<&SlotFilter>,
+        bad: &[u32],
+        start: Option<&Start>,
+    ) -> Vec<(f32, u32)> {
         let visible = snap.slots as u32;
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
+        // Codes beside float vectors: the walk measures codes and the vectors rerank.
+        let rerank_on = snap.quant.as_ref().filter(|_| self.precision() != Precision::Int8);
         // Deleted nodes route but are never returned (the check is skipped when none are).
         let any_deleted = snap.live < snap.slots;
         let accept = |s: u32| {
@@ -183,13 +215,13 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                let hits = match &snap.quant {
+                let hits = match rerank_on {
                     // Walk the codes, then measure the best candidates on the vectors: the
                     // distances returned are the vectors' own.
                     Some(quantizer) => {
                         let r = rerank_count(k, ef, rerank);
                         let walk = Graph::on_stored_codes(st, self.metric(), limit);
-                        let found = with_prepared(quantizer, self.metric(), q, |values| {
+                        let found = with_prepared(quantizer, self.metric(), q, |values, _| {
                             walk.knn(
                                 values,
                                 r,
@@ -384,7 +416,7 @@ impl Index {
                 return None;
             }
             match quant {
-                Some(z) => with_prepared(z, self.metric(), q, |values| {
+                Some(z) => with_prepared(z, self.metric(), q, |values, _| {
                     g.start_of(values, snap.entry, layers, visible, path)
                 }),
                 None => g.start_of(q, snap.entry, layers, visible, path),

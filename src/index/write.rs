@@ -112,10 +112,37 @@ impl Index {
         let by_locality = n >= locality::LOCALITY_MIN
             && new_ids[0] >= w.next_id
             && new_ids.windows(2).all(|p| p[0] < p[1]);
+        // A codes-only index stores codes: it needs its quantizer before the first row is
+        // written, learned from that first batch when it is large enough.
+        let codes_only = self.precision() == Precision::Int8;
+        let mut early: Option<Quantizer> = None;
+        if codes_only && snap.quant.is_none() {
+            if n < TRAIN_MIN as usize || data.is_empty() {
+                return Err(Error::invalid(
+                    format!(
+                        "a codes-only index (precision=\"int8\") learns its codes' ranges from \
+                         its first batch, and {n} rows are too few"
+                    ),
+                    "add at least 1,000 rows in the first add_batch, or call train(sample) first",
+                ));
+            }
+            let form = self.search_form(data, d);
+            let take = n.min(TRAIN_SAMPLE as usize);
+            early = Some(Quantizer::train(
+                d,
+                (0..take).map(|i| &form[(i * n / take) * d..(i * n / take + 1) * d]),
+                1.0,
+            )?);
+        }
         let order: Vec<u32> = if by_locality {
             let precision = self.precision();
+            let quant = snap.quant.clone();
             let row = |i: usize, out: &mut [f32]| match rows {
                 Rows::Values(v) => out.copy_from_slice(&v[i * d..(i + 1) * d]),
+                // A codes-only index's stored rows (compaction) are codes of its quantizer.
+                Rows::Stored(b) if codes_only => {
+                    quant.as_ref().expect("installed first").decode(&b[i * vb..(i + 1) * vb], out)
+                }
                 Rows::Stored(b) => format::decode_vector(&b[i * vb..(i + 1) * vb], precision, out),
             };
             let cancelled = || ctl.cancelled();
@@ -159,12 +186,17 @@ impl Index {
         let levels: Vec<usize> =
             order.iter().map(|&i| graph::level_for(start + i as u64, m)).collect();
         let mut uppers = vec![NO_UPPER; n];
+        let mut trained: Option<(u64, Arc<Quantizer>)> = None;
         let room = (|| -> Result<()> {
             st.reserve_slots(start, start + n as u64)?;
             for i in 0..n {
                 if levels[i] > 0 {
                     uppers[i] = st.alloc_upper((start + i as u64) as u32, levels[i])?;
                 }
+            }
+            if let Some(q) = &early {
+                let offset = st.write_quantizer(q)?;
+                trained = Some((offset, st.quantizer(offset)?.expect("stored just now")));
             }
             Ok(())
         })();
@@ -178,14 +210,24 @@ impl Index {
         // 3. Write vectors, codes (once a quantizer is in effect), slot headers and empty lists
         // of the new slots (not yet reachable).
         let clipped = AtomicU64::new(0);
+        let quant_now: Option<Arc<Quantizer>> =
+            trained.as_ref().map(|t| t.1.clone()).or_else(|| snap.quant.clone());
         let write_row = |bufs: &mut RowBufs, j: usize| {
             let (slot, i) = ((start + j as u64) as u32, order[j] as usize);
             let bytes = match rows {
+                // A codes-only index stores the row's code.
+                Rows::Values(_) if codes_only => {
+                    let q = quant_now.as_ref().expect("learned above");
+                    let form = self.search_form(&data[i * d..(i + 1) * d], d);
+                    bufs.bytes.resize(d, 0);
+                    clipped.fetch_add(q.encode(&form, &mut bufs.bytes) as u64, Relaxed);
+                    &bufs.bytes[..]
+                }
                 Rows::Values(_) => self.encode(&data[i * d..(i + 1) * d], &mut bufs.bytes),
                 Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
             };
             st.write_vector(slot, bytes);
-            if let Some(q) = &snap.quant {
+            if let (Some(q), false) = (&snap.quant, codes_only) {
                 let c =
                     encode_stored(q, bytes, self.precision(), &mut bufs.values, &mut bufs.codes);
                 clipped.fetch_add(c as u64, Relaxed);
@@ -229,7 +271,6 @@ impl Index {
         self.clipped.fetch_add(clipped.into_inner(), Relaxed);
         // 3b. A quantized index without a quantizer learns one once it holds enough rows, and
         // encodes every vector so far; searches walk the codes from the publish on.
-        let mut trained = None;
         if self.geo.code_stride > 0 && snap.quant.is_none() && start + n as u64 >= TRAIN_MIN {
             match with_threads(threads, || self.learn_codes(st, None, start + n as u64, ctl))
                 .and_then(|r| r)
@@ -332,6 +373,10 @@ impl Index {
         };
         let offset = st.write_quantizer(&q)?;
         let q = st.quantizer(offset)?.expect("stored just now");
+        if self.geo.code_stride == 0 {
+            // A codes-only index: its rows are encoded as they are added.
+            return Ok((offset, q));
+        }
         let clipped = AtomicU64::new(0);
         (0..slots as u32).into_par_iter().with_min_len(256).for_each_init(
             RowBufs::default,
@@ -383,7 +428,7 @@ impl Index {
         threads: Option<usize>,
         ctl: &Control,
     ) -> Result<()> {
-        if self.geo.code_stride == 0 {
+        if !self.geo.has_codes() {
             return Err(Error::invalid(
                 "this index keeps no codes to train a quantizer for",
                 "create it with IndexOptions(quantization=\"int8\")",
@@ -413,6 +458,17 @@ impl Index {
         let sample = self.search_form(sample, d);
         let (offset, q) =
             with_threads(threads, || self.learn_codes(&snap.st, Some(&sample), w.slots, ctl))??;
+        w.quantizer = offset;
+        self.publish(Snap { quant: Some(q), ..Snap::clone_of(&snap) });
+        Ok(())
+    }
+
+    /// Put `q` in effect as it is (a codes-only index compacted: its codes are copied, so the
+    /// quantizer they were made with goes with them).
+    pub(super) fn install_quantizer_locked(&self, w: &mut Writer, q: &Quantizer) -> Result<()> {
+        let snap = self.view.read().clone();
+        let offset = snap.st.write_quantizer(q)?;
+        let q = snap.st.quantizer(offset)?.expect("stored just now");
         w.quantizer = offset;
         self.publish(Snap { quant: Some(q), ..Snap::clone_of(&snap) });
         Ok(())

@@ -814,7 +814,8 @@ impl VectorIndex {
     fn metric(&self) -> &'static str {
         self.metric.name()
     }
-    /// How vectors are stored: ``"full"`` (float32) or ``"half"`` (float16).
+    /// How vectors are stored: ``"full"`` (float32), ``"half"`` (float16) or ``"int8"`` (8-bit
+    /// codes only: distances and ``get`` are the codes').
     #[getter]
     fn precision(&self) -> &'static str {
         self.precision.name()
@@ -933,9 +934,11 @@ impl VectorIndex {
             None => "status=closed".into(),
         };
         let cls = if self.read_only { "IndexReader" } else { "VectorIndex" };
-        let quant = match self.quantization.name() {
-            Some(q) => format!(", quantization={q:?}"),
-            None => String::new(),
+        let quant = match (self.precision, self.quantization.name()) {
+            // Codes only: say that the distances are the codes'.
+            (Precision::Int8, _) => ", distances=\"8-bit codes\"".to_string(),
+            (_, Some(q)) => format!(", quantization={q:?}"),
+            (_, None) => String::new(),
         };
         format!(
             "{cls}(path={path}, dimensions={}, metric={:?}, precision={:?}{quant}, {tail})",

@@ -54,10 +54,13 @@ impl Storage {
         unsafe { std::slice::from_raw_parts(self.vector_ptr(slot) as *const f32, self.geo.dims) }
     }
 
-    /// Pointer to a slot's 8-bit codes (`geo.dims` bytes, 64-byte aligned); an index with
-    /// codes only (panics otherwise).
+    /// Pointer to a slot's 8-bit codes (`geo.dims` bytes): in the codes area, or the stored
+    /// vector of a codes-only index; an index with codes only (panics otherwise).
     #[inline(always)]
     pub fn code_ptr(&self, slot: u32) -> *const u8 {
+        if self.geo.precision == format::Precision::Int8 {
+            return self.vector_ptr(slot);
+        }
         assert!(self.geo.code_stride > 0, "codes of an index without codes");
         let (seg, local) = self.seg_of(slot);
         // SAFETY: inside the segment's codes area (local < layout.slots).
@@ -75,9 +78,10 @@ impl Storage {
     }
 
     /// Write a slot's codes: an unpublished slot, or any slot while no snapshot in use walks
-    /// the codes (training; see `code_bytes`).
+    /// the codes (training; see `code_bytes`). Not for a codes-only index, whose codes are its
+    /// vectors (`write_vector`).
     pub fn write_code(&self, slot: u32, codes: &[u8]) {
-        assert!(self.writable && codes.len() == self.geo.dims);
+        assert!(self.writable && codes.len() == self.geo.dims && self.geo.code_stride > 0);
         // SAFETY: writable mapping, in bounds; nobody reads these bytes meanwhile (above).
         unsafe {
             std::ptr::copy_nonoverlapping(
