@@ -8,6 +8,10 @@ reopened in a fresh process, and the codes' ranges checked against the values th
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import textwrap
 
 import chassis
 import numpy as np
@@ -16,6 +20,7 @@ from chassis import IndexOptions, IndexReader, VectorIndex
 from conftest import (
     assert_has_help,
     brute_force_knn,
+    child_env,
     clustered_data,
     pairwise_distances,
     recall_at_k,
@@ -290,3 +295,54 @@ def test_codes_only_distances_are_those_of_what_the_codes_stand_for(tmp_path, me
     np.testing.assert_array_equal(rids, ids)
     np.testing.assert_array_equal(rd, dists)
     assert reader.check().ok
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
+def test_a_killed_codes_only_writer_reopens_as_last_flushed(tmp_path):
+    """A codes-only writer killed with adds pending: a fresh open finds the flushed rows, their
+    codes decoding bitwise to what the writer saw before it went on, and exact search over
+    them (oracle: NumPy over those decoded rows)."""
+    path, dump = tmp_path / "k.chassis", tmp_path / "flushed.npy"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import sys, time
+                import numpy as np
+                import chassis
+                path, dump = sys.argv[1], sys.argv[2]
+                rng = np.random.default_rng(5)
+                options = chassis.IndexOptions(precision="int8", max_connections=8)
+                index = chassis.VectorIndex(path, 16, options)
+                index.add_batch(rng.standard_normal((1200, 16)).astype(np.float32))
+                index.flush()
+                np.save(dump, np.stack([index.get(i) for i in range(1200)]))
+                index.add_batch(rng.standard_normal((300, 16)).astype(np.float32))
+                print("FLUSHED", flush=True)
+                time.sleep(60)
+                """
+            ),
+            str(path),
+            str(dump),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        assert child.stdout.readline().strip() == "FLUSHED"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=30)
+    flushed = np.load(dump)
+    index = VectorIndex(path)
+    assert len(index) == 1200 and index.precision == "int8" and index.trained
+    np.testing.assert_array_equal(np.stack([index.get(i) for i in range(1200)]), flushed)
+    assert index.check().ok
+    queries = np.random.default_rng(6).standard_normal((5, 16)).astype(np.float32)
+    ids, dists = index.search_batch(queries, K, ef=1200)  # an exact scan of the codes
+    true_ids, true_d = brute_force_knn(flushed, queries, K, "euclidean")
+    np.testing.assert_array_equal(ids, true_ids)
+    np.testing.assert_allclose(dists, true_d, rtol=1e-4, atol=1e-4)
