@@ -261,11 +261,15 @@ impl<'a> Graph<'a> {
     }
 }
 
-/// Whether a batch of an index with trained codes links on them: `CHASSIS_LINK_CODES=0`
-/// links on the vectors (or the half copy) instead, for measuring. Read once.
+/// Whether a batch of an index with codes beside its vectors links on the codes rather than on
+/// the vectors (or the half copy): only with `CHASSIS_LINK_CODES=1`, for measuring. Same recall
+/// at equal ef on MiniLM, but a 2-thread build took 10.3 s against 8.3 s on the half copy
+/// (medians of 4, alternating processes): the neighbor heuristic then reads each kept
+/// neighbor's full vector to prepare it. A codes-only index always links on its codes (it
+/// has nothing else). Read once.
 fn link_on_codes() -> bool {
     static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("CHASSIS_LINK_CODES").map_or(true, |v| v.trim() != "0"))
+    *V.get_or_init(|| std::env::var("CHASSIS_LINK_CODES").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// What linking a batch needs from the index: its storage and metric, the shared entry point

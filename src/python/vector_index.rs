@@ -814,8 +814,10 @@ impl VectorIndex {
     fn metric(&self) -> &'static str {
         self.metric.name()
     }
-    /// How vectors are stored: ``"full"`` (float32), ``"half"`` (float16) or ``"int8"`` (8-bit
-    /// codes only: distances and ``get`` are the codes').
+    /// How vectors are stored: ``"full"``, ``"half"`` or ``"int8"``.
+    ///
+    /// ``"full"`` is float32 and ``"half"`` float16; ``"int8"`` keeps 8-bit codes only, and
+    /// then the distances and ``get`` are the codes'.
     #[getter]
     fn precision(&self) -> &'static str {
         self.precision.name()
