@@ -400,3 +400,29 @@ fn a_codes_only_index_returns_the_distances_of_what_its_codes_stand_for() {
     }
     assert_eq!(idx.search(&data[7 * d..8 * d], 1, Some(20)).unwrap()[0].id, 7);
 }
+
+#[test]
+fn whole_huge_pages_of_codes_are_asked_for_as_vectors_are() {
+    // ADR-0016's rule for codes: segments whose vectors fill a huge page put their codes
+    // area on 2 MiB boundaries too, and the pieces huge pages are asked for cover it.
+    use chassis::format::HUGE_PAGE;
+    let (n, d) = (3072, 1024); // segment 1: 2,048 rows, 8 MiB of vectors, 2 MiB of codes
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        max_connections: 4,
+        ef_construction: 8,
+        ..opts(Metric::Euclidean, Quantization::Int8)
+    };
+    let idx = Index::open(&dir.path().join("h"), Some(d), Some(&o), Mode::Write).unwrap();
+    idx.add_batch(&rand_vecs(n, d, 3), n, None, Some(2), &Control::default()).unwrap();
+    let snap = idx.snap();
+    let pieces = snap.st.vector_pieces(0, n as u64);
+    let first = snap.st.code_ptr(1024) as usize; // segment 1's first code
+    assert_eq!(first % HUGE_PAGE as usize, 0, "the codes area starts on a huge page");
+    assert!(
+        pieces.iter().any(|&(p, len)| p == first && len == HUGE_PAGE as usize),
+        "the codes' whole huge page is asked for: {pieces:x?}"
+    );
+    let vectors = snap.st.vector_ptr(1024) as usize;
+    assert!(pieces.iter().any(|&(p, _)| p == vectors), "and the vectors' pieces: {pieces:x?}");
+}
