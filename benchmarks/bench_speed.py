@@ -723,23 +723,10 @@ def targets(
 
     def check(what: str, key: str, goal: float, higher: bool) -> None:
         v = vs.get(key, {})
-        r = v.get("ratio")
-        if v.get("peer_value") is None:
-            verdict = "n/a"
-        else:
-            verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
         checks.append(
-            {
-                "dataset": label,
-                "what": what,
-                "goal": goal,
-                "higher": higher,
-                "ratio": r,
-                "chassis": v.get("chassis"),
-                "best_peer": v.get("best_peer"),
-                "peer_value": v.get("peer_value"),
-                "verdict": verdict,
-            }
+            _target_row(
+                label, what, v.get("chassis"), v.get("best_peer"), v.get("peer_value"), goal, higher
+            )
         )
 
     if who == "chassis-int8":
@@ -763,6 +750,35 @@ def targets(
     return checks
 
 
+def _target_row(
+    label: str,
+    what: str,
+    value: float | None,
+    peer: str | None,
+    peer_value: float | None,
+    goal: float,
+    higher: bool,
+) -> dict[str, Any]:
+    """One PASS / FAIL / n/a check: `value` over `peer_value` against `goal` (at least it when
+    `higher`, else at most)."""
+    r = ratio(value, peer_value)
+    if peer_value is None:
+        verdict = "n/a"
+    else:
+        verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
+    return {
+        "dataset": label,
+        "what": what,
+        "goal": goal,
+        "higher": higher,
+        "ratio": r,
+        "chassis": value,
+        "best_peer": peer,
+        "peer_value": peer_value,
+        "verdict": verdict,
+    }
+
+
 def int8_targets(label: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     """The quantized mode's targets: 1t QPS at recall 0.95 (batch and loop) at least 2x the
     best float32 peer's and 1.3x the best 8-bit peer's; build time at most chassis's float one."""
@@ -771,24 +787,7 @@ def int8_targets(label: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     checks = []
 
     def add(what, value, peer, peer_value, goal, higher):
-        r = ratio(value, peer_value)
-        if peer_value is None:
-            verdict = "n/a"
-        else:
-            verdict = "PASS" if r is not None and (r >= goal if higher else r <= goal) else "FAIL"
-        checks.append(
-            {
-                "dataset": label,
-                "what": what,
-                "goal": goal,
-                "higher": higher,
-                "ratio": r,
-                "chassis": value,
-                "best_peer": peer,
-                "peer_value": peer_value,
-                "verdict": verdict,
-            }
-        )
+        checks.append(_target_row(label, what, value, peer, peer_value, goal, higher))
 
     for mode in ("batch", "loop"):
         qps = {n: s["qps_at"][mode]["0.95"]["qps"] for n, s in results.items()}
