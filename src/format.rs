@@ -429,6 +429,12 @@ impl Header {
             let limit = "must be the offset of a quantizer region of an index with codes";
             return Err(field("quantizer", h.quantizer, limit));
         }
+        // A codes-only index stores nothing before its quantizer: rows without one could not
+        // be read (`get`) or searched.
+        if h.precision == Precision::Int8 && h.slots > 0 && h.quantizer == 0 {
+            let limit = "a codes-only index holds no rows before its quantizer is named";
+            return Err(field("quantizer", 0, limit));
+        }
         let geo = h.geometry();
         let segs = h.regions.iter().filter(|r| r.kind == RegionKind::Segment).count();
         if h.slots > geo.slots_in_segments(segs)
@@ -926,6 +932,17 @@ mod tests {
                 },
             ],
         }
+    }
+
+    #[test]
+    fn a_codes_only_header_with_rows_and_no_quantizer_is_refused() {
+        let mut h = sample();
+        (h.precision, h.quantization) = (Precision::Int8, Quantization::Int8);
+        let e = Header::decode(&h.encode()).unwrap_err();
+        assert!(matches!(&e, CopyDamage::Invalid(w) if w.contains("quantizer")), "{e:?}");
+        h.slots = 0;
+        (h.live, h.next_id, h.entry, h.max_level) = (0, 0, EMPTY, 0);
+        assert_eq!(Header::decode(&h.encode()).unwrap(), h, "empty: nothing to read yet");
     }
 
     #[test]

@@ -157,7 +157,10 @@ class Layout:
 
 
 # --------------------------------------------------------------------------- the pristine index
-@pytest.fixture(scope="module", params=["plain", "int8"])
+VARIANTS = ["plain", "int8"]  # an index without codes, and one with 8-bit codes
+
+
+@pytest.fixture(scope="module")
 def pristine(tmp_path_factory, request):
     d = tmp_path_factory.mktemp("corruption")
     path = d / "pristine.chassis"
@@ -196,6 +199,7 @@ def pristine(tmp_path_factory, request):
     )
 
 
+@pytest.mark.parametrize("pristine", VARIANTS, indirect=True)
 def test_layout_arithmetic(pristine):
     """The offsets used below agree with the file: region table, ids and vectors read back."""
     b, lay, data, cur = pristine["bytes"], pristine["layout"], pristine["data"], pristine["cur"]
@@ -593,14 +597,23 @@ FAST_CASES = {
 
 
 @pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=() if n in FAST_CASES else pytest.mark.slow) for n in _cases()],
-    ids=lambda n: n.replace(" ", "-").replace("'", "").replace(",", ""),
+    "pristine,name",
+    [
+        pytest.param(
+            v,
+            n,
+            marks=() if n in FAST_CASES else pytest.mark.slow,
+            id=f"{v}-" + n.replace(" ", "-").replace("'", "").replace(",", ""),
+        )
+        for v in VARIANTS
+        for n in _cases()
+        # the codes' cases exist only where there are codes
+        if v != "plain" or n not in CODE_CASES
+    ],
+    indirect=["pristine"],
 )
 def test_damaged_file(pristine, tmp_path, name):
     p = pristine
-    if name in CODE_CASES and not p["layout"].codes:
-        pytest.skip("an index without codes has no codes or quantizer to damage")
     case = find_case(p, name)
     path = damage(p, case, tmp_path / "damaged.chassis")
     queries = queries_for(p, case)
@@ -666,6 +679,7 @@ def test_damaged_file(pristine, tmp_path, name):
         check_state(r, p, ids, USER_VERSION, queries, what, skip_vec=skip)
 
 
+@pytest.mark.parametrize("pristine", VARIANTS, indirect=True)
 def test_search_never_returns_a_vector_that_fails_its_checksum(pristine, tmp_path):
     """check()'s documentation (chassis/_check.py): corrupt slots are skipped by searches. A
     vector with one low mantissa bit flipped is still its own query's nearest neighbour, so an
