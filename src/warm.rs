@@ -29,9 +29,12 @@ pub struct Warm {
 }
 
 impl Warm {
-    /// Start reading `slots` slots' written ranges of `st` in.
-    pub fn start(st: Arc<Storage>, slots: u64) -> Warm {
-        let ranges = st.written_ranges(slots);
+    /// Start reading `slots` slots' written ranges of `st` in; without `vectors`, all but the
+    /// full-precision vectors (the lists, the upper layers and the codes: what a search of an
+    /// index with codes walks).
+    pub fn start(st: Arc<Storage>, slots: u64, vectors: bool) -> Warm {
+        let mut ranges = st.written_ranges(slots);
+        ranges.retain(|r| vectors || !r.vectors || r.codes);
         let total = ranges.iter().map(|r| r.len as u64).sum();
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
@@ -55,22 +58,15 @@ impl Warm {
                             view.as_ref().and_then(|v| v.translate(p + at)).unwrap_or(p + at);
                         #[cfg(target_os = "linux")]
                         let addr = p + at;
-                        // Ask the file for exactly this step first, and fault it in marked as
-                        // read at random: a fault would otherwise also read around it
-                        // (read_ahead_kb, 8 MiB on some disks), into the holes of the sparse
-                        // file. Not for vectors asked for huge pages: they are read by their own
-                        // 2 MiB faults (already MADV_RANDOM), which readahead would pre-empt
-                        // with small pages.
+                        // Ask the file for exactly this step first: the mappings are marked as
+                        // read at random (`Storage::map_region`), so a fault reads its own page
+                        // and this read is what brings the step in whole, in one request. Not
+                        // for vectors asked for huge pages: they are read by their own 2 MiB
+                        // faults, which a read into small pages would pre-empt.
                         if !(r.vectors && huge) {
                             os::fadvise_willneed(st.file(), r.file_offset + at as u64, n);
-                            if !huge {
-                                os::advise_random(addr as *const u8, n);
-                            }
                         }
                         os::populate(addr as *const u8, n);
-                        if !huge {
-                            os::advise_normal(addr as *const u8, n);
-                        }
                         done2.fetch_add(n as u64, Relaxed);
                         at += n;
                     }

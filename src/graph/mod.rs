@@ -27,7 +27,7 @@ use crate::cpu;
 use crate::distance::{Kernel, Kernel4};
 use crate::format;
 use crate::quant::{CodeTable, Prepared, Quantizer};
-use crate::storage::Storage;
+use crate::storage::{Area, Storage};
 use halfcopy::HalfCopy;
 use std::cell::RefCell;
 use std::collections::BinaryHeap;
@@ -252,6 +252,11 @@ pub struct Graph<'a> {
     /// (`on_stored_codes`).
     codes: Option<&'a CodeTable>,
     stored_codes: bool,
+    /// The index is short of memory (`index::residency`): name the pages of the rows a node's
+    /// neighbors are measured on (`will_need`), and of the next candidate's list (`lists_cold`),
+    /// to the system before reading them.
+    will_need: bool,
+    lists_cold: bool,
 }
 
 impl<'a> Graph<'a> {
@@ -310,7 +315,25 @@ impl<'a> Graph<'a> {
             stored_codes: false,
             quant: None,
             metric,
+            will_need: false,
+            lists_cold: false,
         }
+    }
+
+    /// A search of an index short of memory: name the pages of the rows it is about to measure
+    /// (`rows`, on the storage only: never a copy or table in memory) and of the lists it is
+    /// about to read (`lists`) to the system first, so that their reads overlap.
+    pub fn naming_pages(mut self, rows: bool, lists: bool) -> Self {
+        self.will_need = rows && self.copy.is_none() && self.codes.is_none();
+        self.lists_cold = lists;
+        self
+    }
+
+    /// Name the pages of the row `dist` reads for `slot` (see `naming_pages`).
+    #[inline]
+    fn name_row(&self, slot: u32) {
+        let area = if self.stored_codes { Area::Code } else { Area::Vector };
+        self.st.will_need(slot, area);
     }
 
     /// A graph whose distances are measured on 8-bit codes (slots below the table's length),

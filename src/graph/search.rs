@@ -54,6 +54,9 @@ impl<'a> Graph<'a> {
                 sc.buf.push(nb);
             }
         }
+        if self.will_need {
+            sc.buf.iter().for_each(|&nb| self.name_row(nb));
+        }
         sc.dists += sc.buf.len() as u64;
     }
 
@@ -118,6 +121,9 @@ impl<'a> Graph<'a> {
             if let Some(std::cmp::Reverse(next)) = sc.cand.peek() {
                 if layer == 0 {
                     self.prefetch_list(slot_of(*next));
+                    if self.lists_cold {
+                        self.st.will_need(slot_of(*next), Area::List);
+                    }
                 }
             }
             let Some(list) = lists::list_of(self.st, slot_of(c), layer) else { continue };
@@ -132,6 +138,9 @@ impl<'a> Graph<'a> {
                     if lookahead && d < best {
                         best = d;
                         self.prefetch_list(nb);
+                        if self.lists_cold {
+                            self.st.will_need(nb, Area::List);
+                        }
                     }
                     if accept(nb) {
                         sc.top.push(pack(d, nb));

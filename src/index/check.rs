@@ -44,6 +44,8 @@ impl Index {
         let codes_only = self.precision() == Precision::Int8;
         let g = Graph::new(st, self.metric(), n);
         let clipped = AtomicU64::new(0);
+        // Each thread reads a run of slots in order: readahead, not a fault per page.
+        let scan = st.sequential_scan();
         let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
             .into_par_iter()
             .with_min_len(1024)
@@ -87,6 +89,7 @@ impl Index {
                 },
             )
             .collect();
+        drop(scan);
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }

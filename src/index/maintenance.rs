@@ -181,10 +181,13 @@ impl Index {
         let vb = new.geo.vec_bytes;
         let mut bytes = vec![0u8; live.len() * vb];
         let mut ids = Vec::with_capacity(live.len());
+        // Live slots in insertion order: mostly in file order, so read ahead.
+        let scan = snap.st.sequential_scan();
         for (i, &s) in live.iter().enumerate() {
             bytes[i * vb..(i + 1) * vb].copy_from_slice(snap.st.vector_bytes(s));
             ids.push(snap.live_id(s).expect("live"));
         }
+        drop(scan);
         let mut nw = new.writer.lock();
         // A codes-only index keeps its quantizer (its codes are copied as they are); beside
         // float vectors a trained quantizer is learned again, from the live vectors (evenly
@@ -222,6 +225,7 @@ impl Index {
             u.saved.clear();
         }
         self.publish(Snap::clone_of(&nsnap));
+        self.residency.reset();
         drop(new);
         if self.memory {
             nsnap.st.advise_stores(old.st.huge.load(Acquire));
@@ -231,7 +235,8 @@ impl Index {
         self.advise_committed(&nsnap.st, nsnap.slots);
         if self.warm_on.load(Acquire) {
             drop(self.warm.lock().take());
-            *self.warm.lock() = Some(Warm::start(nsnap.st.clone(), nsnap.slots));
+            *self.warm.lock() =
+                Some(Warm::start(nsnap.st.clone(), nsnap.slots, self.warm_vectors.load(Acquire)));
         }
     }
 }

@@ -15,6 +15,15 @@ pub struct MemoryStats {
     /// Of the written ranges, bytes in memory now (mincore).
     pub resident_bytes: u64,
     pub vector_bytes: u64,
+    /// Of the vectors (not the codes), bytes in memory now.
+    pub resident_vector_bytes: u64,
+    /// Slot headers, lists, upper layers and the quantizer: what a search walks besides the
+    /// rows it measures; and of them bytes in memory now.
+    pub graph_bytes: u64,
+    pub resident_graph_bytes: u64,
+    /// Whether searches name their next pages to the system, the index being short of memory
+    /// at the last sample (see `residency`).
+    pub naming_pages: bool,
     /// 8-bit codes written, and of them bytes in memory now (0 without codes).
     pub code_bytes: u64,
     pub resident_code_bytes: u64,
@@ -60,11 +69,9 @@ impl Index {
             for (p, len) in st.vector_pieces(from, to) {
                 os::advise_huge(p as *const u8, len, true);
             }
-            // A fault in the slot headers or lists would read around it (read_ahead_kb) into
-            // the vector pieces beside them, with small pages, which then stay small.
-            for (p, len) in st.graph_areas() {
-                os::advise_random(p as *const u8, len);
-            }
+            // (Faults in the slot headers and lists read no further than their own page, which
+            // keeps them out of the vector pieces beside them: every file mapping is marked as
+            // read at random when it is made.)
         }
     }
 
@@ -96,19 +103,22 @@ impl Index {
 
     /// ADR-0019: read the written part of the file into memory on a background thread. Asking
     /// while it runs does nothing; asking once it is done reads what the index holds then.
-    /// In memory: nothing to read (the index is in memory already).
-    pub fn warm(&self) {
+    /// In memory: nothing to read (the index is in memory already). Without `vectors`, all
+    /// but the full-precision vectors: what a search walks when they do not fit (see
+    /// `residency`), and with codes all a search reads but the rerank's few vectors.
+    pub fn warm(&self, vectors: bool) {
         if self.memory {
             return;
         }
         self.warm_on.store(true, Release);
+        self.warm_vectors.store(vectors, Release);
         let mut w = self.warm.lock();
         if w.as_ref().is_some_and(|w| w.running()) {
             return;
         }
         let snap = self.view.read().clone();
         let slots = snap.slots.max(if self.read_only { 0 } else { self.writer.lock().slots });
-        *w = Some(Warm::start(snap.st.clone(), slots));
+        *w = Some(Warm::start(snap.st.clone(), slots, vectors));
     }
 
     /// Stop a running warm (waits for at most one 8 MiB step).
@@ -160,6 +170,18 @@ impl Index {
                 .filter(|r| r.vectors && !r.codes)
                 .map(|r| r.len as u64)
                 .sum(),
+            resident_vector_bytes: written
+                .iter()
+                .filter(|r| r.vectors && !r.codes)
+                .map(|r| os::resident(r.addr as *const u8, r.len))
+                .sum(),
+            graph_bytes: written.iter().filter(|r| !r.vectors).map(|r| r.len as u64).sum(),
+            resident_graph_bytes: written
+                .iter()
+                .filter(|r| !r.vectors)
+                .map(|r| os::resident(r.addr as *const u8, r.len))
+                .sum(),
+            naming_pages: self.naming_pages(),
             code_bytes: written.iter().filter(|r| r.codes).map(|r| r.len as u64).sum(),
             resident_code_bytes: written
                 .iter()

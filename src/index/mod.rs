@@ -16,6 +16,7 @@
 //! | `maintenance.rs` | save, backup, compact                                                 |
 //! | `check.rs`       | check: checksums, lists and reachability                              |
 //! | `memory.rs`      | memory policies: huge pages, warm, memory_stats                       |
+//! | `residency.rs`   | larger than memory: which areas are short of it, sampled              |
 //!
 //! Graph linking and repair live beside the graph (`crate::graph::insert`), the commit order
 //! in `crate::commit`, and every raw pointer into the mappings in `crate::storage`.
@@ -30,6 +31,7 @@ mod memory;
 mod open;
 mod options;
 mod reader;
+mod residency;
 mod search;
 mod write;
 
@@ -202,6 +204,9 @@ pub struct Index {
     /// a new file reads that in too).
     warm: Mutex<Option<Warm>>,
     warm_on: AtomicBool,
+    /// What `warm` last asked for: everything, or all but the full vectors.
+    warm_vectors: AtomicBool,
+    residency: residency::Residency,
     /// Values clipped to the quantizer's range by the encodes of this handle (training and
     /// adds; `check` counts them over the whole index).
     clipped: AtomicU64,

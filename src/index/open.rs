@@ -242,7 +242,7 @@ impl Index {
             idx.use_huge_pages();
         }
         if idx.opts.warm {
-            idx.warm();
+            idx.warm(true);
         }
         Ok(idx)
     }
@@ -325,6 +325,8 @@ impl Index {
             unusable_seq: AtomicU64::new(u64::MAX),
             warm: Mutex::new(None),
             warm_on: AtomicBool::new(false),
+            warm_vectors: AtomicBool::new(true),
+            residency: Default::default(),
             clipped: AtomicU64::new(0),
             warnings,
         }

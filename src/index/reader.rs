@@ -90,9 +90,11 @@ impl Index {
         let rewarm = self.warm_on.load(Acquire);
         drop(self.warm.lock().take()); // stop reading the old file before it goes
         if rewarm {
-            *self.warm.lock() = Some(Warm::start(st.clone(), h.slots));
+            *self.warm.lock() =
+                Some(Warm::start(st.clone(), h.slots, self.warm_vectors.load(Acquire)));
         }
         self.publish(Snap::of(st, &h, false));
+        self.residency.reset();
         w.copy = copy;
         w.committed = h;
         Ok(())

@@ -5,6 +5,7 @@ use super::*;
 use crate::format::RESERVED_ID;
 use crate::graph::{Graph, Start};
 use crate::quant::{Prepared, Quantizer};
+use crate::storage::Area;
 use filter::{scans, small_allowed, SlotFilter, SlotSet};
 use input::check_k;
 use rayon::prelude::*;
@@ -215,12 +216,15 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
+                // Short of memory: name pages before reading them (see `residency`).
+                let cold = self.cold(snap);
                 let hits = match rerank_on {
                     // Walk the codes, then measure the best candidates on the vectors: the
                     // distances returned are the vectors' own.
                     Some(quantizer) => {
                         let r = rerank_count(k, ef, rerank);
-                        let walk = Graph::on_stored_codes(st, self.metric(), limit);
+                        let walk = Graph::on_stored_codes(st, self.metric(), limit)
+                            .naming_pages(cold.walk, cold.lists);
                         let found = with_prepared(quantizer, self.metric(), q, |values, _| {
                             walk.knn(
                                 values,
@@ -233,22 +237,18 @@ impl Index {
                                 start,
                             )
                         });
+                        if cold.vectors {
+                            found.iter().for_each(|&(_, s)| st.will_need(s, Area::Vector));
+                        }
                         let mut out: Vec<(f32, u32)> =
                             found.into_iter().map(|(_, s)| (exact.dist(q, s), s)).collect();
                         out.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                         out.truncate(k);
                         out
                     }
-                    None => Graph::new(st, self.metric(), limit).knn(
-                        q,
-                        k,
-                        ef,
-                        snap.entry,
-                        snap.max_level,
-                        visible,
-                        &accept,
-                        start,
-                    ),
+                    None => Graph::new(st, self.metric(), limit)
+                        .naming_pages(cold.walk, cold.lists)
+                        .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
                 };
                 if hits.len() < k && (filter.is_some() || !bad.is_empty()) {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))

@@ -22,7 +22,8 @@
 //! What Windows has no equivalent for is done as nothing, and the index works the same
 //! without the gain:
 //! - Memory advice: no huge pages (`advise_huge` answers false, an in-memory store's
-//!   `advise_anon_huge` does nothing), no `MADV_RANDOM`/`MADV_NORMAL`, no readahead advice;
+//!   `advise_anon_huge` does nothing), no `MADV_RANDOM`/`MADV_SEQUENTIAL`, no readahead
+//!   advice;
 //!   `warm` reads nothing in (`populate` does nothing, `populate_mode` is `Nothing`, as
 //!   ADR-0019 says), though its thread still steps through the ranges and counts them.
 //! - `resident` is 0 (no `mincore`); the huge-page byte counts are None (no smaps).
@@ -61,8 +62,12 @@ mod windows;
 #[cfg(windows)]
 use windows as sys;
 
+/// Whether `fadvise_willneed` asks the system for anything (Linux only): searches of an index
+/// short of memory name their next pages with it (`index::residency`).
+pub const WILL_NEED: bool = cfg!(target_os = "linux");
+
 pub use sys::{
-    advise_huge, advise_normal, advise_random, errno, fadvise_willneed, file_id, free_space,
+    advise_huge, advise_random, advise_sequential, errno, fadvise_willneed, file_id, free_space,
     page_size, path_id, physical_memory, populate, preallocate, punch_hole, read_at, read_exact_at,
     resident, sync_dir, sync_file, try_lock_exclusive, unlock, write_all_at, AlignedMap, FileId,
     ENOSPC,

@@ -260,11 +260,12 @@ pub fn advise_random(p: *const u8, len: usize) {
     }
 }
 
-/// Undo `advise_random`.
-pub fn advise_normal(p: *const u8, len: usize) {
+/// Mark `[p, p + len)` as read in order (a fault reads well ahead, and pages behind may go
+/// first): for whole-index scans only, which then mark it random again.
+pub fn advise_sequential(p: *const u8, len: usize) {
     // SAFETY: advice about a range inside a live mapping of this process.
     unsafe {
-        libc::madvise(p as *mut libc::c_void, len, libc::MADV_NORMAL);
+        libc::madvise(p as *mut libc::c_void, len, libc::MADV_SEQUENTIAL);
     }
 }
 

@@ -284,7 +284,7 @@ pub fn advise_random(p: *const u8, len: usize) {
 }
 
 /// Nothing.
-pub fn advise_normal(p: *const u8, len: usize) {
+pub fn advise_sequential(p: *const u8, len: usize) {
     let _ = (p, len);
 }
 

@@ -714,9 +714,17 @@ impl VectorIndex {
     ///
     /// Returns at once; asking while it runs does nothing, and it does nothing in memory.
     /// ``memory_stats()`` reports its progress.
-    fn warm(&self, py: Python<'_>) -> PyResult<()> {
+    ///
+    /// Parameters
+    /// ----------
+    /// vectors : bool, default: True
+    ///     False reads all but the full-precision vectors: the lists, the upper layers and
+    ///     the 8-bit codes, which is what a search walks. For an index larger than memory:
+    ///     with codes, searches then read only the few vectors they rerank.
+    #[pyo3(signature = (*, vectors = true))]
+    fn warm(&self, py: Python<'_>, vectors: bool) -> PyResult<()> {
         self.with(py, |idx| {
-            idx.warm();
+            idx.warm(vectors);
             Ok(())
         })
     }
@@ -727,8 +735,11 @@ impl VectorIndex {
     /// -------
     /// dict
     ///     ``mapped_bytes``, ``written_bytes`` and ``resident_bytes`` of the mappings;
-    ///     ``vector_bytes``; ``code_bytes`` and ``resident_code_bytes`` of the 8-bit codes (0
-    ///     without them); ``vector_huge_bytes`` (vectors and codes), ``graph_huge_bytes`` and ``huge_bytes``
+    ///     ``vector_bytes`` and ``resident_vector_bytes``; ``code_bytes`` and
+    ///     ``resident_code_bytes`` of the 8-bit codes (0 without them); ``graph_bytes`` and
+    ///     ``resident_graph_bytes`` (slot headers, lists, upper layers); ``naming_pages``
+    ///     (searches name their next pages to the system: the index was short of memory at
+    ///     the last sample); ``vector_huge_bytes`` (vectors and codes), ``graph_huge_bytes`` and ``huge_bytes``
     ///     on huge pages (of an in-memory index, its stores of 2 MiB and more: smaller ones
     ///     share the allocator's pages with the rest of the process); ``huge_pages_asked`` and ``huge_pages_refused``; ``backing``
     ///     (``"file"`` or ``"memory"``); ``warm_running``, ``warm_done_bytes`` and
@@ -743,6 +754,10 @@ impl VectorIndex {
         d.set_item("vector_bytes", m.vector_bytes)?;
         d.set_item("code_bytes", m.code_bytes)?;
         d.set_item("resident_code_bytes", m.resident_code_bytes)?;
+        d.set_item("resident_vector_bytes", m.resident_vector_bytes)?;
+        d.set_item("graph_bytes", m.graph_bytes)?;
+        d.set_item("resident_graph_bytes", m.resident_graph_bytes)?;
+        d.set_item("naming_pages", m.naming_pages)?;
         d.set_item("vector_huge_bytes", m.vector_huge_bytes)?;
         d.set_item("graph_huge_bytes", m.graph_huge_bytes)?;
         d.set_item("huge_bytes", m.huge_bytes)?;

@@ -162,3 +162,36 @@ impl Storage {
 fn beyond_mappings(slot: u32) -> ! {
     panic!("slot {slot} is beyond the mapped segments of the index")
 }
+
+/// What part of a slot a search is about to read, for [`Storage::will_need`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Area {
+    /// The stored vector (a codes-only index's codes).
+    Vector,
+    /// The 8-bit codes beside the vectors (the vector where there are only codes).
+    Code,
+    /// The level-0 record (the node's list).
+    List,
+}
+
+impl Storage {
+    /// Ask the system to start reading the file pages under `area` of `slot` (no wait; a page
+    /// already in memory costs a lookup): a search of an index not in memory names the pages
+    /// of what it reads next, so that their reads overlap instead of coming one fault at a
+    /// time. Nothing for an in-memory index.
+    pub fn will_need(&self, slot: u32, area: Area) {
+        let Some(file) = &self.file else { return };
+        let (seg, local) = self.seg_of(slot);
+        let l = &seg.layout;
+        let (at, len) = match area {
+            Area::Code if self.geo.precision != format::Precision::Int8 => {
+                (l.codes + local * self.geo.code_stride as u64, self.geo.dims)
+            }
+            Area::Vector | Area::Code => {
+                (l.vectors + local * self.geo.stride as u64, self.geo.vec_bytes)
+            }
+            Area::List => (l.l0 + local * self.geo.l0_words as u64 * 4, self.geo.l0_words * 4),
+        };
+        crate::os::fadvise_willneed(file, seg.offset + at, len);
+    }
+}

@@ -35,7 +35,8 @@ mod access;
 pub mod lists;
 mod ranges;
 
-pub use ranges::Written;
+pub use access::Area;
+pub use ranges::{SequentialScan, Written};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
@@ -283,6 +284,9 @@ impl Storage {
                     if !self.huge.load(Acquire) {
                         os::advise_huge(p, layout.headers as usize, false);
                     }
+                    // Searches read at random: a fault reads its own page, not read_ahead_kb
+                    // around it (see `docs/design/larger-than-memory.md`).
+                    os::advise_random(p, map.len());
                 }
                 let cell = self.segments.get(k).ok_or_else(Self::full)?;
                 let _ = cell.set(Segment { map, layout, offset: r.offset });
@@ -300,6 +304,7 @@ impl Storage {
                         )
                         .map_err(|e| Error::io(e, "mapping", &self.path))?;
                         os::advise_huge(map.as_ptr(), map.len(), false);
+                        os::advise_random(map.as_ptr(), map.len());
                         map
                     }
                     None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire))

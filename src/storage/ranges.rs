@@ -70,20 +70,6 @@ impl Storage {
         out
     }
 
-    /// Address ranges of every segment's slot headers and lists (to keep their faults from
-    /// reading around into the vectors' huge-page pieces).
-    pub fn graph_areas(&self) -> Vec<(usize, usize)> {
-        (0..self.seg_count.load(Acquire))
-            .filter_map(|k| self.segments[k].get())
-            .map(|s| {
-                (
-                    s.map.as_ptr() as usize + s.layout.headers as usize,
-                    s.map.len() - s.layout.headers as usize,
-                )
-            })
-            .collect()
-    }
-
     /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
     pub fn vector_areas(&self) -> Vec<(usize, usize)> {
         (0..self.seg_count.load(Acquire))
@@ -176,6 +162,19 @@ impl Storage {
             })
             .collect();
         segs.chain(hs).collect()
+    }
+
+    /// Mark every file mapping as read in order for a whole-index scan (`check`, compaction's
+    /// copy), so that a file not in memory comes in by readahead rather than a page per fault;
+    /// marked as read at random again when the guard drops. Searches of this process meanwhile
+    /// read ahead too; other processes' mappings keep their own advice.
+    pub fn sequential_scan(&self) -> SequentialScan<'_> {
+        if self.file.is_some() {
+            for (p, len) in self.mapped_ranges() {
+                os::advise_sequential(p as *const u8, len);
+            }
+        }
+        SequentialScan(self)
     }
 
     /// Address ranges of every mapping of the index (for memory statistics).
@@ -291,6 +290,19 @@ impl Storage {
         }
         for h in self.heaps[..self.heap_count.load(Acquire)].iter().filter_map(|h| h.get()) {
             h.map.advise_anon_huge(on);
+        }
+    }
+}
+
+/// See [`Storage::sequential_scan`].
+pub struct SequentialScan<'a>(&'a Storage);
+
+impl Drop for SequentialScan<'_> {
+    fn drop(&mut self) {
+        if self.0.file.is_some() {
+            for (p, len) in self.0.mapped_ranges() {
+                os::advise_random(p as *const u8, len);
+            }
         }
     }
 }

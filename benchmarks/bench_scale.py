@@ -1,0 +1,381 @@
+"""Scale benchmark: large generated indexes, and searching one larger than the memory it may use.
+
+  limit   an index of --n x --dims generated clustered float32 vectors (chassis.datasets.clustered,
+          --clusters 1024 clusters of about a thousand points, seed 16: recall@10 0.95 at about
+          ef 128 at a million; the default 64 clusters of 15,600 points in 384 isotropic
+          dimensions need ef 512), exact top-100 of 1,000 queries, built once by add_batch on 2
+          threads (M=16, ef_construction=200, cached in --workdir): float32, and with 8-bit
+          codes (quantization="int8"). Per variant and memory limit (none, then 1/2, 1/4 and 1/8
+          of the file's size): the file is evicted from the page cache (fsync + fadvise
+          DONTNEED, checked with mincore), and a fresh process, placed in a cgroup-v1 memory
+          cgroup with that limit (the page cache it faults in is charged to it), opens it as an
+          IndexReader and searches blocks of queries it has not seen (children/limit_search.py):
+          the first query, two warm-up blocks (at the lowest and highest ef), then per ef a block
+          one query at a time on one thread (QPS, p50 / p99 latency, recall@10, MiB read from
+          the disk per query by /proc/self/io read_bytes) and a block by search_batch on 2
+          threads. Variants: each file as it is, and after warm(vectors=False) (all but the full
+          vectors read in first); and, at 1/4 only, with CHASSIS_NAME_PAGES=0 (a search names
+          no pages before reading them), to show what that gives. Whether the kernel killed the
+          process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
+          (/sys/fs/cgroup/memory); without them only the unlimited runs are made, and it says so.
+
+    python benchmarks/bench_scale.py                         # 1,000,000 x 384 (builds ~10 min)
+    python benchmarks/bench_scale.py --n 200000 --json out.json
+    python benchmarks/bench_scale.py --quick                 # smoke run, 20,000 x 384
+
+Linux only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolkit import (  # noqa: E402
+    add_json_option,
+    child_script,
+    datasets_module,
+    evict_file,
+    machine_info,
+    table,
+    write_results,
+)
+
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+MiB = 1 << 20
+
+
+def log(*a: Any) -> None:
+    print(*a, file=sys.stderr, flush=True)
+
+
+def cgroup_problem() -> str | None:
+    """Why memory-limited runs cannot be made here, or None."""
+    if sys.platform != "linux":
+        return "not Linux"
+    if os.geteuid() != 0:
+        return "not root (a memory cgroup needs root)"
+    if not (CGROUP_V1 / "memory.limit_in_bytes").exists():
+        return f"no cgroup-v1 memory controller at {CGROUP_V1}"
+    return None
+
+
+class MemoryCgroup:
+    """A cgroup-v1 memory cgroup of its own with a limit; removed on exit."""
+
+    def __init__(self, limit: int) -> None:
+        self.path = CGROUP_V1 / f"chassis-bench-{os.getpid()}-{time.monotonic_ns()}"
+        self.limit = limit
+
+    def __enter__(self) -> MemoryCgroup:
+        self.path.mkdir()
+        (self.path / "memory.limit_in_bytes").write_text(str(self.limit))
+        return self
+
+    def join(self) -> None:
+        """Put the calling process in the cgroup (a child's preexec_fn)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def stats(self) -> dict[str, int]:
+        oom = dict(
+            line.split() for line in (self.path / "memory.oom_control").read_text().splitlines()
+        )
+        return {
+            "max_usage": int((self.path / "memory.max_usage_in_bytes").read_text()),
+            "failcnt": int((self.path / "memory.failcnt").read_text()),
+            "oom_kill": int(oom.get("oom_kill", 0)),
+        }
+
+    def __exit__(self, *exc: object) -> None:
+        for _ in range(50):
+            try:
+                (self.path / "memory.force_empty").write_text("0")
+            except OSError:
+                pass
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def load_data(
+    n: int, dims: int, nq: int, clusters: int, workdir: Path
+) -> tuple[np.ndarray, Path, Path]:
+    dsm = datasets_module()
+    base, queries = dsm.clustered(n, dims, nq, clusters=clusters, seed=16)
+    tag = f"{n}x{dims}-c{clusters}-{nq}"
+    qf, gf = workdir / f"q-{tag}.npy", workdir / f"gt-{tag}.npy"
+    if not gf.exists():
+        t0 = time.perf_counter()
+        gt, _ = dsm.ground_truth(base, queries, 100)
+        np.save(gf, gt)
+        log(
+            f"  ground truth of {nq:,} queries over {n:,} x {dims}: {time.perf_counter() - t0:.1f} s"
+        )
+    np.save(qf, queries)
+    return base, qf, gf
+
+
+def build(
+    base: np.ndarray, workdir: Path, tag: str, clusters: int, opts: dict[str, Any]
+) -> tuple[Path, float | None]:
+    import chassis
+
+    n, d = base.shape
+    path = workdir / f"{tag}-{n}x{d}-c{clusters}-m16-efc200.chassis"
+    if path.exists():
+        return path, None
+    tmp = Path(str(path) + ".building")
+    for p in (tmp, Path(str(tmp) + ".undo")):
+        p.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    index = chassis.VectorIndex(
+        str(tmp), d, chassis.IndexOptions(max_connections=16, ef_construction=200, **opts)
+    )
+    index.add_batch(base, threads=2)
+    index.flush()
+    index.close()
+    secs = time.perf_counter() - t0
+    os.replace(tmp, path)
+    Path(str(tmp) + ".undo").unlink(missing_ok=True)
+    log(f"  built {path.name} in {secs:.0f} s")
+    return path, secs
+
+
+def limited_run(
+    path: Path,
+    qf: Path,
+    gf: Path,
+    limit: int | None,
+    args: argparse.Namespace,
+    warm: str = "",
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    evict_file(path)
+    cmd = [
+        sys.executable,
+        child_script("limit_search"),
+        str(path),
+        str(qf),
+        str(gf),
+        "10",
+        str(args.block),
+        ",".join(map(str, args.efs)),
+        "2",
+        warm,
+    ]
+    env = {**os.environ, **(env or {})}
+    if limit is None:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        stats: dict[str, int] = {}
+    else:
+        with MemoryCgroup(limit) as cg:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=args.timeout,
+                env=env,
+                preexec_fn=cg.join,
+            )
+            stats = cg.stats()
+    res: dict[str, Any] = {"limit_mib": None if limit is None else limit / MiB, **stats}
+    res["returncode"] = proc.returncode
+    if proc.returncode != 0:
+        res["error"] = proc.stderr[-2000:]
+        return res
+    res.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return res
+
+
+def at_recall(points: list[dict[str, Any]], target: float, key: str) -> float | None:
+    """`key` at recall `target`, linear between the two ef points around it (None if not reached)."""
+    pts = sorted(points, key=lambda p: p["recall"])
+    for a, b in zip(pts, pts[1:]):
+        if a["recall"] <= target <= b["recall"]:
+            if b["recall"] == a["recall"]:
+                return b[key]
+            t = (target - a["recall"]) / (b["recall"] - a["recall"])
+            return a[key] + t * (b[key] - a[key])
+    if pts and pts[0]["recall"] >= target:
+        return pts[0][key]
+    return None
+
+
+# name: (index file, warm before searching, environment)
+VARIANTS: dict[str, tuple[str, str, dict[str, str]]] = {
+    "float32": ("float32", "", {}),
+    "float32, warm(vectors=False)": ("float32", "walk", {}),
+    "int8": ("int8", "", {}),
+    "int8, warm(vectors=False)": ("int8", "walk", {}),
+    # What naming the next pages gives: the same searches with it turned off.
+    "float32, pages not named": ("float32", "", {"CHASSIS_NAME_PAGES": "0"}),
+    "int8, pages not named": ("int8", "", {"CHASSIS_NAME_PAGES": "0"}),
+}
+FILES = {"float32": {}, "int8": {"quantization": "int8"}}
+
+
+def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
+    why = cgroup_problem()
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
+    out: dict[str, Any] = {"skipped": why, "files": {}, "variants": {}}
+    paths = {}
+    for tag, opts in FILES.items():
+        path, secs = build(base, workdir, tag, args.clusters, opts)
+        paths[tag] = path
+        out["files"][tag] = {"file_mib": path.stat().st_size / MiB, "build_s": secs}
+    del base
+    if why is not None:
+        log(f"  memory-limited runs skipped: {why}")
+    for name, (tag, warm, env) in VARIANTS.items():
+        path = paths[tag]
+        size = path.stat().st_size
+        ab = bool(env)
+        limits: list[int | None] = [] if ab else [None]
+        if why is None:
+            limits += [size // f for f in ([4] if ab else args.fractions)]
+        v: dict[str, Any] = {"file": tag, "runs": []}
+        for limit in limits:
+            r = limited_run(path, qf, gf, limit, args, warm, env)
+            r["fraction"] = None if limit is None else round(size / limit)
+            v["runs"].append(r)
+            lim = "none" if limit is None else f"1/{r['fraction']}"
+            if "error" in r:
+                log(f"  {name}, limit {lim}: failed: {r['error'][-300:]}")
+            else:
+                pts = [
+                    (
+                        p["ef"],
+                        round(p["recall"], 3),
+                        round(p["qps"]),
+                        round(p["read_mib_per_query"], 2),
+                    )
+                    for p in r["loop"]
+                ]
+                log(f"  {name}, limit {lim}: (ef, recall, QPS, MiB/query) {pts}")
+        out["variants"][name] = v
+    return out
+
+
+def print_limit(res: dict[str, Any]) -> None:
+    if res.get("skipped"):
+        print(f"memory-limited runs skipped: {res['skipped']}")
+    for tag, f in res["files"].items():
+        built = f" (built in {f['build_s']:.0f} s)" if f["build_s"] else ""
+        print(f"{tag}: file {f['file_mib']:,.0f} MiB{built}")
+    nan = float("nan")
+    rows = []
+    for name, v in res["variants"].items():
+        for r in v["runs"]:
+            lim = (
+                "none"
+                if r["limit_mib"] is None
+                else f"1/{r['fraction']} ({r['limit_mib']:,.0f} MiB)"
+            )
+            if "error" in r:
+                rows.append(
+                    [
+                        name,
+                        lim,
+                        f"failed: return code {r['returncode']}, OOM kills {r.get('oom_kill')}",
+                    ]
+                    + [""] * 8
+                )
+                continue
+            loop, batch = r["loop"], r["batch"]
+
+            def at(points: list[dict[str, Any]], key: str) -> float:
+                x = at_recall(points, 0.95, key)
+                return nan if x is None else x
+
+            rows.append(
+                [
+                    name,
+                    lim,
+                    f"{r['first_ms']:.0f}",
+                    f"{at(loop, 'ef'):.0f}",
+                    f"{at(loop, 'qps'):,.0f}",
+                    f"{at(batch, 'qps'):,.0f}",
+                    f"{at(loop, 'p50_ms'):.2f}",
+                    f"{at(loop, 'p99_ms'):.2f}",
+                    f"{at(loop, 'read_mib_per_query'):.2f}",
+                    f"{r.get('oom_kill', 0)}",
+                    f"{r['resident_mib']:,.0f}",
+                ]
+            )
+    print(
+        "\nAt recall@10 = 0.95 (interpolated between the ef points), one query at a time on one thread; "
+        "batch: search_batch on 2 threads"
+    )
+    print(
+        table(
+            [
+                "variant",
+                "memory limit",
+                "first query ms",
+                "ef",
+                "QPS",
+                "QPS batch 2t",
+                "p50 ms",
+                "p99 ms",
+                "MiB read / query",
+                "OOM kills",
+                "resident MiB at end",
+            ],
+            rows,
+        )
+    )
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--only", default="limit", choices=["limit"])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--dims", type=int, default=384)
+    ap.add_argument("--nq", type=int, default=1000)
+    ap.add_argument("--clusters", type=int, default=1024)
+    ap.add_argument("--block", type=int, default=100, help="queries per measured block")
+    ap.add_argument("--efs", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128, 256])
+    ap.add_argument("--fractions", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument(
+        "--workdir",
+        default=os.environ.get(
+            "CHASSIS_SCALE_DIR", str(Path(tempfile.gettempdir()) / "chassis-scale")
+        ),
+        help="where data and index files are cached (env CHASSIS_SCALE_DIR)",
+    )
+    ap.add_argument("--quick", action="store_true")
+    add_json_option(ap)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.nq, args.block, args.clusters = 20_000, 500, 50, 64
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    res = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items() if k != "json"}}
+    res["limit"] = bench_limit(args)
+    print_limit(res["limit"])
+    write_results(args.json, "bench_scale", res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

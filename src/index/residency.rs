@@ -1,0 +1,151 @@
+//! Larger than memory: whether the pages searches read are in memory, so that a search of an
+//! index that is not names its next pages to the system before it reads them.
+//!
+//! A search that faults on a page of the file waits for that read before it knows what to read
+//! next: one disk round trip per page. Naming the pages of the neighbors it is about to measure
+//! (`Storage::will_need`, POSIX_FADV_WILLNEED: no wait) puts their reads in flight together, so
+//! a node's expansion waits about one round trip. The advice is a system call per page, about
+//! 0.3 us here on a page already in memory: more than a whole distance, so it is given only
+//! while the index is short of memory. Whether it is comes from sampling: at most once a
+//! second, the search that finds the last sample stale asks `mincore` about 64 pages picked at
+//! random in each area searches read (codes, vectors, graph: slot headers, lists and the upper
+//! layers), about 0.1 ms in all; an area with 2 or more of its 64 pages out of memory (about
+//! 3%) is cold. An index read in by `warm`, or one that fits and has been searched long enough,
+//! samples warm and searches as before. (ADR-0019 left paging in a node's neighbors from inside
+//! every search out, because it slowed the searches of a file already in memory: this is that,
+//! only where the file is not.)
+//!
+//! The mappings themselves are marked as read at random (`Storage::map_region`), so that a fault
+//! reads its own page and not read_ahead_kb around it; see `docs/design/larger-than-memory.md`.
+
+use super::*;
+use crate::os;
+use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Seconds between samples.
+const EVERY: Duration = Duration::from_secs(1);
+/// Pages sampled per area, and how many of them out of memory make it cold.
+const SAMPLES: usize = 64;
+const COLD_AT: usize = 2;
+
+const WALK: u8 = 1;
+const VECTORS: u8 = 2;
+const LISTS: u8 = 4;
+/// Set once a sample has been taken.
+const SAMPLED: u8 = 8;
+
+/// What a search should name to the system before reading it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cold {
+    /// What the walk measures: the codes where there are codes, else the vectors.
+    pub walk: bool,
+    /// The full vectors (the rerank of an index with codes beside them).
+    pub vectors: bool,
+    /// Level-0 lists.
+    pub lists: bool,
+}
+
+/// The last sample and when the next is due (see the module's text).
+#[derive(Default)]
+pub struct Residency {
+    state: AtomicU8,
+    /// Nanoseconds since `epoch()` after which a search samples again.
+    due: AtomicU64,
+}
+
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+/// `CHASSIS_NAME_PAGES=0` turns the naming off (to measure what it gives; the mappings stay
+/// marked as read at random).
+fn naming_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CHASSIS_NAME_PAGES").map_or(true, |v| v != "0"))
+}
+
+impl Residency {
+    /// Sample again at the next search (a new file, a compaction).
+    pub fn reset(&self) {
+        self.due.store(0, Relaxed);
+    }
+}
+
+impl Index {
+    /// Which areas of `snap` are short of memory, sampled at most once a second (see the
+    /// module's text). Never for an in-memory index, nor off Linux, where the advice is not
+    /// given (`os::WILL_NEED`).
+    pub(super) fn cold(&self, snap: &Snap) -> Cold {
+        let r = &self.residency;
+        if self.memory || !os::WILL_NEED || !naming_on() {
+            return Cold::default();
+        }
+        let now = epoch().elapsed().as_nanos() as u64;
+        let due = r.due.load(Relaxed);
+        if now >= due
+            && r.due.compare_exchange(due, now + EVERY.as_nanos() as u64, Relaxed, Relaxed).is_ok()
+        {
+            r.state.store(Self::sample(snap, now) | SAMPLED, Relaxed);
+        }
+        let s = r.state.load(Relaxed);
+        let codes = snap.st.geo.has_codes() && self.precision() != Precision::Int8;
+        Cold {
+            walk: s & WALK != 0,
+            vectors: s & (if codes { VECTORS } else { WALK }) != 0,
+            lists: s & LISTS != 0,
+        }
+    }
+
+    /// Whether the last sample found an area searches walk short of memory (false before
+    /// the first search).
+    pub(super) fn naming_pages(&self) -> bool {
+        let s = self.residency.state.load(Relaxed);
+        !self.memory && os::WILL_NEED && naming_on() && s & (WALK | VECTORS | LISTS) != 0
+    }
+
+    /// One sample of the written ranges of `snap`: the cold bits.
+    fn sample(snap: &Snap, seed: u64) -> u8 {
+        let written = snap.st.written_ranges(snap.slots);
+        let codes_beside = snap.st.geo.has_codes() && snap.st.geo.precision != Precision::Int8;
+        let ps = os::page_size();
+        let mut rng = seed | 1;
+        let mut cold_in = |keep: &dyn Fn(&crate::storage::Written) -> bool| -> bool {
+            let ranges: Vec<_> = written.iter().filter(|w| keep(w)).collect();
+            let pages: usize = ranges.iter().map(|w| w.len / ps).sum();
+            if pages == 0 {
+                return false;
+            }
+            let mut out = 0;
+            for _ in 0..SAMPLES {
+                // xorshift64: any spread will do.
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let mut i = (rng % pages as u64) as usize;
+                for w in &ranges {
+                    if i < w.len / ps {
+                        if os::resident((w.addr + i * ps) as *const u8, ps) == 0 {
+                            out += 1;
+                        }
+                        break;
+                    }
+                    i -= w.len / ps;
+                }
+            }
+            out >= COLD_AT
+        };
+        let (walk, vectors) = if codes_beside {
+            (cold_in(&|w| w.codes), cold_in(&|w| w.vectors && !w.codes))
+        } else {
+            let v = cold_in(&|w| w.vectors);
+            (v, v)
+        };
+        let lists = cold_in(&|w| !w.vectors);
+        (if walk { WALK } else { 0 })
+            | (if vectors { VECTORS } else { 0 })
+            | (if lists { LISTS } else { 0 })
+    }
+}

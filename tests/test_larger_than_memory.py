@@ -1,0 +1,224 @@
+"""An index larger than the memory it may use: what its searches read from the disk.
+
+A search of an index not in memory reads the pages it touches and names the next ones to the
+system before it reads them; it must not read megabytes around each page (the kernel's
+read-around on a fault, up to read_ahead_kb) and push out what it needs next.
+
+Oracles:
+* the kernel's own account of each mapping (VmFlags in /proc/self/smaps: `rr` is MADV_RANDOM,
+  `sr` MADV_SEQUENTIAL) for the advice the index gives;
+* a child process in a cgroup-v1 memory cgroup limited to a quarter of the file (root only,
+  skipped otherwise), the file evicted first: the bytes it reads from the disk
+  (/proc/self/io read_bytes) against a bound that a search reading around its faults breaks
+  many times over, and its results against the same searches made by this process with the
+  file in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import chassis
+import numpy as np
+import pytest
+from chassis import datasets
+from conftest import assert_child_ok, clustered_data, run_python
+
+linux = pytest.mark.skipif(sys.platform != "linux", reason="smaps, fadvise and cgroups are Linux's")
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+
+
+def vm_flags(path: str) -> list[set[str]]:
+    """VmFlags of every mapping of the file at `path` in this process (by inode: a new
+    index's mappings were made under the name it was created with)."""
+    out, inside = [], False
+    inode = str(os.stat(path).st_ino)
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
+                inside = head[4] == inode
+            elif line.startswith("VmFlags:") and inside:
+                out.append(set(line.split()[1:]))
+    return out
+
+
+@linux
+def test_mappings_are_read_at_random_and_scans_leave_them_so(tmp_path):
+    path = str(tmp_path / "a.chassis")
+    base = clustered_data(3000, 32, seed=3)
+    with chassis.VectorIndex(path, 32) as ix:
+        ix.add_batch(base)
+        ix.flush()
+        flags = vm_flags(path)
+        assert flags, "no mapping of the index found in /proc/self/smaps"
+        # Segments and heap chunks (the small header view of a reader aside): random.
+        assert all("rr" in f and "sr" not in f for f in flags), flags
+        # A whole-index scan reads ahead while it runs and leaves the mappings random.
+        assert ix.check().corrupt == []
+        ix.delete(5)
+        ix.compact()
+        flags = vm_flags(path)
+        assert flags and all("rr" in f and "sr" not in f for f in flags), flags
+    r = chassis.IndexReader(path)
+    flags = vm_flags(path)
+    assert sum("rr" in f for f in flags) >= 1, flags
+    r.close()
+
+
+def evict(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def wait_warm(index) -> None:
+    deadline = time.monotonic() + 60
+    while index.memory_stats()["warm_running"]:
+        assert time.monotonic() < deadline, "warm did not finish"
+        time.sleep(0.005)
+
+
+@linux
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_searches_name_pages_only_while_the_file_is_out_of_memory(tmp_path, quantization):
+    # Oracle: the same queries answered by the same reader once the file is in memory (no
+    # naming), and the residency mincore reports.
+    path = str(tmp_path / "a.chassis")
+    base, queries = datasets.clustered(20_000, 64, 20, seed=5)
+    with chassis.VectorIndex(path, 64, chassis.IndexOptions(quantization=quantization)) as ix:
+        ix.add_batch(base)
+        ix.flush()
+    evict(path)
+    with chassis.IndexReader(path) as r:
+        assert r.memory_stats()["naming_pages"] is False  # no search has sampled yet
+        cold = [[h.id for h in r.search(q, 10, ef=64)] for q in queries]
+        ms = r.memory_stats()
+        assert ms["naming_pages"] is True, ms
+        r.warm()
+        wait_warm(r)
+        ms = r.memory_stats()
+        assert ms["resident_bytes"] == ms["written_bytes"], ms
+        time.sleep(1.1)  # the next search samples again
+        warm = [[h.id for h in r.search(q, 10, ef=64)] for q in queries]
+        assert r.memory_stats()["naming_pages"] is False
+        assert cold == warm
+
+
+@linux
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_warm_without_vectors_reads_what_searches_walk(tmp_path, quantization):
+    # Oracle: mincore over each area (memory_stats' resident counts, checked against the
+    # whole-file count the test takes itself).
+    path = str(tmp_path / "a.chassis")
+    base = clustered_data(20_000, 256, seed=6)
+    with chassis.VectorIndex(path, 256, chassis.IndexOptions(quantization=quantization)) as ix:
+        ix.add_batch(base)
+        ix.flush()
+    evict(path)
+    with chassis.IndexReader(path) as r:
+        r.warm(vectors=False)
+        wait_warm(r)
+        ms = r.memory_stats()
+        assert ms["graph_bytes"] > 0 and ms["resident_graph_bytes"] == ms["graph_bytes"], ms
+        assert ms["resident_code_bytes"] == ms["code_bytes"], ms
+        assert (ms["code_bytes"] > 0) == (quantization == "int8")
+        # The vectors stay on disk (but for pages they share with what was read).
+        assert ms["resident_vector_bytes"] < ms["vector_bytes"] // 20, ms
+        assert ms["resident_bytes"] == (
+            ms["resident_graph_bytes"] + ms["resident_code_bytes"] + ms["resident_vector_bytes"]
+        ), ms
+        r.warm()
+        wait_warm(r)
+        ms = r.memory_stats()
+        assert ms["resident_vector_bytes"] == ms["vector_bytes"], ms
+
+
+def cgroup_problem() -> str | None:
+    if sys.platform != "linux":
+        return "not Linux"
+    if os.geteuid() != 0:
+        return "needs root (a memory cgroup)"
+    if not (CGROUP_V1 / "memory.limit_in_bytes").exists():
+        return f"no cgroup-v1 memory controller at {CGROUP_V1}"
+    return None
+
+
+CHILD = r"""
+import os, sys, json
+cg = sys.argv[1]
+with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+    f.write(str(os.getpid()))
+import numpy as np, chassis
+path, budget, ef = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+queries = np.load(sys.argv[5])
+usage = int(open(os.path.join(cg, "memory.usage_in_bytes")).read())
+with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
+    f.write(str(usage + budget))
+def read_bytes():
+    for line in open("/proc/self/io"):
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+r = chassis.IndexReader(path)
+before = read_bytes()
+ids = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
+print(json.dumps({"read": read_bytes() - before, "ids": ids}))
+"""
+
+
+@pytest.mark.skipif(cgroup_problem() is not None, reason=str(cgroup_problem()))
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quantization):
+    n, dims, ef = 40_000, 128, 32
+    base, queries = datasets.clustered(n, dims, 60, seed=11)
+    path = str(tmp_path / "big.chassis")
+    with chassis.VectorIndex(path, dims, chassis.IndexOptions(quantization=quantization)) as ix:
+        ix.add_batch(base)
+        ix.flush()
+    size = os.path.getsize(path)
+    # The oracle: the same searches with the file in memory, in this process.
+    with chassis.IndexReader(path) as r:
+        want = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    qfile = tmp_path / "q.npy"
+    np.save(qfile, queries)
+    cg = CGROUP_V1 / f"chassis-test-{os.getpid()}-{quantization}"
+    cg.mkdir()
+    try:
+        proc = run_python(CHILD, cg, path, size // 4, ef, qfile, timeout=300)
+        oom = (cg / "memory.oom_control").read_text()
+        failcnt = int((cg / "memory.failcnt").read_text())
+    finally:
+        for _ in range(50):
+            try:
+                (cg / "memory.force_empty").write_text("0")
+            except OSError:
+                pass
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert_child_ok(proc, "search under a memory limit")
+    assert "oom_kill 0" in oom, oom
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["ids"] == want
+    assert failcnt > 0, "the limit was never reached: the test measured nothing"
+    per_query = out["read"] / len(queries)
+    # At ef 32 a search measures a few hundred rows of 512 bytes (or 128-byte codes) and
+    # reads as many lists: a page each would be about 1-2 MiB, and most are shared or
+    # cached. A fault that read around itself (read_ahead_kb: 128 KiB to 8 MiB) reads tens
+    # to hundreds of MiB per query.
+    assert per_query < 2 * 2**20, (
+        f"{per_query / 2**20:.2f} MiB read per query (file {size >> 20} MiB)"
+    )
