@@ -5,7 +5,7 @@
           ef 128 at a million; the default 64 clusters of 15,600 points in 384 isotropic
           dimensions need ef 512), exact top-100 of 1,000 queries, built once by add_batch on 2
           threads (M=16, ef_construction=200, cached in --workdir): float32, and with 8-bit
-          codes (quantization="int8"). Per variant and memory limit (none, then 1/2, 1/4 and 1/8
+          codes (quantization="int8"), and in half precision (precision="half"). Per variant and memory limit (none, then 1/2, 1/4 and 1/8
           of the file's size): the file is evicted from the page cache (fsync + fadvise
           DONTNEED, checked with mincore), and a fresh process, placed in a cgroup-v1 memory
           cgroup with that limit (the page cache it faults in is charged to it), opens it as an
@@ -14,12 +14,16 @@
           one query at a time on one thread (QPS, p50 / p99 latency, recall@10, MiB read from
           the disk per query by /proc/self/io read_bytes) and a block by search_batch on 2
           threads. Variants: each file as it is, and after warm(vectors=False) (all but the full
-          vectors read in first); and, at 1/4 only, with CHASSIS_NAME_PAGES=0 (a search names
-          no pages before reading them), to show what that gives. Whether the kernel killed the
+          vectors read in first). Whether the kernel killed the
           process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
           (/sys/fs/cgroup/memory); without them only the unlimited runs are made, and it says so.
 
+  naming  paired: at a quarter of each file, runs that name their next pages (the default)
+          and runs with CHASSIS_NAME_PAGES=0 alternate, --pairs pairs; medians and the median
+          of the paired ratios.
+
     python benchmarks/bench_scale.py                         # 1,000,000 x 384 (builds ~10 min)
+    python benchmarks/bench_scale.py --only naming --pairs 3
     python benchmarks/bench_scale.py --n 200000 --json out.json
     python benchmarks/bench_scale.py --quick                 # smoke run, 20,000 x 384
 
@@ -219,11 +223,9 @@ VARIANTS: dict[str, tuple[str, str, dict[str, str]]] = {
     "float32, warm(vectors=False)": ("float32", "walk", {}),
     "int8": ("int8", "", {}),
     "int8, warm(vectors=False)": ("int8", "walk", {}),
-    # What naming the next pages gives: the same searches with it turned off.
-    "float32, pages not named": ("float32", "", {"CHASSIS_NAME_PAGES": "0"}),
-    "int8, pages not named": ("int8", "", {"CHASSIS_NAME_PAGES": "0"}),
+    "half": ("half", "", {}),
 }
-FILES = {"float32": {}, "int8": {"quantization": "int8"}}
+FILES = {"float32": {}, "int8": {"quantization": "int8"}, "half": {"precision": "half"}}
 
 
 def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
@@ -243,10 +245,9 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
     for name, (tag, warm, env) in VARIANTS.items():
         path = paths[tag]
         size = path.stat().st_size
-        ab = bool(env)
-        limits: list[int | None] = [] if ab else [None]
+        limits: list[int | None] = [None]
         if why is None:
-            limits += [size // f for f in ([4] if ab else args.fractions)]
+            limits += [size // f for f in args.fractions]
         v: dict[str, Any] = {"file": tag, "runs": []}
         for limit in limits:
             r = limited_run(path, qf, gf, limit, args, warm, env)
@@ -268,6 +269,70 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"  {name}, limit {lim}: (ef, recall, QPS, MiB/query) {pts}")
         out["variants"][name] = v
     return out
+
+
+def bench_naming(args: argparse.Namespace) -> dict[str, Any]:
+    """Paired: at a quarter of each file, runs with the pages named (the default) and with
+    CHASSIS_NAME_PAGES=0 alternate (on off, off on, ...), --pairs pairs per file."""
+    why = cgroup_problem()
+    if why is not None:
+        log(f"  paired naming runs skipped: {why}")
+        return {"skipped": why}
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
+    paths = {tag: build(base, workdir, tag, args.clusters, opts)[0] for tag, opts in FILES.items()}
+    del base
+    out: dict[str, Any] = {"skipped": None, "files": {}}
+    for tag, path in paths.items():
+        if tag not in ("float32", "int8"):
+            continue
+        limit = path.stat().st_size // 4
+        runs: dict[str, list[dict[str, Any]]] = {"named": [], "not named": []}
+        for i in range(args.pairs):
+            for mode in ("named", "not named") if i % 2 == 0 else ("not named", "named"):
+                env = {"CHASSIS_NAME_PAGES": "0"} if mode == "not named" else {}
+                r = limited_run(path, qf, gf, limit, args, "", env)
+                if "error" in r:
+                    raise RuntimeError(f"{tag}, {mode}: {r['error'][-500:]}")
+                row = {
+                    "qps": at_recall(r["loop"], 0.95, "qps"),
+                    "qps_batch": at_recall(r["batch"], 0.95, "qps"),
+                    "read_mib_per_query": at_recall(r["loop"], 0.95, "read_mib_per_query"),
+                    "run": r,
+                }
+                runs[mode].append(row)
+                log(f"  {tag}, {mode}: QPS {row['qps']:.0f}, batch {row['qps_batch']:.0f}")
+        out["files"][tag] = runs
+    return out
+
+
+def print_naming(res: dict[str, Any]) -> None:
+    if res.get("skipped"):
+        print(f"paired naming runs skipped: {res['skipped']}")
+        return
+    import statistics
+
+    rows = []
+    for tag, runs in res["files"].items():
+        for key, what in (
+            ("qps", "QPS, one query at a time"),
+            ("qps_batch", "QPS, batch on 2 threads"),
+        ):
+            on = [r[key] for r in runs["named"]]
+            off = [r[key] for r in runs["not named"]]
+            ratios = [a / b for a, b in zip(on, off)]
+            rows.append(
+                [
+                    tag,
+                    what,
+                    f"{statistics.median(on):,.0f}",
+                    f"{statistics.median(off):,.0f}",
+                    f"{statistics.median(ratios):.2f}",
+                ]
+            )
+    print("\nAt a quarter of the file, recall@10 = 0.95, pairs alternated; medians")
+    print(table(["file", "", "pages named", "not named", "paired ratio"], rows))
 
 
 def print_limit(res: dict[str, Any]) -> None:
@@ -344,7 +409,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--only", default="limit", choices=["limit"])
+    ap.add_argument("--only", default="limit,naming", help="limit, naming (comma-separated)")
+    ap.add_argument("--pairs", type=int, default=2, help="pairs of the naming comparison")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--dims", type=int, default=384)
     ap.add_argument("--nq", type=int, default=1000)
@@ -371,8 +437,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     res = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items() if k != "json"}}
-    res["limit"] = bench_limit(args)
-    print_limit(res["limit"])
+    only = args.only.split(",")
+    if "limit" in only:
+        res["limit"] = bench_limit(args)
+        print_limit(res["limit"])
+    if "naming" in only:
+        res["naming"] = bench_naming(args)
+        print_naming(res["naming"])
     write_results(args.json, "bench_scale", res)
     return 0
 
