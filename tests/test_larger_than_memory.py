@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from chassis import datasets
 from conftest import assert_child_ok, clustered_data, run_python
+from test_memory_policies import evict, wait_warm
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="smaps, fadvise and cgroups are Linux's")
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
@@ -68,22 +69,6 @@ def test_mappings_are_read_at_random_and_scans_leave_them_so(tmp_path):
     flags = vm_flags(path)
     assert sum("rr" in f for f in flags) >= 1, flags
     r.close()
-
-
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def wait_warm(index) -> None:
-    deadline = time.monotonic() + 60
-    while index.memory_stats()["warm_running"]:
-        assert time.monotonic() < deadline, "warm did not finish"
-        time.sleep(0.005)
 
 
 @linux
@@ -186,10 +171,7 @@ def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quan
     # The oracle: the same searches with the file in memory, in this process.
     with chassis.IndexReader(path) as r:
         want = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    evict(path)
     qfile = tmp_path / "q.npy"
     np.save(qfile, queries)
     cg = CGROUP_V1 / f"chassis-test-{os.getpid()}-{quantization}"
