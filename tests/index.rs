@@ -64,7 +64,7 @@ fn memory_index_saves_a_file_that_loads_back_with_the_same_bytes_and_results() {
         assert!(mem.delete(5).unwrap());
         assert_eq!(mem.pending(), 0);
         mem.flush().unwrap(); // nothing to do, and no file appears
-        mem.save(&p, false).unwrap();
+        mem.save(&p, false, &Control::default()).unwrap();
         let file = Index::open(&p, None, None, Mode::Read).unwrap();
         assert_eq!(file.len(), n as u64 - 1);
         assert!(!file.contains(5).unwrap());
@@ -205,6 +205,43 @@ fn deletes_hide_at_once_commit_at_flush_and_roll_back() {
     assert_eq!(w.get(42).unwrap().unwrap(), data[7 * d..8 * d].to_vec());
 }
 
+/// Oracle: the directory listing (nothing left at the destination or beside it) and the
+/// bytes counted against the file that a finished copy writes.
+#[test]
+fn a_cancelled_backup_or_save_leaves_nothing_and_a_finished_one_counts_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let data = rand_vecs(3000, 16, 5);
+    let w = Index::open(&p, Some(16), None, Mode::Write).unwrap();
+    w.add_batch(&data, 3000, None, None, &Control::default()).unwrap();
+    let mem = Index::memory(16, None).unwrap();
+    mem.add_batch(&data, 3000, None, None, &Control::default()).unwrap();
+    let r = Index::open(&p, None, None, Mode::Read).unwrap();
+    let listing = || {
+        let mut v: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    let cancelled = Control::default();
+    cancelled.cancel.store(true, Relaxed);
+    for (i, idx) in [&w, &r, &mem].into_iter().enumerate() {
+        let before = listing();
+        let dest = dir.path().join(format!("copy{i}.chassis"));
+        let e = idx.backup(&dest, false, &cancelled).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Interrupted, "{e}");
+        let e = idx.save(&dest, false, &cancelled).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Interrupted, "{e}");
+        assert_eq!(listing(), before, "a cancelled copy left a file");
+        let ctl = Control::default();
+        idx.backup(&dest, false, &ctl).unwrap();
+        assert_eq!(ctl.done.load(Relaxed), idx.copy_bytes(), "bytes counted");
+        assert_eq!(Index::open(&dest, None, None, Mode::Read).unwrap().len(), 3000);
+    }
+}
+
 #[test]
 fn backup_and_compact_keep_exactly_the_live_vectors() {
     let dir = tempfile::tempdir().unwrap();
@@ -218,7 +255,7 @@ fn backup_and_compact_keep_exactly_the_live_vectors() {
     }
     w.set_user_version(77).unwrap();
     let b = dir.path().join("b.chassis");
-    w.backup(&b, false).unwrap();
+    w.backup(&b, false, &Control::default()).unwrap();
     let r = Index::open(&p, None, None, Mode::Read).unwrap();
     w.compact(Some(2), &Control::default()).unwrap();
     assert_eq!(w.deleted_count().unwrap(), 0);
@@ -260,7 +297,7 @@ fn a_reader_backup_is_the_last_flush_although_the_writer_goes_on() {
     w.delete(5).unwrap();
     let r = Index::open(&p, None, None, Mode::Read).unwrap();
     let b = dir.path().join("b.chassis");
-    r.backup(&b, false).unwrap();
+    r.backup(&b, false, &Control::default()).unwrap();
     let bk = Index::open(&b, None, None, Mode::Write).unwrap();
     assert_eq!(bk.len(), 1000);
     assert!(bk.contains(5).unwrap());

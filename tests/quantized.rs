@@ -252,7 +252,7 @@ fn training_from_a_sample_compaction_and_memory_copies_keep_the_codes_right() {
     assert_eq!(hits[0].id, 7);
     // save and load: the codes and the quantizer travel with the file.
     let saved = dir.path().join("saved");
-    idx.save(&saved, false).unwrap();
+    idx.save(&saved, false, &Control::default()).unwrap();
     let mem = Index::load(&saved, None, None, &Control::default()).unwrap();
     assert!(mem.is_trained());
     assert_eq!(mem.search(q, 3, Some(64)).unwrap(), hits);

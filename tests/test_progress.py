@@ -101,3 +101,26 @@ print(type(bar).__name__)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "TextProgress"
     assert "vectors: 4/4 vec (100%" in proc.stderr
+
+
+def test_backup_and_save_show_their_bytes(tmp_path):
+    """`backup` and `save` count the bytes they copy (the bar reaches its total: the oracle is
+    the bar's own 100%), and the copies open with every vector."""
+    proc = run_python(
+        f"""
+import numpy as np
+import chassis
+base = np.random.default_rng(0).random((3000, 32), dtype=np.float32)
+with chassis.VectorIndex({str(tmp_path / "a.chassis")!r}, 32) as index:
+    index.add_batch(base)
+    index.backup({str(tmp_path / "b.chassis")!r}, progress=True)
+with chassis.VectorIndex(None, 32) as mem:
+    mem.add_batch(base)
+    mem.save({str(tmp_path / "c.chassis")!r}, progress=True)
+for name in "bc":
+    print(name, len(chassis.IndexReader({str(tmp_path)!r} + "/" + name + ".chassis")))
+"""
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "b 3000" in proc.stdout and "c 3000" in proc.stdout, proc.stdout
+    assert "backing up: 100%" in proc.stderr and "saving: 100%" in proc.stderr, proc.stderr

@@ -118,8 +118,10 @@ pub fn commit_ranges(st: &Storage, h: &Header) -> Vec<(u64, u64)> {
 }
 
 /// Copy commit `h` of `st` (a file's mappings, or an in-memory index) to a new file `tmp`: what
-/// it has written (the rest stays a hole) and `h` as both header copies. Not synced.
-pub fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
+/// it has written (the rest stays a hole) and `h` as both header copies. Not synced. Counts the
+/// bytes copied in `ctl.done`; cancelled between 1 MiB pieces (`tmp` is then left for the
+/// caller to remove, as on any error).
+pub fn copy_commit(st: &Storage, h: &Header, tmp: &Path, ctl: &Control) -> Result<()> {
     let out = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -130,9 +132,13 @@ pub fn copy_commit(st: &Storage, h: &Header, tmp: &Path) -> Result<()> {
     for (start, len) in commit_ranges(st, h) {
         let mut at = start;
         while at < start + len {
+            if ctl.cancelled() {
+                return Err(Error::interrupted());
+            }
             let n = ((start + len - at) as usize).min(buf.len());
             st.read_at(&mut buf[..n], at)?;
             os::write_all_at(&out, &buf[..n], at).map_err(|e| Error::io(e, "writing", tmp))?;
+            ctl.done.fetch_add(n as u64, Relaxed);
             at += n as u64;
         }
     }

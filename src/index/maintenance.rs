@@ -13,10 +13,11 @@ impl Index {
     /// renamed into place only when whole and synced. A file-backed writer flushes first, as
     /// `backup` does; an in-memory index writes what it holds now. `dest` may be an index no
     /// writer holds; another existing file only with `overwrite` (see
-    /// `copy::check_replaceable`).
-    pub fn save(&self, dest: &Path, overwrite: bool) -> Result<()> {
+    /// `copy::check_replaceable`). `ctl` counts the bytes copied and cancels (nothing is left
+    /// at `dest` then).
+    pub fn save(&self, dest: &Path, overwrite: bool, ctl: &Control) -> Result<()> {
         if !self.memory {
-            return self.backup(dest, overwrite);
+            return self.backup(dest, overwrite, ctl);
         }
         self.check_open()?;
         Self::check_dest(dest, None, overwrite)?;
@@ -26,7 +27,7 @@ impl Index {
         let h = self.next_header(&w, &snap)?;
         let tmp = copy::tmp_sibling(dest, "saving");
         copy::put_in_place(
-            copy::copy_commit(&snap.st, &h, &tmp).and_then(|()| copy::sync_file(&tmp)),
+            copy::copy_commit(&snap.st, &h, &tmp, ctl).and_then(|()| copy::sync_file(&tmp)),
             &tmp,
             dest,
             overwrite,
@@ -56,10 +57,10 @@ impl Index {
 
     /// Write a consistent copy of the last flush to `dest` (a writer flushes first), renamed
     /// into place only when whole. A reader copies while the writer keeps writing: lists the
-    /// writer changed meanwhile are put back from its undo log. `dest` as for `save`.
-    pub fn backup(&self, dest: &Path, overwrite: bool) -> Result<()> {
+    /// writer changed meanwhile are put back from its undo log. `dest` and `ctl` as for `save`.
+    pub fn backup(&self, dest: &Path, overwrite: bool, ctl: &Control) -> Result<()> {
         if self.memory {
-            return self.save(dest, overwrite);
+            return self.save(dest, overwrite, ctl);
         }
         self.check_open()?;
         Self::check_dest(dest, Some(&self.path), overwrite)?;
@@ -76,7 +77,8 @@ impl Index {
                         continue;
                     }
                     let _ = std::fs::remove_file(&tmp); // an earlier attempt's
-                    copy::copy_commit(&snap.st, &h, &tmp)?;
+                    ctl.done.store(0, Relaxed);
+                    copy::copy_commit(&snap.st, &h, &tmp, ctl)?;
                     // Lists changed since the commit: their committed contents are in the
                     // writer's undo log, saved before each change, so also before our copy.
                     let records = UndoLog::read(&self.path, h.seq)?;
@@ -97,11 +99,24 @@ impl Index {
             (|| {
                 self.flush_locked(&mut w)?;
                 let snap = self.view.read().clone();
-                copy::copy_commit(&snap.st, &w.committed, &tmp)?;
+                copy::copy_commit(&snap.st, &w.committed, &tmp, ctl)?;
                 copy::sync_file(&tmp)
             })()
         };
         copy::put_in_place(res, &tmp, dest, overwrite)
+    }
+
+    /// Bytes `save` or `backup` would copy now, the length of their progress: a reader's
+    /// commit; a writer's after the flush they start with (in memory: what it holds).
+    pub fn copy_bytes(&self) -> u64 {
+        let w = self.writer.lock();
+        let snap = self.view.read().clone();
+        let h = if self.read_only {
+            w.committed.clone()
+        } else {
+            self.next_header(&w, &snap).unwrap_or_else(|_| w.committed.clone())
+        };
+        copy::commit_ranges(&snap.st, &h).iter().map(|r| r.1).sum()
     }
 
     /// Rewrite the index without its deleted vectors, with a rebuilt graph and the same ids,

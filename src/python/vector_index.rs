@@ -277,6 +277,8 @@ impl VectorIndex {
     ///     Where to write. It may be missing, an empty file or an index no writer holds.
     /// overwrite : bool, default False
     ///     Replace another existing file. A file that a writer holds is never replaced.
+    /// progress : bool, default False
+    ///     Show a progress bar, in bytes.
     ///
     /// Raises
     /// ------
@@ -286,10 +288,20 @@ impl VectorIndex {
     ///     A writer holds the file at ``path``.
     /// StorageError
     ///     The disk is full or a write or sync failed; ``path`` is left as it was.
-    #[pyo3(signature = (path, *, overwrite = false))]
-    fn save(&self, py: Python<'_>, path: &Bound<'_, PyAny>, overwrite: bool) -> PyResult<()> {
+    /// KeyboardInterrupt
+    ///     Ctrl-C during the copy; ``path`` is left as it was.
+    #[pyo3(signature = (path, *, overwrite = false, progress = false))]
+    fn save(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        overwrite: bool,
+        progress: bool,
+    ) -> PyResult<()> {
         let (p, _) = path_arg(py, path)?;
-        self.with(py, |idx| idx.save(&p, overwrite))
+        let idx = self.index()?;
+        let total = py.detach(|| idx.copy_bytes());
+        run::run_long_units(py, total, progress, "saving", "B", |ctl| idx.save(&p, overwrite, ctl))
     }
 
     /// True for an index without a file (``VectorIndex(None, dims)``, ``VectorIndex.load``).
@@ -637,6 +649,8 @@ impl VectorIndex {
     ///     Where to write: missing, an empty file or an index no writer holds.
     /// overwrite : bool, default False
     ///     Replace another existing file. A file that a writer holds is never replaced.
+    /// progress : bool, default False
+    ///     Show a progress bar, in bytes.
     ///
     /// Raises
     /// ------
@@ -646,10 +660,22 @@ impl VectorIndex {
     ///     A writer holds the file at ``path``.
     /// StorageError
     ///     The disk is full or a write or sync failed; ``path`` is left as it was.
-    #[pyo3(signature = (path, *, overwrite = false))]
-    fn backup(&self, py: Python<'_>, path: &Bound<'_, PyAny>, overwrite: bool) -> PyResult<()> {
+    /// KeyboardInterrupt
+    ///     Ctrl-C during the copy; ``path`` is left as it was.
+    #[pyo3(signature = (path, *, overwrite = false, progress = false))]
+    fn backup(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        overwrite: bool,
+        progress: bool,
+    ) -> PyResult<()> {
         let (p, _) = path_arg(py, path)?;
-        self.with(py, |idx| idx.backup(&p, overwrite))
+        let idx = self.index()?;
+        let total = py.detach(|| idx.copy_bytes());
+        run::run_long_units(py, total, progress, "backing up", "B", |ctl| {
+            idx.backup(&p, overwrite, ctl)
+        })
     }
 
     /// Rewrite the index without its deleted vectors, keeping every id.

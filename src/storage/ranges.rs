@@ -33,7 +33,8 @@ impl Storage {
             let seg = self.segments[k].get()?;
             let first = start;
             start += seg.layout.slots;
-            (first < slots).then_some((seg, (slots - first).min(seg.layout.slots)))
+            // Lazily: past the last slot, `slots - first` would underflow.
+            (first < slots).then(|| (seg, (slots - first).min(seg.layout.slots)))
         })
     }
 
