@@ -205,6 +205,41 @@ fn deletes_hide_at_once_commit_at_flush_and_roll_back() {
     assert_eq!(w.get(42).unwrap().unwrap(), data[7 * d..8 * d].to_vec());
 }
 
+/// Oracle: the warm thread's own state after the wait, and mincore (`memory_stats`): a
+/// cancelled wait stops the reading before the evicted file is in.
+#[cfg(target_os = "linux")]
+#[test]
+fn waiting_for_warm_stops_it_when_cancelled() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    // 24 MiB of vectors, quickly linked (a debug build links slowly): a few warm steps.
+    let opts = Options { max_connections: 4, ef_construction: 8, ..Default::default() };
+    let w = Index::open(&p, Some(1024), Some(&opts), Mode::Write).unwrap();
+    w.add_batch(&rand_vecs(6000, 1024, 3), 6000, None, None, &Control::default()).unwrap();
+    w.flush().unwrap();
+    w.close().unwrap();
+    drop(w);
+    let f = std::fs::File::open(&p).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: advice about a file this test opened.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let r = Index::open(&p, None, None, Mode::Read).unwrap();
+    r.warm(true);
+    let cancelled = Control::default();
+    cancelled.cancel.store(true, Relaxed);
+    let e = r.wait_warm(&cancelled).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Interrupted);
+    let ms = r.memory_stats().unwrap();
+    assert!(!ms.warm_running && ms.resident_bytes < ms.written_bytes, "{ms:?}");
+    r.warm(true);
+    let ctl = Control::default();
+    r.wait_warm(&ctl).unwrap();
+    let ms = r.memory_stats().unwrap();
+    assert_eq!(ms.resident_bytes, ms.written_bytes);
+    assert_eq!(ctl.done.load(Relaxed), r.warm_progress().0, "the wait counted every byte");
+}
+
 /// Oracle: the directory listing (nothing left at the destination or beside it) and the
 /// bytes counted against the file that a finished copy writes.
 #[test]

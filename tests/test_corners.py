@@ -147,6 +147,9 @@ def test_ctrl_c_in_a_large_batch_gives_back_its_space(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, signal, threading, numpy as np, chassis
+        # A shell without job control starts background commands with SIGINT ignored, and
+        # Python then installs no handler: put the default one back.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         index = chassis.VectorIndex({str(path)!r})
         rows = np.random.default_rng(1).standard_normal((200_000, 256), dtype=np.float32)
         threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

@@ -126,6 +126,27 @@ def test_warm_without_vectors_reads_what_searches_walk(tmp_path, quantization):
         assert ms["resident_vector_bytes"] == ms["vector_bytes"], ms
 
 
+@linux
+def test_warm_can_be_waited_for_with_a_bar(tmp_path):
+    # Oracle: mincore (memory_stats) after the wait, and the bar's own 100%.
+    path = str(tmp_path / "a.chassis")
+    with chassis.VectorIndex(path, 64) as ix:
+        ix.add_batch(clustered_data(20_000, 64, seed=8))
+    evict(path)
+    proc = run_python(
+        f"""
+import chassis
+r = chassis.IndexReader({path!r})
+r.warm(wait=True, progress=True)
+ms = r.memory_stats()
+print(ms["warm_running"], ms["resident_bytes"] == ms["written_bytes"])
+"""
+    )
+    assert_child_ok(proc, "warm(wait=True)")
+    assert proc.stdout.split() == ["False", "True"], proc.stdout
+    assert "warming: 100%" in proc.stderr, proc.stderr
+
+
 def cgroup_problem() -> str | None:
     if sys.platform != "linux":
         return "not Linux"

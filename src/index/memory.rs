@@ -126,6 +126,33 @@ impl Index {
         drop(self.warm.lock().take());
     }
 
+    /// Bytes the running (or last) warm reads in all, and has read: the length of a wait's
+    /// progress.
+    pub fn warm_progress(&self) -> (u64, u64) {
+        let w = self.warm.lock();
+        w.as_ref().map(|w| (w.total, w.done.load(Relaxed))).unwrap_or((0, 0))
+    }
+
+    /// Wait until the running warm is done, counting its bytes in `ctl.done`. Cancelled: the
+    /// warm is stopped (what it read stays in memory) and this returns `Interrupted`.
+    pub fn wait_warm(&self, ctl: &Control) -> Result<()> {
+        loop {
+            let (running, done) = {
+                let w = self.warm.lock();
+                (w.as_ref().is_some_and(|w| w.running()), w.as_ref().map(|w| w.done.load(Relaxed)))
+            };
+            ctl.done.store(done.unwrap_or(0), Relaxed);
+            if !running {
+                return Ok(());
+            }
+            if ctl.cancelled() {
+                self.stop_warm();
+                return Err(Error::interrupted());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// What the system holds of this index's mappings now.
     pub fn memory_stats(&self) -> Result<MemoryStats> {
         self.check_open()?;

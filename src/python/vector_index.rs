@@ -738,7 +738,8 @@ impl VectorIndex {
 
     /// Read the written part of the file into memory on a background thread (ADR-0019).
     ///
-    /// Returns at once; asking while it runs does nothing, and it does nothing in memory.
+    /// Returns at once unless ``wait``; asking while it runs does nothing (but wait), and it
+    /// does nothing in memory.
     /// ``memory_stats()`` reports its progress.
     ///
     /// Parameters
@@ -747,12 +748,26 @@ impl VectorIndex {
     ///     False reads all but the full-precision vectors: the lists, the upper layers and
     ///     the 8-bit codes, which is what a search walks. For an index larger than memory:
     ///     with codes, searches then read only the few vectors they rerank.
-    #[pyo3(signature = (*, vectors = true))]
-    fn warm(&self, py: Python<'_>, vectors: bool) -> PyResult<()> {
-        self.with(py, |idx| {
+    /// wait : bool, default: False
+    ///     Return only when the reading is done.
+    /// progress : bool, default: False
+    ///     With ``wait``, show a progress bar in bytes.
+    ///
+    /// Raises
+    /// ------
+    /// KeyboardInterrupt
+    ///     Ctrl-C while waiting: the reading stops (what it read stays in memory).
+    #[pyo3(signature = (*, vectors = true, wait = false, progress = false))]
+    fn warm(&self, py: Python<'_>, vectors: bool, wait: bool, progress: bool) -> PyResult<()> {
+        let idx = self.index()?;
+        let total = py.detach(|| {
             idx.warm(vectors);
-            Ok(())
-        })
+            idx.warm_progress().0
+        });
+        if !wait {
+            return Ok(());
+        }
+        run::run_long_units(py, total, progress, "warming", "B", |ctl| idx.wait_warm(ctl))
     }
 
     /// What the system holds of this index's mappings.
