@@ -58,15 +58,24 @@ impl Warm {
                             view.as_ref().and_then(|v| v.translate(p + at)).unwrap_or(p + at);
                         #[cfg(target_os = "linux")]
                         let addr = p + at;
-                        // Ask the file for exactly this step first: the mappings are marked as
-                        // read at random (`Storage::map_region`), so a fault reads its own page
-                        // and this read is what brings the step in whole, in one request. Not
-                        // for vectors asked for huge pages: they are read by their own 2 MiB
-                        // faults, which a read into small pages would pre-empt.
+                        // Ask the file for exactly this step first, and fault it in marked as
+                        // read at random: a fault would otherwise also read around it
+                        // (read_ahead_kb, 8 MiB on some disks), into the holes of the sparse
+                        // file or the parts `vectors` leaves out. Not for vectors asked for
+                        // huge pages: they are read by their own 2 MiB faults (already
+                        // MADV_RANDOM), which readahead would pre-empt with small pages. An
+                        // index larger than memory is read at random throughout
+                        // (`Storage::set_random`).
                         if !(r.vectors && huge) {
                             os::fadvise_willneed(st.file(), r.file_offset + at as u64, n);
+                            if !huge {
+                                os::advise_random(addr as *const u8, n);
+                            }
                         }
                         os::populate(addr as *const u8, n);
+                        if !huge && !st.is_random() {
+                            os::advise_normal(addr as *const u8, n);
+                        }
                         done2.fetch_add(n as u64, Relaxed);
                         at += n;
                     }

@@ -90,6 +90,7 @@ impl Index {
             )
             .collect();
         drop(scan);
+        self.advise_committed(st, snap.slots); // the scan's advice cleared ADR-0016's
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }

@@ -203,6 +203,7 @@ impl Index {
             ids.push(snap.live_id(s).expect("live"));
         }
         drop(scan);
+        Self::advise_slots(&snap.st, 0, snap.slots); // the scan's advice cleared ADR-0016's
         let mut nw = new.writer.lock();
         // A codes-only index keeps its quantizer (its codes are copied as they are); beside
         // float vectors a trained quantizer is learned again, from the live vectors (evenly

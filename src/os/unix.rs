@@ -35,6 +35,54 @@ pub fn physical_memory() -> Option<u64> {
     })
 }
 
+/// Memory this process could give an index now: the system's MemAvailable (free memory and
+/// reclaimable cache, /proc/meminfo), or less where the process's memory cgroup (v1 or v2)
+/// has a lower limit. Linux; None elsewhere or where neither can be read.
+pub fn memory_available() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+        let avail = meminfo.as_deref().and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+        });
+        let limit = cgroup_memory_limit();
+        match (avail, limit) {
+            (Some(a), Some(l)) => Some(a.min(l)),
+            (a, l) => a.or(l),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// The memory limit of this process's cgroup (v1 `memory.limit_in_bytes`, v2 `memory.max`),
+/// if one below the machine's is set.
+#[cfg(target_os = "linux")]
+fn cgroup_memory_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let file = if controllers.split(',').any(|c| c == "memory") {
+            format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+        } else if controllers.is_empty() {
+            format!("/sys/fs/cgroup{path}/memory.max")
+        } else {
+            continue;
+        };
+        if let Some(v) =
+            std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<u64>().ok())
+        {
+            // v1 says "no limit" with a number near 2^63; v2 with "max" (not a number).
+            if physical_memory().is_none_or(|pm| v < pm) {
+                return Some(v);
+            }
+        }
+    }
+    None
+}
+
 /// Read `buf.len()` bytes at `offset` (pread), or fail with UnexpectedEof at the file's end.
 pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
     FileExt::read_exact_at(file, buf, offset)
@@ -257,6 +305,14 @@ pub fn advise_random(p: *const u8, len: usize) {
     // SAFETY: advice about a range inside a live mapping of this process.
     unsafe {
         libc::madvise(p as *mut libc::c_void, len, libc::MADV_RANDOM);
+    }
+}
+
+/// Undo `advise_random` (the kernel's read-around on a fault again).
+pub fn advise_normal(p: *const u8, len: usize) {
+    // SAFETY: advice about a range inside a live mapping of this process.
+    unsafe {
+        libc::madvise(p as *mut libc::c_void, len, libc::MADV_NORMAL);
     }
 }
 

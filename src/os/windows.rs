@@ -288,6 +288,16 @@ pub fn advise_sequential(p: *const u8, len: usize) {
     let _ = (p, len);
 }
 
+/// Nothing.
+pub fn advise_normal(p: *const u8, len: usize) {
+    let _ = (p, len);
+}
+
+/// None: not measured on Windows (the mappings get no advice there anyway).
+pub fn memory_available() -> Option<u64> {
+    None
+}
+
 /// 0: Windows has no `mincore` (the resident bytes are not measured).
 pub fn resident(p: *const u8, len: usize) -> u64 {
     let _ = (p, len);

@@ -96,6 +96,9 @@ pub struct Storage {
     /// always told MADV_NOHUGEPAGE (our mappings are 2 MiB-aligned, and a kernel with large
     /// page-cache folios would otherwise map some of the graph with them).
     pub huge: AtomicBool,
+    /// Whether the file mappings are marked as read at random (the index is larger than the
+    /// memory it may use: see `index::residency`); else the kernel reads around a fault.
+    random: AtomicBool,
     /// A reader's read-only view of the two header copies, so that checking for a new commit
     /// costs two loads instead of two system calls.
     header_view: Option<MmapRaw>,
@@ -168,6 +171,7 @@ impl Storage {
             heap_count: AtomicUsize::new(0),
             quants: Mutex::new(Vec::new()),
             huge: AtomicBool::new(huge),
+            random: AtomicBool::new(false),
             header_view,
             alloc: Mutex::new(Alloc {
                 regions: Vec::new(),
@@ -284,9 +288,11 @@ impl Storage {
                     if !self.huge.load(Acquire) {
                         os::advise_huge(p, layout.headers as usize, false);
                     }
-                    // Searches read at random: a fault reads its own page, not read_ahead_kb
-                    // around it (see `docs/design/larger-than-memory.md`).
-                    os::advise_random(p, map.len());
+                    // An index larger than memory is read at random: a fault reads its own
+                    // page, not read_ahead_kb around it (`set_random`).
+                    if self.random.load(Acquire) {
+                        os::advise_random(p, map.len());
+                    }
                 }
                 let cell = self.segments.get(k).ok_or_else(Self::full)?;
                 let _ = cell.set(Segment { map, layout, offset: r.offset });
@@ -304,7 +310,9 @@ impl Storage {
                         )
                         .map_err(|e| Error::io(e, "mapping", &self.path))?;
                         os::advise_huge(map.as_ptr(), map.len(), false);
-                        os::advise_random(map.as_ptr(), map.len());
+                        if self.random.load(Acquire) {
+                            os::advise_random(map.as_ptr(), map.len());
+                        }
                         map
                     }
                     None => os::AlignedMap::anonymous(r.len as usize, self.huge.load(Acquire))

@@ -165,10 +165,33 @@ impl Storage {
         segs.chain(hs).collect()
     }
 
+    /// Mark every file mapping as read at random (a fault reads its own page), or give it the
+    /// kernel's read-around again; true if that changed. Mappings made later follow. (The
+    /// caller asks again for ADR-0016's pieces, whose advice `MADV_NORMAL` clears.)
+    pub fn set_random(&self, on: bool) -> bool {
+        if self.file.is_none() || self.random.swap(on, AcqRel) == on {
+            return false;
+        }
+        for (p, len) in self.mapped_ranges() {
+            if on {
+                os::advise_random(p as *const u8, len);
+            } else {
+                os::advise_normal(p as *const u8, len);
+            }
+        }
+        true
+    }
+
+    /// Whether the file mappings are marked as read at random (`set_random`).
+    pub fn is_random(&self) -> bool {
+        self.random.load(Acquire)
+    }
+
     /// Mark every file mapping as read in order for a whole-index scan (`check`, compaction's
     /// copy), so that a file not in memory comes in by readahead rather than a page per fault;
-    /// marked as read at random again when the guard drops. Searches of this process meanwhile
-    /// read ahead too; other processes' mappings keep their own advice.
+    /// marked as before when the guard drops (the caller asks again for ADR-0016's pieces).
+    /// Searches of this process meanwhile read ahead too; other processes' mappings keep their
+    /// own advice.
     pub fn sequential_scan(&self) -> SequentialScan<'_> {
         if self.file.is_some() {
             for (p, len) in self.mapped_ranges() {
@@ -301,8 +324,13 @@ pub struct SequentialScan<'a>(&'a Storage);
 impl Drop for SequentialScan<'_> {
     fn drop(&mut self) {
         if self.0.file.is_some() {
+            let random = self.0.random.load(Acquire);
             for (p, len) in self.0.mapped_ranges() {
-                os::advise_random(p as *const u8, len);
+                if random {
+                    os::advise_random(p as *const u8, len);
+                } else {
+                    os::advise_normal(p as *const u8, len);
+                }
             }
         }
     }
