@@ -160,8 +160,20 @@ for line in open("/proc/self/smaps"):
         inside = head[4] == inode
     elif line.startswith("VmFlags:") and inside:
         flags.append("rr" in line.split())
-print(json.dumps({"read": read, "ids": ids, "naming": r.memory_stats()["naming_pages"],
-                  "random": flags}))
+naming = r.memory_stats()["naming_pages"]
+# A writer that only adds samples too: its mappings join the reader's, read at random.
+w = chassis.VectorIndex(path)
+w.add_batch(queries[:5])
+wflags, inside = [], False
+for line in open("/proc/self/smaps"):
+    head = line.split()
+    if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
+        inside = head[4] == inode
+    elif line.startswith("VmFlags:") and inside:
+        wflags.append("rr" in line.split())
+w.close()
+print(json.dumps({"read": read, "ids": ids, "naming": naming, "random": flags,
+                  "writer_random": wflags}))
 """
 
 
@@ -204,6 +216,7 @@ def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quan
     assert out["ids"] == want
     # Larger than the memory it may use: read at random, pages named.
     assert out["naming"] is True and out["random"] and any(out["random"]), out
+    assert sum(out["writer_random"]) > sum(out["random"]), out  # the writer's own are `rr`
     assert failcnt > 0, "the limit was never reached: the test measured nothing"
     per_query = out["read"] / len(queries)
     # At ef 32 a search measures a few hundred rows of 512 bytes (or 128-byte codes) and

@@ -63,6 +63,9 @@ impl Index {
         ctl: &Control,
     ) -> Result<Vec<u64>> {
         self.writable()?;
+        // A writer that only adds samples as searches do (at most once a second), so that an
+        // index larger than memory is linked with its mappings read at random (`residency`).
+        self.cold(&self.snap());
         let mut w = self.writer.lock();
         self.add_rows(&mut w, Rows::Values(data), n, ids, threads, ctl)
     }
