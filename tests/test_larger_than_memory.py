@@ -17,6 +17,7 @@ Oracles:
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -153,28 +154,20 @@ r = chassis.IndexReader(path)
 before = read_bytes()
 ids = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
 read = read_bytes() - before
-inode, flags, inside = str(os.stat(path).st_ino), [], False
-for line in open("/proc/self/smaps"):
-    head = line.split()
-    if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
-        inside = head[4] == inode
-    elif line.startswith("VmFlags:") and inside:
-        flags.append("rr" in line.split())
+flags = ["rr" in f for f in vm_flags(path)]
 naming = r.memory_stats()["naming_pages"]
 # A writer that only adds samples too: its mappings join the reader's, read at random.
 w = chassis.VectorIndex(path)
 w.add_batch(queries[:5])
-wflags, inside = [], False
-for line in open("/proc/self/smaps"):
-    head = line.split()
-    if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
-        inside = head[4] == inode
-    elif line.startswith("VmFlags:") and inside:
-        wflags.append("rr" in line.split())
+wflags = ["rr" in f for f in vm_flags(path)]
 w.close()
 print(json.dumps({"read": read, "ids": ids, "naming": naming, "random": flags,
                   "writer_random": wflags}))
 """
+
+
+# The child reads its mappings' flags with the same function as this process.
+CHILD = inspect.getsource(vm_flags) + CHILD
 
 
 @pytest.mark.skipif(cgroup_problem() is not None, reason=str(cgroup_problem()))

@@ -45,7 +45,7 @@ impl Index {
         let g = Graph::new(st, self.metric(), n);
         let clipped = AtomicU64::new(0);
         // Each thread reads a run of slots in order: readahead, not a fault per page.
-        let scan = st.sequential_scan();
+        let scan = st.sequential_scan(snap.slots);
         let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
             .into_par_iter()
             .with_min_len(1024)
@@ -90,7 +90,6 @@ impl Index {
             )
             .collect();
         drop(scan);
-        self.advise_committed(st, snap.slots); // the scan's advice cleared ADR-0016's
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }

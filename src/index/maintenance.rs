@@ -197,13 +197,12 @@ impl Index {
         let mut bytes = vec![0u8; live.len() * vb];
         let mut ids = Vec::with_capacity(live.len());
         // Live slots in insertion order: mostly in file order, so read ahead.
-        let scan = snap.st.sequential_scan();
+        let scan = snap.st.sequential_scan(snap.slots);
         for (i, &s) in live.iter().enumerate() {
             bytes[i * vb..(i + 1) * vb].copy_from_slice(snap.st.vector_bytes(s));
             ids.push(snap.live_id(s).expect("live"));
         }
         drop(scan);
-        Self::advise_slots(&snap.st, 0, snap.slots); // the scan's advice cleared ADR-0016's
         let mut nw = new.writer.lock();
         // A codes-only index keeps its quantizer (its codes are copied as they are); beside
         // float vectors a trained quantizer is learned again, from the live vectors (evenly

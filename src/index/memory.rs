@@ -63,16 +63,11 @@ impl Index {
     }
 
     /// Ask for huge pages under the whole vector pieces of slots `[from, to)`, if asked for.
+    /// (Faults in the slot headers and lists never read into those pieces: an index that fits
+    /// reads around a fault only where it is not larger than memory, and then the pieces are
+    /// in memory already; see `residency`.)
     pub(super) fn advise_slots(st: &Storage, from: u64, to: u64) {
-        // (In memory every store asked for huge pages whole when it was made.)
-        if st.huge.load(Acquire) && !st.is_memory() {
-            for (p, len) in st.vector_pieces(from, to) {
-                os::advise_huge(p as *const u8, len, true);
-            }
-            // (Faults in the slot headers and lists read no further than their own page, which
-            // keeps them out of the vector pieces beside them: every file mapping is marked as
-            // read at random when it is made.)
-        }
+        st.advise_huge_pieces(from, to);
     }
 
     /// Ask for huge pages under the index's vectors from now on (ADR-0016): the committed

@@ -38,8 +38,6 @@ const COLD_AT: usize = 2;
 const WALK: u8 = 1;
 const VECTORS: u8 = 2;
 const LISTS: u8 = 4;
-/// Set once a sample has been taken.
-const SAMPLED: u8 = 8;
 
 /// What a search should name to the system before reading it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -65,8 +63,8 @@ fn epoch() -> Instant {
     *E.get_or_init(Instant::now)
 }
 
-/// `CHASSIS_NAME_PAGES=0` turns the naming off (to measure what it gives; the mappings stay
-/// marked as read at random).
+/// `CHASSIS_NAME_PAGES=0` turns the naming off (to measure what it gives; the sample still
+/// runs, and the mappings of an index larger than memory are still read at random).
 fn naming_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("CHASSIS_NAME_PAGES").map_or(true, |v| v != "0"))
@@ -85,7 +83,7 @@ impl Index {
     /// given (`os::WILL_NEED`).
     pub(super) fn cold(&self, snap: &Snap) -> Cold {
         let r = &self.residency;
-        if self.memory || !os::WILL_NEED || !naming_on() {
+        if self.memory || !os::WILL_NEED {
             return Cold::default();
         }
         let now = epoch().elapsed().as_nanos() as u64;
@@ -93,7 +91,10 @@ impl Index {
         if now >= due
             && r.due.compare_exchange(due, now + EVERY.as_nanos() as u64, Relaxed, Relaxed).is_ok()
         {
-            r.state.store(Self::sample(snap, now) | SAMPLED, Relaxed);
+            r.state.store(Self::sample(snap, now), Relaxed);
+        }
+        if !naming_on() {
+            return Cold::default();
         }
         let s = r.state.load(Relaxed);
         let codes = snap.st.geo.has_codes() && self.precision() != Precision::Int8;
@@ -119,9 +120,7 @@ impl Index {
         let written = snap.st.written_ranges(snap.slots);
         let total: u64 = written.iter().map(|w| w.len as u64).sum();
         let larger = os::memory_available().is_some_and(|m| total > m / 4 * 3);
-        if snap.st.set_random(larger) && !larger {
-            Self::advise_slots(&snap.st, 0, snap.slots); // MADV_NORMAL cleared ADR-0016's advice
-        }
+        snap.st.set_random(larger, snap.slots);
         if !larger {
             return 0;
         }

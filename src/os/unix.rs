@@ -317,7 +317,7 @@ pub fn advise_normal(p: *const u8, len: usize) {
 }
 
 /// Mark `[p, p + len)` as read in order (a fault reads well ahead, and pages behind may go
-/// first): for whole-index scans only, which then mark it random again.
+/// first): for whole-index scans only, which then give it its advice back.
 pub fn advise_sequential(p: *const u8, len: usize) {
     // SAFETY: advice about a range inside a live mapping of this process.
     unsafe {

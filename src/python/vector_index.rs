@@ -85,6 +85,22 @@ impl VectorIndex {
         self.inner.read().clone().ok_or_else(|| to_py(Error::closed()))
     }
 
+    /// `save` or `backup` through the long-call helper: a bar of the bytes `copy_bytes` says,
+    /// Ctrl-C cancels the copy.
+    fn copy_to(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        progress: bool,
+        desc: &str,
+        copy: impl FnOnce(&Index, &std::path::Path, &crate::index::Control) -> Result<()> + Send,
+    ) -> PyResult<()> {
+        let (p, _) = path_arg(py, path)?;
+        let idx = self.index()?;
+        let total = py.detach(|| idx.copy_bytes());
+        run::run_long_units(py, total, progress, desc, "B", |ctl| copy(&idx, &p, ctl))
+    }
+
     /// Run `f` on the open index without the GIL.
     fn with<R: Send>(
         &self,
@@ -298,10 +314,7 @@ impl VectorIndex {
         overwrite: bool,
         progress: bool,
     ) -> PyResult<()> {
-        let (p, _) = path_arg(py, path)?;
-        let idx = self.index()?;
-        let total = py.detach(|| idx.copy_bytes());
-        run::run_long_units(py, total, progress, "saving", "B", |ctl| idx.save(&p, overwrite, ctl))
+        self.copy_to(py, path, progress, "saving", |idx, p, ctl| idx.save(p, overwrite, ctl))
     }
 
     /// True for an index without a file (``VectorIndex(None, dims)``, ``VectorIndex.load``).
@@ -670,12 +683,7 @@ impl VectorIndex {
         overwrite: bool,
         progress: bool,
     ) -> PyResult<()> {
-        let (p, _) = path_arg(py, path)?;
-        let idx = self.index()?;
-        let total = py.detach(|| idx.copy_bytes());
-        run::run_long_units(py, total, progress, "backing up", "B", |ctl| {
-            idx.backup(&p, overwrite, ctl)
-        })
+        self.copy_to(py, path, progress, "backing up", |idx, p, ctl| idx.backup(p, overwrite, ctl))
     }
 
     /// Rewrite the index without its deleted vectors, keeping every id.

@@ -165,21 +165,35 @@ impl Storage {
         segs.chain(hs).collect()
     }
 
-    /// Mark every file mapping as read at random (a fault reads its own page), or give it the
-    /// kernel's read-around again; true if that changed. Mappings made later follow. (The
-    /// caller asks again for ADR-0016's pieces, whose advice `MADV_NORMAL` clears.)
-    pub fn set_random(&self, on: bool) -> bool {
-        if self.file.is_none() || self.random.swap(on, AcqRel) == on {
-            return false;
-        }
-        for (p, len) in self.mapped_ranges() {
-            if on {
-                os::advise_random(p as *const u8, len);
-            } else {
-                os::advise_normal(p as *const u8, len);
+    /// ADR-0016: ask for huge pages (and random reads) under the whole vector pieces of slots
+    /// `[from, to)`, if huge pages are asked for. (In memory every store asked for them whole
+    /// when it was made.)
+    pub fn advise_huge_pieces(&self, from: u64, to: u64) {
+        if self.huge.load(Acquire) && !self.is_memory() {
+            for (p, len) in self.vector_pieces(from, to) {
+                os::advise_huge(p as *const u8, len, true);
             }
         }
-        true
+    }
+
+    /// Give every file mapping the read advice of `self.random` (random, or the kernel's
+    /// read-around), then ask again for the huge-page pieces of the first `slots` slots, whose
+    /// random advice `MADV_NORMAL` or a scan's `MADV_SEQUENTIAL` cleared.
+    fn restore_read_advice(&self, slots: u64) {
+        let advise = if self.random.load(Acquire) { os::advise_random } else { os::advise_normal };
+        for (p, len) in self.mapped_ranges() {
+            advise(p as *const u8, len);
+        }
+        self.advise_huge_pieces(0, slots);
+    }
+
+    /// Mark every file mapping as read at random (a fault reads its own page), or give it the
+    /// kernel's read-around again (`slots`: the committed ones, whose huge-page pieces keep
+    /// theirs), if it is not so already. Mappings made later follow.
+    pub fn set_random(&self, on: bool, slots: u64) {
+        if self.file.is_some() && self.random.swap(on, AcqRel) != on {
+            self.restore_read_advice(slots);
+        }
     }
 
     /// Whether the file mappings are marked as read at random (`set_random`).
@@ -188,17 +202,16 @@ impl Storage {
     }
 
     /// Mark every file mapping as read in order for a whole-index scan (`check`, compaction's
-    /// copy), so that a file not in memory comes in by readahead rather than a page per fault;
-    /// marked as before when the guard drops (the caller asks again for ADR-0016's pieces).
-    /// Searches of this process meanwhile read ahead too; other processes' mappings keep their
-    /// own advice.
-    pub fn sequential_scan(&self) -> SequentialScan<'_> {
+    /// copy) of `slots` slots, so that a file not in memory comes in by readahead rather than a
+    /// page per fault; the advice is as before when the guard drops. Searches of this process
+    /// meanwhile read ahead too; other processes' mappings keep their own advice.
+    pub fn sequential_scan(&self, slots: u64) -> SequentialScan<'_> {
         if self.file.is_some() {
             for (p, len) in self.mapped_ranges() {
                 os::advise_sequential(p as *const u8, len);
             }
         }
-        SequentialScan(self)
+        SequentialScan(self, slots)
     }
 
     /// Address ranges of every mapping of the index (for memory statistics).
@@ -319,19 +332,12 @@ impl Storage {
 }
 
 /// See [`Storage::sequential_scan`].
-pub struct SequentialScan<'a>(&'a Storage);
+pub struct SequentialScan<'a>(&'a Storage, u64);
 
 impl Drop for SequentialScan<'_> {
     fn drop(&mut self) {
         if self.0.file.is_some() {
-            let random = self.0.random.load(Acquire);
-            for (p, len) in self.0.mapped_ranges() {
-                if random {
-                    os::advise_random(p as *const u8, len);
-                } else {
-                    os::advise_normal(p as *const u8, len);
-                }
-            }
+            self.0.restore_read_advice(self.1);
         }
     }
 }
