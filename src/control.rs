@@ -12,11 +12,23 @@ use std::sync::Arc;
 pub struct Control {
     pub cancel: AtomicBool,
     pub done: AtomicU64,
+    /// A count of interrupts kept by the caller (the C API's `chassis_interrupt`, one per
+    /// handle) and its value when the call began: the call is cancelled once it has moved.
+    /// A counter, not a flag, so that nothing has to clear it and an interrupt reaches every
+    /// call running at that moment and none that starts later.
+    pub interrupts: Option<(Arc<AtomicU64>, u64)>,
 }
 
 impl Control {
+    /// A control cancelled by any interrupt counted on `counter` from now on.
+    pub fn watching(counter: &Arc<AtomicU64>) -> Control {
+        let now = counter.load(Acquire);
+        Control { interrupts: Some((counter.clone(), now)), ..Control::default() }
+    }
+
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Relaxed)
+            || self.interrupts.as_ref().is_some_and(|(c, at)| c.load(Relaxed) != *at)
     }
 }
 

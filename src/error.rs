@@ -25,6 +25,35 @@ pub enum ErrorKind {
     Io,
 }
 
+impl ErrorKind {
+    /// The integer code of this kind: the `code` of its Python exception class and the status
+    /// a C call returns (`include/chassis.h`). 12 is the base class (`ChassisError`,
+    /// `CHASSIS_ERROR`: a fault inside the library); 0 is success in C. Interrupted has no
+    /// Python class (it becomes `KeyboardInterrupt`) and is 16 in C.
+    pub const fn code(self) -> u32 {
+        match self {
+            ErrorKind::InvalidArgument => 1,
+            ErrorKind::DimensionMismatch => 2,
+            ErrorKind::OptionsMismatch => 3,
+            ErrorKind::IndexNotFound => 4,
+            ErrorKind::NotAnIndex => 5,
+            ErrorKind::IdInUse => 6,
+            ErrorKind::IndexLocked => 7,
+            ErrorKind::ReadOnly => 8,
+            ErrorKind::CorruptIndex => 9,
+            ErrorKind::IndexFull => 10,
+            ErrorKind::InvalidPath => 11,
+            ErrorKind::IdNotFound => 13,
+            ErrorKind::Closed => 14,
+            ErrorKind::Io => 15,
+            ErrorKind::Interrupted => 16,
+        }
+    }
+}
+
+/// The code of an error no kind describes: a fault inside the library (a caught panic in C).
+pub const INTERNAL_CODE: u32 = 12;
+
 #[derive(Debug, Clone)]
 pub struct Error {
     pub kind: ErrorKind,

@@ -1,7 +1,8 @@
 //! Chassis: an embedded vector index in one memory-mapped file (vectors plus an HNSW graph).
 //!
-//! The core (this crate without features) never touches Python; `src/python/` wraps it in a
-//! native module when built with the `python` feature.
+//! The core never touches Python; `src/python/` wraps it in a native module when built with
+//! the `python` feature, and `src/capi/` in the C API of `include/chassis.h` with the `capi`
+//! feature (on by default; neither wrapper imports the other).
 //!
 //! | module       | what it holds                                                            |
 //! |--------------|--------------------------------------------------------------------------|
@@ -17,6 +18,7 @@
 //! | [`warm`]     | background read-in (ADR-0019)                                            |
 //! | [`control`]  | cancellation, progress and thread pools of long calls                    |
 //! | [`error`]    | typed errors with a `help:` line                                         |
+//! | `capi`       | the C API (`include/chassis.h`): handles, statuses, `#[repr(C)]` structs  |
 //!
 //! Dependencies run one way: `index` -> `graph` -> `storage` -> `format` / `os`; `commit`
 //! uses `storage`; nothing below `index` imports it.
@@ -26,9 +28,10 @@
 //! in-memory index's pages) and the THP note (huge pages for anonymous buffers).
 //!
 //! Unsafe code: raw pointers into the mappings are made only in `storage`; the other
-//! `unsafe` blocks are SIMD kernels (`distance`, `quant::kernels`), prefetch instructions (`cpu`), system calls
-//! (`os`, `warm`), buffers of their own (`graph::halfcopy`, the aligned query copy in
-//! `graph::search`) and NumPy's buffers (`python`). Each states the invariant that makes it
+//! `unsafe` blocks are SIMD kernels (`distance`, `quant::kernels`), prefetch instructions
+//! (`cpu`), system calls (`os`, `warm`), buffers of their own (`graph::halfcopy`, the aligned
+//! query copy in `graph::search`), NumPy's buffers (`python`) and a C caller's pointers
+//! (`capi`, turned into references only in `capi::types`). Each states the invariant that makes it
 //! sound (`clippy::undocumented_unsafe_blocks` is denied).
 
 pub mod commit;
@@ -44,6 +47,8 @@ pub mod quant;
 pub mod storage;
 pub mod warm;
 
+#[cfg(feature = "capi")]
+pub mod capi;
 #[cfg(feature = "python")]
 mod python;
 

@@ -29,7 +29,8 @@ pub(super) fn check_k(k: usize) -> Result<()> {
 }
 
 impl Index {
-    pub(super) fn check_dims(&self, got: usize, what: &str) -> Result<()> {
+    /// `DimensionMismatch` unless `got` is the index's dimensions.
+    pub fn check_dims(&self, got: usize, what: &str) -> Result<()> {
         if got != self.dims() {
             return Err(Error::new(
                 ErrorKind::DimensionMismatch,

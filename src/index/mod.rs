@@ -329,7 +329,8 @@ impl Index {
         Ok(())
     }
 
-    fn check_open(&self) -> Result<()> {
+    /// `Closed` once `close` ran: for calls of a wrapper that reach no method checking it.
+    pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Acquire) {
             return Err(Error::closed());
         }

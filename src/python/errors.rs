@@ -10,8 +10,8 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 
 pyo3::create_exception!(chassis, ChassisError, PyException, "Base class of every Chassis error.");
 
-/// (class name, kind, built-in bases, code, doc). `None` kind: raised from Python code only.
-/// One exception class: (name, kind, built-in bases, code, doc).
+/// One exception class: (name, kind, built-in bases, code, doc). `None` kind: raised from
+/// Python code only. A kind's code is `ErrorKind::code` (the C API's status), checked here.
 type Class = (&'static str, Option<ErrorKind>, &'static [&'static str], u32, &'static str);
 
 const CLASSES: &[Class] = &[
@@ -132,11 +132,12 @@ fn builtin<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let base = py.get_type::<ChassisError>();
-    base.setattr("code", 12)?;
+    base.setattr("code", crate::error::INTERNAL_CODE)?;
     m.add("ChassisError", &base)?;
     let mut made: Vec<(&str, Bound<'_, PyType>)> = Vec::new();
     let mut table = Vec::new();
     for (name, kind, bases, code, doc) in CLASSES {
+        assert!(kind.is_none_or(|k| k.code() == *code), "{name}: code {code} is not its kind's");
         let mut b = vec![base.clone().into_any()];
         for n in *bases {
             b.push(builtin(py, n, &made)?);
