@@ -1,0 +1,830 @@
+"""One index over a Ray cluster: `ShardedIndex`, the same API shape as `VectorIndex`.
+
+Each shard is an ordinary Chassis index file owned by one Ray actor (new shards go round the
+cluster's alive nodes in turn, and each stays on its node), on that node's local disk under
+the root folder the user gives, or on a shared path (``shared=True``). Ray is the engine: its actors,
+object store and restarts; nothing here schedules, serialises or manages a cluster.
+
+* Writes route each row by a fixed hash of its id (`shard_of`), so an id always lives in one
+  shard and `IdInUseError` works across shards. A batch is checked on the driver first
+  (shape, dtype, values, ids), then travels once through the object store; each shard's
+  actor gets a read-only view of its rows. `flush()` returns when every shard's flush is
+  durable, then writes a manifest (`chassis-shards.json`: shards, paths, nodes, committed
+  sequence numbers) that `ShardedIndex.open(root)` reads after the driver restarts.
+* Searches fan out to every shard (each runs its own GIL-free `search_batch`); the driver
+  merges each query's top k exactly, ties by id. ``replicas=R`` adds R read-only actors per
+  shard (`IndexReader`s on the same file, on the same node), which see each flush.
+* Faults: a shard actor that dies is restarted by Ray (``max_restarts``) and reopens its
+  file as of its last flush. Searches and other reads are retried and go on. A write or
+  flush in flight raises `ShardFailedError` naming the shard; the other shards are rolled
+  back to their last flush, so the whole index is as of its last flush, as a killed writer
+  leaves one file. A shard whose node left the cluster raises `ShardUnavailableError` until
+  the node returns (with ``shared=True``, Ray restarts it on another node).
+
+Measured here (benchmarks/bench_ray.py; docs/distributed.md has the figures and the scaling
+on paper).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ModuleNotFoundError:  # pragma: no cover - tested in a child without Ray
+    raise ModuleNotFoundError(
+        "chassis.ray needs Ray, which is not installed\nhelp: pip install 'chassis-index[ray]'",
+        name="ray",
+    ) from None
+
+import chassis
+from chassis import ChassisError, IndexOptions, IndexReader, SearchResult, VectorIndex
+
+__all__ = [
+    "ShardedIndex",
+    "ShardFailedError",
+    "ShardUnavailableError",
+    "shard_of",
+    "MANIFEST",
+]
+
+#: The manifest's name in the root folder.
+MANIFEST = "chassis-shards.json"
+_NO_ID = np.uint64(2**64 - 1)
+
+
+class ShardFailedError(ChassisError, OSError):
+    """A shard's actor died during a write or a flush. The index is as of its last flush on
+    every shard (the others were rolled back); the shard restarts by itself."""
+
+
+class ShardUnavailableError(ChassisError, OSError):
+    """A shard cannot be reached: its node left the cluster (its file is on that node's
+    disk), or Ray gave up restarting it."""
+
+
+def shard_of(ids: Any, shards: int) -> np.ndarray:
+    """The shard of each id: splitmix64's finaliser of the id, modulo the number of shards.
+
+    Fixed for good: an index's ids were placed with it.
+    """
+    x = np.array(ids, dtype=np.uint64, copy=True, ndmin=1)
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(27)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+    return (x % np.uint64(shards)).astype(np.intp)
+
+
+# ---------------------------------------------------------------- the actors
+
+
+class _Shard:
+    """One shard: a `VectorIndex` (or, for a replica, an `IndexReader`) on one file."""
+
+    def __init__(
+        self, path: str, dimensions: int, options: dict[str, Any] | None, replica: bool
+    ) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        opts = IndexOptions(**options) if options else None
+        self.index = IndexReader(path, opts) if replica else VectorIndex(path, dimensions, opts)
+        # This incarnation: a restarted actor has another, so the driver can tell that the
+        # writes it made since the last flush are gone (writes and searches return it).
+        self.life = uuid.uuid4().hex
+
+    def where(self) -> dict[str, Any]:
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "life": self.life}
+
+    def add_batch(self, vectors: np.ndarray, ids: np.ndarray) -> tuple[None, str]:
+        self.index.add_batch(vectors, ids=ids)
+        return None, self.life
+
+    def present(self, ids: np.ndarray) -> list[int]:
+        return [int(i) for i in ids if int(i) in self.index]
+
+    def delete_many(self, ids: Iterable[int]) -> tuple[int, str]:
+        return sum(bool(self.index.delete(int(i))) for i in ids), self.life
+
+    def flush(self) -> tuple[int, str]:
+        self.index.flush()
+        return int(self.index.snapshot().seq), self.life
+
+    def rollback(self) -> tuple[None, str]:
+        self.index.rollback()
+        return None, self.life
+
+    def search_batch(self, queries: np.ndarray, k: int, kw: dict[str, Any]):
+        ids, dist = self.index.search_batch(queries, k, **kw)
+        return ids, dist, self.life
+
+    def stats(self) -> dict[str, int]:
+        ids = self.index.ids()
+        return {
+            "len": len(self.index),
+            "max_id": int(ids.max()) if len(ids) else -1,
+            "seq": int(self.index.snapshot().seq),
+        }
+
+    def length(self) -> int:
+        return len(self.index)
+
+    def contains(self, id: int) -> bool:
+        return id in self.index
+
+    def get(self, id: int):
+        return self.index.get(id)
+
+    def ids(self) -> np.ndarray:
+        return self.index.ids()
+
+    def close(self) -> None:
+        self.index.close()
+
+
+# Reads are retried on a restarted actor (they are idempotent); writes never are: a write in
+# flight when a shard dies is reported (ShardFailedError), not run twice.
+_READS = ("where", "present", "search_batch", "stats", "length", "contains", "get", "ids")
+for _name in _READS:
+    setattr(_Shard, _name, ray.method(max_task_retries=3)(getattr(_Shard, _name)))
+_ShardActor = ray.remote(_Shard)
+
+
+@dataclasses.dataclass
+class _ShardInfo:
+    number: int
+    path: str
+    node_id: str
+    seq: int = 0
+    actor: Any = None
+    replicas: list[Any] = dataclasses.field(default_factory=list)
+    #: The writer actor's incarnation as last seen, whether it holds writes since its last
+    #: flush, and whether a search saw it restarted while it did (they are gone).
+    life: str = ""
+    dirty: bool = False
+    lost: bool = False
+
+
+# ---------------------------------------------------------------- the index
+
+
+class ShardedIndex:
+    """An index sharded over a Ray cluster: N ordinary Chassis files, one per actor.
+
+    ``ShardedIndex(root, dimensions, options, shards=N)`` creates one (or opens the one the
+    manifest in `root` describes, as `VectorIndex` opens a file); `ShardedIndex.open(root)`
+    only opens. Ray must be initialised (``ray.init``) first.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder of the manifest (on the driver) and of the shard files (on each node's
+        own disk, or on a shared path with ``shared=True``).
+    dimensions : int, optional
+        Needed to create; checked against the manifest when opening.
+    options : IndexOptions or dict, optional
+        As for `VectorIndex`; every shard is created with them.
+    shards : int, default 2
+        How many shards to create (fixed at creation).
+    replicas : int, default 0
+        Read-only actors per shard (`IndexReader` on the same file): searches go to them, so
+        they see what was flushed; without replicas the shards' writers answer, and see
+        unflushed adds too.
+    shared : bool, default False
+        The root is a path every node sees (NFS, a cluster file system): a shard whose node
+        leaves is restarted on another node instead of waiting for it.
+    max_restarts : int, default -1
+        Ray restarts of a shard actor that dies (-1: without limit).
+    timeout : float, optional
+        Seconds to wait for a shard's answer before reporting it unavailable (None: wait).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        dimensions: int | None = None,
+        options: IndexOptions | dict[str, Any] | None = None,
+        *,
+        shards: int = 2,
+        replicas: int = 0,
+        shared: bool = False,
+        max_restarts: int = -1,
+        timeout: float | None = None,
+    ) -> None:
+        if not ray.is_initialized():
+            raise chassis.InvalidArgumentError(
+                "Ray is not initialised\nhelp: call ray.init() (or ray.init(address=...)) first"
+            )
+        self.root = Path(root).resolve()
+        self._lock = threading.Lock()
+        self._max_restarts = max_restarts
+        self.timeout = timeout
+        self._round = 0
+        manifest = self.root / MANIFEST
+        if manifest.exists():
+            m = json.loads(manifest.read_text())
+            if dimensions is not None and dimensions != m["dimensions"]:
+                raise chassis.DimensionMismatchError(
+                    f"{self.root} holds a sharded index of {m['dimensions']} dimensions, "
+                    f"not {dimensions}\nhelp: pass dimensions={m['dimensions']} or None"
+                )
+            self.dimensions = int(m["dimensions"])
+            self.options = IndexOptions(**m["options"])
+            if options is not None:
+                want = options if isinstance(options, IndexOptions) else IndexOptions(**options)
+                for f in ("metric", "precision", "max_connections", "quantization"):
+                    if getattr(want, f) != getattr(self.options, f):
+                        raise chassis.OptionsMismatchError(
+                            f"{self.root} was created with {f}={getattr(self.options, f)!r}, "
+                            f"not {getattr(want, f)!r}\nhelp: open it with options=None"
+                        )
+            self.shared = bool(m["shared"])
+            self._shards = [
+                _ShardInfo(s["number"], s["path"], s["node_id"], s["seq"]) for s in m["shards"]
+            ]
+            self._next_id = int(m["next_id"])
+            self._start(replicas, create=False)
+            stats = self._each("stats")
+            self._next_id = max(self._next_id, 1 + max(s["max_id"] for s in stats))
+        else:
+            if dimensions is None:
+                raise chassis.IndexNotFoundError(
+                    f"no sharded index at {self.root} (no {MANIFEST})\n"
+                    "help: pass dimensions (and shards=) to create one"
+                )
+            if not isinstance(shards, int) or shards < 1:
+                raise chassis.InvalidArgumentError(
+                    f"shards={shards!r}\nhelp: pass a positive number of shards"
+                )
+            opts = options if isinstance(options, IndexOptions) else IndexOptions(**(options or {}))
+            self.dimensions = int(dimensions)
+            self.options = opts
+            self.shared = shared
+            self._shards = [
+                _ShardInfo(i, str(self.root / f"shard-{i:04d}.chassis"), "") for i in range(shards)
+            ]
+            self._next_id = 0
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._start(replicas, create=True)
+            self._write_manifest()
+
+    @classmethod
+    def open(
+        cls, root: str | os.PathLike[str], *, replicas: int = 0, timeout: float | None = None
+    ) -> ShardedIndex:
+        """Open the sharded index whose manifest is in `root` (after a driver restart)."""
+        if not (Path(root) / MANIFEST).exists():
+            raise chassis.IndexNotFoundError(
+                f"no sharded index at {root} (no {MANIFEST})\n"
+                "help: check the path, or create one with ShardedIndex(root, dimensions)"
+            )
+        return cls(root, replicas=replicas, timeout=timeout)
+
+    # ---- actors
+
+    def _actor_options(self, node_id: str) -> dict[str, Any]:
+        opts: dict[str, Any] = {
+            "max_restarts": self._max_restarts,
+            "num_cpus": 0,
+            "max_concurrency": 8,
+        }
+        # Its file is on that node's disk: back there (soft with a shared path, so that a
+        # shard whose node is gone comes up elsewhere).
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=self.shared)
+        return opts
+
+    def _start(self, replicas: int, *, create: bool) -> None:
+        opts = dataclasses.asdict(self.options)
+        if create:
+            # New shards go round the alive nodes in turn (Ray's SPREAD strategy leaves
+            # actors that reserve no CPU on one node); each stays on its node from then on.
+            nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+            for s in self._shards:
+                s.node_id = nodes[s.number % len(nodes)]
+        for s in self._shards:
+            s.actor = _ShardActor.options(**self._actor_options(s.node_id)).remote(
+                s.path, self.dimensions, opts, False
+            )
+        wheres = self._each("where")
+        for s, w in zip(self._shards, wheres):
+            s.node_id, s.life = w["node_id"], w["life"]
+        self.replicas = int(replicas)
+        if replicas:
+            # The writers created the files; the readers follow them from their first flush.
+            if create:
+                self._each("flush")
+            for s in self._shards:
+                s.replicas = [
+                    _ShardActor.options(**self._actor_options(s.node_id)).remote(
+                        s.path, self.dimensions, opts, True
+                    )
+                    for _ in range(replicas)
+                ]
+            ray.get([r.where.remote() for s in self._shards for r in s.replicas])
+
+    def _each(self, method: str, *args: Any) -> list[Any]:
+        """Call `method` on every shard's writer; results in shard order."""
+        refs = [getattr(s.actor, method).remote(*args) for s in self._shards]
+        return self._get(refs, method, None)
+
+    def _get(self, refs: list[Any], what: str, shards: list[int] | None) -> list[Any]:
+        """`ray.get` of calls to `shards` (None: all, in order), their errors made plain: a
+        shard's own exception re-raised with the shard named, an unreachable shard reported."""
+        if shards is None:
+            shards = list(range(len(self._shards)))
+        try:
+            return ray.get(refs, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError as e:
+            raise self._unavailable(shards[0], what, e) from None
+        except ray.exceptions.RayTaskError as e:
+            i = self._which(refs, shards)
+            cause = e.cause if isinstance(e.cause, BaseException) else e
+            if isinstance(cause, Exception):
+                cause.add_note(f"(in shard {i} of {self.root}, {what})")
+            raise cause from None
+        except ray.exceptions.RayError as e:  # died, unschedulable (its node left), ...
+            i = self._which(refs, shards)
+            raise self._unavailable(i, what, e) from None
+
+    def _which(self, refs: list[Any], shards: list[int]) -> int:
+        """The first shard whose call failed."""
+        for ref, i in zip(refs, shards):
+            try:
+                ray.get(ref, timeout=self.timeout)
+            except Exception:
+                return i
+        return shards[0] if shards else -1
+
+    def _unavailable(self, i: int, what: str, e: Exception) -> Exception:
+        s = self._shards[i]
+        alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+        if not alive.get(s.node_id, False) and not self.shared:
+            return ShardUnavailableError(
+                f"shard {i} ({s.path}) is on node {s.node_id[:12]}, which left the cluster; "
+                f"{what} cannot reach it\nhelp: bring that node back (the shard's file is on "
+                "its disk), or keep shards on a shared path (shared=True)"
+            )
+        return ShardUnavailableError(
+            f"shard {i} ({s.path}) could not be reached for {what}: {type(e).__name__}\n"
+            "help: retry; Ray restarts a shard that died (max_restarts)"
+        )
+
+    # ---- writes
+
+    def _check_rows(self, vectors: Any) -> np.ndarray:
+        v = np.asarray(vectors)
+        if v.ndim == 1:
+            v = v[None, :]
+        if v.ndim != 2 or v.shape[1] != self.dimensions:
+            raise chassis.DimensionMismatchError(
+                f"got an array of shape {np.shape(vectors)}; the index has {self.dimensions} "
+                f"dimensions\nhelp: pass an array of shape (n, {self.dimensions})"
+            )
+        v = np.ascontiguousarray(v, dtype=np.float32)  # one conversion, when not float32
+        if not np.isfinite(v).all():
+            row = int(np.argwhere(~np.isfinite(v))[0][0])
+            raise chassis.InvalidArgumentError(
+                f"row {row} holds NaN or infinity\nhelp: remove or fix that row"
+            )
+        return v
+
+    def _check_ids(self, ids: Any, n: int) -> np.ndarray:
+        arr = np.asarray(ids)
+        if arr.shape != (n,) or not (
+            np.issubdtype(arr.dtype, np.integer) and (len(arr) == 0 or arr.min() >= 0)
+        ):
+            raise chassis.InvalidArgumentError(
+                f"ids must be {n} non-negative integers, got shape {arr.shape} of {arr.dtype}\n"
+                "help: pass one id per row"
+            )
+        arr = arr.astype(np.uint64)
+        if (arr == _NO_ID).any():
+            raise chassis.InvalidArgumentError(
+                "id 2**64-1 is reserved\nhelp: use ids below 2**64-1"
+            )
+        uniq, counts = np.unique(arr, return_counts=True)
+        if (counts > 1).any():
+            raise chassis.IdInUseError(
+                f"id {int(uniq[counts > 1][0])} appears twice in the batch\nhelp: pass distinct ids"
+            )
+        return arr
+
+    def add(self, vector: Any, id: int | None = None) -> int:
+        """Add one vector; returns its id."""
+        ids = None if id is None else [id]
+        return int(self.add_batch(np.asarray(vector)[None, :], ids)[0])
+
+    def add_batch(self, vectors: Any, ids: Any = None) -> np.ndarray:
+        """Add rows, each to the shard of its id; all or nothing. Returns the ids."""
+        v = self._check_rows(vectors)
+        with self._lock:
+            n = len(v)
+            if ids is None:
+                arr = np.arange(self._next_id, self._next_id + n, dtype=np.uint64)
+            else:
+                arr = self._check_ids(ids, n)
+            where = shard_of(arr, len(self._shards))
+            parts = [(i, np.flatnonzero(where == i)) for i in range(len(self._shards))]
+            parts = [(i, rows) for i, rows in parts if len(rows)]
+            if ids is not None:
+                # Ids in use anywhere: each shard asked about its own.
+                refs = [self._shards[i].actor.present.remote(arr[rows]) for i, rows in parts]
+                used = [
+                    u
+                    for found in self._get(refs, "add_batch", [i for i, _ in parts])
+                    for u in found
+                ]
+                if used:
+                    raise chassis.IdInUseError(
+                        f"id {used[0]} is already in the index\nhelp: pass ids not in use "
+                        "(delete the old vector first to replace it)"
+                    )
+            self._write(
+                "add_batch",
+                [(i, "add_batch", (v[rows], arr[rows])) for i, rows in parts],
+                undo={i: arr[rows] for i, rows in parts},
+            )
+            for i, _ in parts:
+                self._shards[i].dirty = True
+            if len(arr):
+                self._next_id = max(self._next_id, int(arr.max()) + 1)
+            return arr
+
+    def delete(self, id: int) -> bool:
+        """Delete `id` (from its shard); False if it is not there."""
+        with self._lock:
+            i = int(shard_of([id], len(self._shards))[0])
+            done = bool(self._write("delete", [(i, "delete_many", ([int(id)],))])[0])
+            self._shards[i].dirty |= done
+            return done
+
+    def _write(
+        self,
+        what: str,
+        calls: Sequence[tuple[int, str, tuple[Any, ...]]],
+        undo: dict[int, np.ndarray] | None = None,
+    ) -> list[Any]:
+        """Run writes on shards (the caller holds the lock). On a failure the index is left as
+        it was before the call, or, when a shard died, as of its last flush (see the module).
+        """
+        lost = [s for s in self._shards if s.lost]
+        if lost:
+            raise self._back_to_last_flush(lost[0], what)
+        refs = [getattr(self._shards[i].actor, m).remote(*a) for i, m, a in calls]
+        results: list[Any] = []
+        failed: list[tuple[int, BaseException]] = []
+        restarted: list[_ShardInfo] = []
+        for (i, _, _), ref in zip(calls, refs):
+            s = self._shards[i]
+            try:
+                value, life = self._wait(ref)
+            except ray.exceptions.RayError as e:
+                failed.append((i, e))
+                results.append(None)
+                continue
+            results.append(value)
+            if life != s.life:
+                # Restarted since the last call: what it held unflushed is gone.
+                if s.dirty:
+                    restarted.append(s)
+                s.life = life
+        # Anything but the shard's own exception: it died, or cannot be reached.
+        dead = [
+            self._shards[i] for i, e in failed if not isinstance(e, ray.exceptions.RayTaskError)
+        ]
+        if dead or restarted:
+            raise self._back_to_last_flush((dead or restarted)[0], what)
+        if not failed:
+            return results
+        # An ordinary error in a shard (disk full, ...): the batch's rows out of the others.
+        i, e = failed[0]
+        failed_at = {j for j, _ in failed}
+        for j, rows in (undo or {}).items():
+            if j not in failed_at:
+                self._wait(self._shards[j].actor.delete_many.remote(rows.tolist()))
+        cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
+        if isinstance(cause, Exception):
+            cause.add_note(f"(in shard {i} of {self.root}, {what})")
+        raise cause from None
+
+    def _wait(self, ref: Any) -> Any:
+        try:
+            return ray.get(ref, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError as e:
+            raise ray.exceptions.RayActorError() from e
+
+    def _back_to_last_flush(self, s: _ShardInfo, what: str) -> ChassisError:
+        """Every shard rolled back to its last flush, after `s` lost its unflushed writes."""
+        for t in self._shards:
+            try:
+                _, t.life = self._wait(t.actor.rollback.remote())
+            except Exception:  # it died too: its restart reopens as of its last flush
+                pass
+            t.dirty = t.lost = False
+        alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+        if not alive.get(s.node_id, False) and not self.shared:
+            return ShardUnavailableError(
+                f"shard {s.number} ({s.path}) is on node {s.node_id[:12]}, which left the "
+                f"cluster during {what}; every other shard was rolled back to its last flush\n"
+                "help: bring that node back (the shard's file is on its disk), or keep shards "
+                "on a shared path (shared=True)"
+            )
+        return ShardFailedError(
+            f"shard {s.number} ({s.path}) died, or restarted, during or before {what}: its "
+            "writes since its last flush are lost, so every other shard was rolled back to "
+            "its last flush too, and the index is as of its last flush\n"
+            "help: redo the writes made since the last flush(); the shard restarted by itself"
+        )
+
+    def flush(self) -> None:
+        """Flush every shard (each durable when this returns), then write the manifest."""
+        with self._lock:
+            # A shard that restarted while holding unflushed writes is found before anything
+            # is committed, so that no shard commits a batch another one lost.
+            wheres = self._get([s.actor.where.remote() for s in self._shards], "flush", None)
+            for s, w in zip(self._shards, wheres):
+                if w["life"] != s.life:
+                    s.lost = s.lost or s.dirty
+                    s.life = w["life"]
+            seqs = self._write("flush", [(s.number, "flush", ()) for s in self._shards])
+            for s, q in zip(self._shards, seqs):
+                s.seq, s.dirty = int(q), False
+            self._write_manifest()
+
+    def rollback(self) -> None:
+        """Discard every shard's changes since the last flush."""
+        with self._lock:
+            for s in self._shards:
+                s.lost = False
+            self._write("rollback", [(s.number, "rollback", ()) for s in self._shards])
+            for s in self._shards:
+                s.dirty = False
+
+    def _write_manifest(self) -> None:
+        m = {
+            "format": 1,
+            "dimensions": self.dimensions,
+            "options": dataclasses.asdict(self.options),
+            "shared": self.shared,
+            "next_id": self._next_id,
+            "shards": [
+                {"number": s.number, "path": s.path, "node_id": s.node_id, "seq": s.seq}
+                for s in self._shards
+            ],
+        }
+        tmp = self.root / (MANIFEST + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(m, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / MANIFEST)
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ---- reads
+
+    def _reader(self, s: _ShardInfo) -> Any:
+        if not s.replicas:
+            return s.actor
+        self._round += 1
+        return s.replicas[self._round % len(s.replicas)]
+
+    def search_batch(
+        self,
+        queries: Any,
+        k: int = 10,
+        allowed: Any = None,
+        excluded: Any = None,
+        *,
+        ef: int | None = None,
+        rerank: int | None = None,
+        threads: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Search every shard and merge each query's top k exactly (ties by id).
+
+        Returns ids and distances of shape (nq, k), padded with 2**64-1 and infinity.
+        """
+        q = self._check_rows(queries)
+        if not isinstance(k, int) or k < 1:
+            raise chassis.InvalidArgumentError(f"k={k!r}\nhelp: pass k >= 1")
+        kw: dict[str, Any] = {"ef": ef, "rerank": rerank, "threads": threads}
+        n = len(self._shards)
+        allow = None if allowed is None else np.asarray(allowed, dtype=np.uint64).ravel()
+        allow_at = None if allow is None else shard_of(allow, n)
+        excl = None if excluded is None else np.asarray(excluded, dtype=np.uint64).ravel()
+        excl_at = None if excl is None else shard_of(excl, n)
+        # Large batches go once through the object store (every shard reads the same copy);
+        # small ones travel inline with each call, which saves the store's round trip.
+        qref = ray.put(q) if q.nbytes > 64 * 1024 else q
+        refs, used = [], []
+        for s in self._shards:
+            skw = dict(kw)
+            if allow is not None:
+                mine = allow[allow_at == s.number]
+                if len(mine) == 0:
+                    continue  # nothing it holds is allowed
+                skw["allowed"] = mine
+            if excl is not None:
+                skw["excluded"] = excl[excl_at == s.number]
+            refs.append(self._reader(s).search_batch.remote(qref, k, skw))
+            used.append(s.number)
+        got = self._get(refs, "search_batch", used)
+        parts = []
+        for i, (ids, dist, life) in zip(used, got):
+            s = self._shards[i]
+            if not s.replicas and life != s.life:
+                # A restarted writer: its unflushed writes are gone; the next write says so.
+                s.lost, s.life = s.lost or s.dirty, life
+            parts.append((ids, dist))
+        if not parts:
+            return np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
+        return _merge(parts, k)
+
+    def search(
+        self,
+        query: Any,
+        k: int = 10,
+        allowed: Any = None,
+        excluded: Any = None,
+        *,
+        ef: int | None = None,
+        rerank: int | None = None,
+    ) -> list[SearchResult]:
+        """The k nearest to one query, as `SearchResult`s (nearest first)."""
+        ids, dist = self.search_batch(
+            np.asarray(query)[None, :], k, allowed, excluded, ef=ef, rerank=rerank
+        )
+        return [SearchResult(int(i), float(d)) for i, d in zip(ids[0], dist[0]) if i != _NO_ID]
+
+    def __len__(self) -> int:
+        return int(sum(self._each("length")))
+
+    def __contains__(self, id: object) -> bool:
+        if not isinstance(id, int | np.integer) or id < 0 or id >= 2**64 - 1:
+            return False
+        s = self._shards[int(shard_of([id], len(self._shards))[0])]
+        return bool(self._get([s.actor.contains.remote(int(id))], "contains", [s.number])[0])
+
+    def get(self, id: int) -> np.ndarray | None:
+        """The stored vector of `id`, or None."""
+        s = self._shards[int(shard_of([id], len(self._shards))[0])]
+        return self._get([s.actor.get.remote(int(id))], "get", [s.number])[0]
+
+    def ids(self) -> np.ndarray:
+        """Every live id, ascending."""
+        return np.sort(np.concatenate(self._each("ids")))
+
+    @property
+    def shards(self) -> list[dict[str, Any]]:
+        """Each shard's number, path, node and committed sequence number (as of the last
+        flush of this driver)."""
+        return [
+            {"number": s.number, "path": s.path, "node_id": s.node_id, "seq": s.seq}
+            for s in self._shards
+        ]
+
+    def shard_actors(self) -> list[Any]:
+        """The shards' writer actors (for Ray's own tools: placement, metrics, faults)."""
+        return [s.actor for s in self._shards]
+
+    # ---- the pipeline path
+
+    @classmethod
+    def from_dataset(
+        cls,
+        ds: Any,
+        root: str | os.PathLike[str],
+        *,
+        vector_column: str,
+        id_column: str | None = None,
+        dimensions: int | None = None,
+        options: IndexOptions | dict[str, Any] | None = None,
+        shards: int = 2,
+        shared: bool = False,
+        batch_size: int = 4096,
+    ) -> ShardedIndex:
+        """Build a sharded index from a Ray Dataset: its `map_batches` workers send each
+        batch's rows straight to their shards, in parallel, then every shard is flushed.
+
+        Without `id_column`, ids are given in blocks by a small counter actor (unique, not in
+        the dataset's order).
+        """
+        if dimensions is None:
+            first = ds.take(1)
+            if not first:
+                raise chassis.InvalidArgumentError(
+                    "the dataset is empty\nhelp: pass dimensions= to create an empty index"
+                )
+            dimensions = len(np.asarray(first[0][vector_column]))
+        index = cls(root, dimensions, options, shards=shards, shared=shared)
+        counter = _Counter.options(num_cpus=0).remote(index._next_id) if id_column is None else None
+        actors = index.shard_actors()
+        ds.map_batches(
+            _route_batch,
+            fn_kwargs={
+                "actors": actors,
+                "vector_column": vector_column,
+                "id_column": id_column,
+                "counter": counter,
+            },
+            batch_size=batch_size,
+            batch_format="numpy",
+            zero_copy_batch=True,
+        ).materialize()
+        stats = index._each("stats")
+        index._next_id = max(index._next_id, 1 + max(s["max_id"] for s in stats))
+        index.flush()
+        return index
+
+    # ---- life cycle
+
+    def close(self) -> None:
+        """Close every shard (unflushed changes are discarded, as `VectorIndex.close` does)
+        and end their actors."""
+        for s in self._shards:
+            for a in [s.actor, *s.replicas]:
+                if a is None:
+                    continue
+                try:
+                    ray.get(a.close.remote())
+                except Exception:
+                    pass
+                ray.kill(a, no_restart=True)
+            s.actor, s.replicas = None, []
+
+    def __enter__(self) -> ShardedIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedIndex({str(self.root)!r}, dimensions={self.dimensions}, "
+            f"shards={len(self._shards)}, replicas={self.replicas})"
+        )
+
+
+@ray.remote
+class _Counter:
+    """Blocks of fresh ids for `from_dataset` without an id column."""
+
+    def __init__(self, start: int) -> None:
+        self.next = start
+
+    def take(self, n: int) -> int:
+        start, self.next = self.next, self.next + n
+        return start
+
+
+def _route_batch(
+    batch: dict[str, np.ndarray],
+    *,
+    actors: list[Any],
+    vector_column: str,
+    id_column: str | None,
+    counter: Any,
+) -> dict[str, np.ndarray]:
+    vectors = np.ascontiguousarray(np.stack(list(batch[vector_column])), dtype=np.float32)
+    if id_column is None:
+        start = ray.get(counter.take.remote(len(vectors)))
+        ids = np.arange(start, start + len(vectors), dtype=np.uint64)
+    else:
+        ids = np.asarray(batch[id_column]).astype(np.uint64)
+    where = shard_of(ids, len(actors))
+    refs = []
+    for i, actor in enumerate(actors):
+        rows = np.flatnonzero(where == i)
+        if len(rows):
+            refs.append(actor.add_batch.remote(vectors[rows], ids[rows]))
+    ray.get(refs)
+    return {"count": np.array([len(vectors)])}
+
+
+def _merge(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's k best over the shards' results: by distance, then id."""
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    dist = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.lexsort((ids, dist), axis=-1)[:, :k]
+    out_ids = np.take_along_axis(ids, order, axis=1)
+    out_d = np.take_along_axis(dist, order, axis=1)
+    if out_ids.shape[1] < k:  # fewer candidates than k over all shards
+        pad = k - out_ids.shape[1]
+        out_ids = np.pad(out_ids, ((0, 0), (0, pad)), constant_values=_NO_ID)
+        out_d = np.pad(out_d, ((0, 0), (0, pad)), constant_values=np.inf)
+    return out_ids, out_d

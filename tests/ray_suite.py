@@ -1,0 +1,330 @@
+"""`chassis.ray` on a local Ray cluster made here: three simulated nodes
+(`ray.cluster_utils.Cluster`), shut down at the end.
+
+Run by tests/test_ray.py inside a network namespace with only the loopback device up (Ray
+binds to every interface), as ``python -m pytest tests/ray_suite.py``; not collected by the
+main run (its name is not test_*.py).
+
+Oracles: each shard's file opened here as an `IndexReader` and searched on its own, the
+merge done again with plain sorting; brute-force k-NN in NumPy; a single `VectorIndex` on the
+same data; a second driver process; shard workers killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import chassis
+import numpy as np
+import pytest
+import ray
+from chassis.ray import ShardedIndex, ShardFailedError, ShardUnavailableError, shard_of
+from ray.cluster_utils import Cluster
+
+NO_ID = 2**64 - 1
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        c.add_node(num_cpus=1)
+    ray.init(address=c.address)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def rows(n: int, d: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
+def clustered(n: int, d: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((20, d)) * 3
+    return (centers[rng.integers(0, 20, n)] + rng.standard_normal((n, d))).astype(np.float32)
+
+
+def exact(data: np.ndarray, ids: np.ndarray, q: np.ndarray, k: int):
+    d = np.sqrt(((q[:, None, :] - data[None, :, :]) ** 2).sum(-1))
+    order = np.argsort(d, axis=1, kind="stable")[:, :k]
+    return ids[order], np.take_along_axis(d, order, axis=1)
+
+
+def recall(found: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)]))
+
+
+def merge_by_hand(parts, k):
+    """The oracle merge: every (distance, id) pair of a query, sorted, the first k."""
+    nq = len(parts[0][0])
+    out = []
+    for q in range(nq):
+        pairs = sorted(
+            (float(d), int(i)) for ids, dist in parts for i, d in zip(ids[q], dist[q]) if i != NO_ID
+        )
+        out.append([i for _, i in pairs[:k]])
+    return np.array(out, dtype=np.uint64)
+
+
+def test_search_is_the_merge_of_its_shards_and_exact_search_is_brute_force(cluster, tmp_path):
+    data, queries = rows(3000, 16, 1), rows(40, 16, 2)
+    index = ShardedIndex(tmp_path, 16, shards=3)
+    ids = index.add_batch(data)
+    index.flush()
+    assert len(index) == 3000 and np.array_equal(index.ids(), ids)
+    assert len({s["node_id"] for s in index.shards}) >= 2, (
+        "the shards are not spread over the nodes"
+    )
+
+    got, dist = index.search_batch(queries, 10, ef=32)
+    alone = [chassis.IndexReader(s["path"]).search_batch(queries, 10, ef=32) for s in index.shards]
+    assert np.array_equal(got, merge_by_hand(alone, 10))
+
+    got, dist = index.search_batch(queries, 10, ef=3000)
+    want, want_d = exact(data, ids, queries, 10)
+    assert np.array_equal(got, want)
+    np.testing.assert_allclose(dist, want_d, rtol=1e-4)
+    one = index.search(queries[0], 5)
+    assert [r.id for r in one] == list(want[0][:5])
+
+    # Filters: allowed ids are routed to their shards; excluded ones never come back.
+    allowed = ids[::7]
+    got, _ = index.search_batch(queries, 10, allowed=allowed, ef=3000)
+    want, _ = exact(data[::7], allowed, queries, 10)
+    assert np.array_equal(got, want)
+    got, _ = index.search_batch(queries, 10, excluded=want[:, 0], ef=3000)
+    assert not np.isin(got, want[:, 0]).any()
+    index.close()
+
+
+def test_recall_is_at_least_a_single_indexs_on_the_same_data(cluster, tmp_path):
+    data, queries = clustered(6000, 24, 3), clustered(100, 24, 4)
+    truth, _ = exact(data, np.arange(6000, dtype=np.uint64), queries, 10)
+    single = chassis.VectorIndex(None, 24)
+    single.add_batch(data)
+    sharded = ShardedIndex(tmp_path, 24, shards=3)
+    sharded.add_batch(data)
+    for ef in (10, 20):
+        r_single = recall(single.search_batch(queries, 10, ef=ef)[0], truth)
+        r_sharded = recall(sharded.search_batch(queries, 10, ef=ef)[0], truth)
+        assert r_sharded >= r_single, (ef, r_sharded, r_single)
+    sharded.close()
+
+
+def test_ids_live_in_the_shard_of_their_hash_and_are_unique_across_shards(cluster, tmp_path):
+    data = rows(300, 8, 5)
+    ids = np.arange(100, 400, dtype=np.uint64)
+    index = ShardedIndex(tmp_path, 8, shards=3)
+    index.add_batch(data, ids)
+    index.flush()
+    for s in index.shards:
+        held = chassis.IndexReader(s["path"]).ids()
+        assert np.array_equal(np.sort(held), ids[shard_of(ids, 3) == s["number"]])
+    # An id in use in whichever shard holds it: the whole batch is refused.
+    with pytest.raises(chassis.IdInUseError):
+        index.add_batch(rows(2, 8, 6), [5000, 150])
+    assert 5000 not in index and len(index) == 300
+    with pytest.raises(chassis.IdInUseError):
+        index.add_batch(rows(2, 8, 6), [6000, 6000])
+    with pytest.raises(chassis.IdInUseError):
+        index.add(data[0], 150)
+    with pytest.raises(chassis.DimensionMismatchError):
+        index.add_batch(rows(2, 9, 6))
+    bad = rows(2, 8, 6)
+    bad[1, 3] = np.nan
+    with pytest.raises(chassis.InvalidArgumentError):
+        index.add_batch(bad)
+    assert index.add(data[0]) == 400  # ids go on after the largest
+    assert index.delete(150) and 150 not in index and not index.delete(150)
+    np.testing.assert_array_equal(index.get(151), data[51])
+    assert index.get(150) is None
+    index.close()
+
+
+def test_the_manifest_reopens_the_index_after_the_driver_restarts(cluster, tmp_path):
+    data = rows(1000, 8, 7)
+    np.save(tmp_path / "data.npy", data)
+    driver = f"""
+import numpy as np, ray
+from chassis.ray import ShardedIndex
+ray.init(address={cluster.address!r})
+data = np.load({str(tmp_path / "data.npy")!r})
+index = ShardedIndex({str(tmp_path / "idx")!r}, 8, shards=3)
+index.add_batch(data[:800])
+index.flush()
+index.add_batch(data[800:])  # never flushed: gone with this driver
+"""
+    subprocess.run([sys.executable, "-c", driver], check=True, timeout=120)
+    index = ShardedIndex.open(tmp_path / "idx")
+    assert len(index) == 800
+    got, _ = index.search_batch(data[:20], 1, ef=800)
+    assert np.array_equal(got[:, 0], np.arange(20))
+    assert index.add(data[900]) == 800  # the next id after what was flushed
+    with pytest.raises(chassis.DimensionMismatchError):
+        ShardedIndex(tmp_path / "idx", 9)
+    with pytest.raises(chassis.IndexNotFoundError):
+        ShardedIndex.open(tmp_path / "nothing")
+    index.close()
+
+
+def _kill_later(index: ShardedIndex, shard: int, after: float) -> threading.Thread:
+    pid = ray.get(index.shard_actors()[shard].where.remote())["pid"]
+
+    def kill():
+        time.sleep(after)
+        os.kill(pid, signal.SIGKILL)
+
+    t = threading.Thread(target=kill)
+    t.start()
+    return t
+
+
+def test_a_shard_killed_during_searches_restarts_and_the_searches_go_on(cluster, tmp_path):
+    data, queries = rows(2000, 16, 8), rows(30, 16, 9)
+    index = ShardedIndex(tmp_path, 16, shards=2, timeout=60)
+    index.add_batch(data)
+    index.flush()
+    want = index.search_batch(queries, 10)
+    before = ray.get(index.shard_actors()[1].where.remote())["pid"]
+    killer = _kill_later(index, 1, 0.3)
+    deadline = time.monotonic() + 6
+    n = 0
+    while time.monotonic() < deadline:
+        got = index.search_batch(queries, 10)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        n += 1
+    killer.join()
+    after = ray.get(index.shard_actors()[1].where.remote())["pid"]
+    assert after != before, "the shard was not restarted"
+    assert n >= 3
+    index.close()
+
+
+def _restarted(index: ShardedIndex, shard: int, old_pid: int) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            pid = ray.get(index.shard_actors()[shard].where.remote(), timeout=10)["pid"]
+            if pid != old_pid:
+                return pid
+        except ray.exceptions.RayError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the shard did not restart")
+
+
+def test_a_shard_that_dies_holding_unflushed_writes_fails_the_flush_not_silently(cluster, tmp_path):
+    d = 16
+    b0, b1 = rows(600, d, 20), rows(600, d, 21)
+    index = ShardedIndex(tmp_path, d, shards=2, timeout=60)
+    index.add_batch(b0)
+    index.flush()
+    index.add_batch(b1)  # unflushed, in both shards
+    pid = ray.get(index.shard_actors()[1].where.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    _restarted(index, 1, pid)
+    with pytest.raises(ShardFailedError, match="shard 1 .*last flush") as e:
+        index.flush()
+    assert isinstance(e.value, OSError) and isinstance(e.value, chassis.ChassisError)
+    # Every shard is back at the last flush: b1 is gone from both, not just from shard 1.
+    assert len(index) == 600 and np.array_equal(index.ids(), np.arange(600))
+    assert all(
+        len(chassis.IndexReader(s["path"])) == n
+        for s, n in zip(index.shards, np.bincount(shard_of(np.arange(600), 2)))
+    )
+    index.add_batch(b1, np.arange(600, 1200))  # the next calls work
+    index.flush()
+    assert len(index) == 1200
+    index.close()
+
+
+def test_a_shard_killed_during_a_write_loop_loses_nothing_flushed(cluster, tmp_path):
+    d = 16
+    index = ShardedIndex(tmp_path, d, shards=2, timeout=60)
+    flushed: list[np.ndarray] = []
+    failures = []
+    killer = _kill_later(index, 1, 0.5)
+    for b in range(40):
+        batch = rows(300, d, 100 + b)
+        ids = np.arange(b * 300, (b + 1) * 300, dtype=np.uint64)
+        try:
+            index.add_batch(batch, ids)
+            index.flush()
+            flushed.append(ids)
+        except ShardFailedError as e:
+            failures.append(str(e))
+    killer.join()
+    # A kill between a flush and the next write loses nothing and raises nothing; one while
+    # the shard held a batch fails that write or flush, naming the shard.
+    assert all("shard 1" in f for f in failures), failures
+    # Every row of a flush that returned is there, and searchable; the next calls worked.
+    held = set(index.ids().tolist())
+    assert set(np.concatenate(flushed).tolist()) <= held
+    assert len(flushed) >= 40 - len(failures) > 30
+    for ids in (flushed[0], flushed[-1]):
+        batch = rows(300, d, 100 + int(ids[0]) // 300)
+        got, _ = index.search_batch(batch[:5], 1, ef=200)
+        assert np.array_equal(got[:, 0], ids[:5])
+    index.close()
+
+
+def test_replicas_serve_searches_and_see_each_flush(cluster, tmp_path):
+    data, queries = rows(1500, 8, 10), rows(20, 8, 11)
+    index = ShardedIndex(tmp_path, 8, shards=2, replicas=1)
+    index.add_batch(data[:1000])
+    assert index.search_batch(queries, 5)[0].max() == NO_ID  # nothing flushed yet
+    index.flush()
+    want, _ = exact(data[:1000], np.arange(1000, dtype=np.uint64), queries, 5)
+    assert np.array_equal(index.search_batch(queries, 5, ef=1000)[0], want)
+    index.add_batch(data[1000:])
+    assert index.search_batch(queries, 5, ef=1500)[0].max() < 1000  # readers: last flush
+    index.flush()
+    want, _ = exact(data, np.arange(1500, dtype=np.uint64), queries, 5)
+    assert np.array_equal(index.search_batch(queries, 5, ef=1500)[0], want)
+    index.close()
+
+
+def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):
+    data = rows(3000, 12, 12)
+    ds = ray.data.from_items([{"id": 10_000 + i, "v": data[i]} for i in range(3000)])
+    index = ShardedIndex.from_dataset(
+        ds, tmp_path / "a", vector_column="v", id_column="id", shards=3, batch_size=500
+    )
+    assert len(index) == 3000
+    got, _ = index.search_batch(data[:10], 1, ef=3000)
+    assert np.array_equal(got[:, 0], 10_000 + np.arange(10))
+    index.close()
+    # Without ids: unique ones from a counter; the rows all there.
+    index = ShardedIndex.from_dataset(
+        ray.data.from_numpy(data), tmp_path / "b", vector_column="data", shards=2
+    )
+    ids = index.ids()
+    assert len(ids) == 3000 == len(np.unique(ids))
+    got, _ = index.search_batch(data[:10], 1, ef=3000)
+    vecs = np.stack([index.get(int(i)) for i in got[:, 0]])
+    np.testing.assert_array_equal(vecs, data[:10])
+    index.close()
+
+
+def test_a_shard_on_a_node_that_left_is_reported(cluster, tmp_path):
+    """Last: it removes a node from the cluster."""
+    extra = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    index = ShardedIndex(tmp_path, 8, shards=4, timeout=30)
+    index.add_batch(rows(400, 8, 13))
+    index.flush()
+    on_extra = [s["number"] for s in index.shards if s["node_id"] == extra.node_id]
+    assert on_extra, "four shards over four nodes left the new node empty"
+    cluster.remove_node(extra)
+    with pytest.raises(ShardUnavailableError, match=f"shard {on_extra[0]} .* left the cluster"):
+        index.search_batch(rows(3, 8, 14), 5)
+    with pytest.raises(ShardUnavailableError, match="left the cluster"):
+        index.add_batch(rows(50, 8, 15))
+    with pytest.raises(ShardUnavailableError):
+        len(index)
