@@ -328,3 +328,26 @@ def test_a_shard_on_a_node_that_left_is_reported(cluster, tmp_path):
         index.add_batch(rows(50, 8, 15))
     with pytest.raises(ShardUnavailableError):
         len(index)
+
+
+def test_with_a_shared_path_a_shard_whose_node_left_comes_up_elsewhere(cluster, tmp_path):
+    """Also last: it removes a node. One machine's disk is a path every node sees."""
+    extra = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    data, queries = rows(800, 8, 16), rows(10, 8, 17)
+    index = ShardedIndex(tmp_path, 8, shards=4, shared=True, timeout=60)
+    index.add_batch(data)
+    index.flush()
+    moved = [s["number"] for s in index.shards if s["node_id"] == extra.node_id]
+    assert moved, "four shards over the nodes left the new node empty"
+    want, _ = exact(data, np.arange(800, dtype=np.uint64), queries, 5)
+    cluster.remove_node(extra)
+    got, _ = index.search_batch(queries, 5, ef=800)
+    assert np.array_equal(got, want)
+    where = ray.get(index.shard_actors()[moved[0]].where.remote())
+    assert where["node_id"] != extra.node_id
+    assert len(index) == 800
+    index.add_batch(rows(10, 8, 18))  # its writer works on the new node (nothing was unflushed)
+    index.flush()
+    assert len(index) == 810
+    index.close()
