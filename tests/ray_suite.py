@@ -312,10 +312,21 @@ def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):
     index.close()
 
 
+def _add_node(cluster):
+    """A new node, once the driver's view of the cluster (`ray.nodes()`, which places new
+    shards) lists it as alive: `wait_for_nodes` can return before that."""
+    node = cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    deadline = time.monotonic() + 60
+    while not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, "the added node never showed as alive"
+        time.sleep(0.1)
+    return node
+
+
 def test_a_shard_on_a_node_that_left_is_reported(cluster, tmp_path):
     """Last: it removes a node from the cluster."""
-    extra = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
+    extra = _add_node(cluster)
     index = ShardedIndex(tmp_path, 8, shards=4, timeout=30)
     index.add_batch(rows(400, 8, 13))
     index.flush()
@@ -332,14 +343,15 @@ def test_a_shard_on_a_node_that_left_is_reported(cluster, tmp_path):
 
 def test_with_a_shared_path_a_shard_whose_node_left_comes_up_elsewhere(cluster, tmp_path):
     """Also last: it removes a node. One machine's disk is a path every node sees."""
-    extra = cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
+    extra = _add_node(cluster)
     data, queries = rows(800, 8, 16), rows(10, 8, 17)
-    index = ShardedIndex(tmp_path, 8, shards=4, shared=True, timeout=60)
+    # Eight shards go round at most five nodes (the one the test before removed may still be
+    # listed as alive for a moment), so every node gets one.
+    index = ShardedIndex(tmp_path, 8, shards=8, shared=True, timeout=60)
     index.add_batch(data)
     index.flush()
     moved = [s["number"] for s in index.shards if s["node_id"] == extra.node_id]
-    assert moved, "four shards over the nodes left the new node empty"
+    assert moved, "eight shards over the nodes left the new node empty"
     want, _ = exact(data, np.arange(800, dtype=np.uint64), queries, 5)
     cluster.remove_node(extra)
     got, _ = index.search_batch(queries, 5, ef=800)

@@ -49,8 +49,9 @@ def test_importing_it_without_ray_says_which_extra_to_install():
     reason="needs root, unshare and ip for a loopback-only network namespace",
 )
 def test_ray_suite_on_a_local_cluster(tmp_path):
-    # A short folder: Ray's Unix sockets live under it, and their paths must stay short.
-    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    # A folder of its own directly in the system's temporary folder, not pytest's deeper
+    # one: Ray's Unix sockets live under it, and their paths must stay short.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-")
     env = dict(os.environ, RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)
     cmd = (

@@ -4,7 +4,7 @@
  *   cargo build --release
  *   cc examples/c/quickstart.c -Iinclude -Ltarget/release -lchassis \
  *      -Wl,-rpath,"$PWD/target/release" -lm -o quickstart
- *   ./quickstart /tmp/quickstart.chassis
+ *   ./quickstart quickstart.chassis
  *
  * Run by `cargo test` (tests/capi.rs), which builds it against the library it just built.
  */

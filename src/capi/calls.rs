@@ -109,10 +109,6 @@ unsafe fn params_arg(params: *const CSearchParams) -> Result<(CSearchParams, Opt
     Ok((p, filter))
 }
 
-fn opened(index: Index, out: &mut u64) {
-    *out = insert(index);
-}
-
 // ---- the library ------------------------------------------------------------------------
 
 /// The ABI version (`CHASSIS_ABI_VERSION` of the header this library was built with).
@@ -207,10 +203,29 @@ pub unsafe extern "C" fn chassis_get_cpu_info(info: *mut CCpuInfo) -> i32 {
 
 // ---- opening and closing ----------------------------------------------------------------
 
+/// An open call: the path and options read, `open` asked, the handle written.
+///
+/// # Safety
+/// As `chassis_open`.
+unsafe fn open_call(
+    path: *const c_char,
+    options: *const COptions,
+    handle: *mut u64,
+    open: impl FnOnce(&std::path::Path, Option<&crate::Options>) -> Result<Index>,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's promises, passed on.
+        let (path, opts, handle) =
+            unsafe { (self::path(path, "path")?, options_arg(options)?, out(handle, "handle")?) };
+        *handle = insert(open(&path, opts.as_ref())?);
+        Ok(())
+    })
+}
+
 /// Open the index at `path` for writing, creating it (with `dims` dimensions) when missing.
 ///
 /// # Safety
-/// `path` is NUL-terminated; `options` is NULL or holds `options->size` bytes; `out` is
+/// `path` is NUL-terminated; `options` is NULL or holds `options->size` bytes; `handle` is
 /// writable.
 #[no_mangle]
 pub unsafe extern "C" fn chassis_open(
@@ -219,14 +234,9 @@ pub unsafe extern "C" fn chassis_open(
     options: *const COptions,
     handle: *mut u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let (path, opts, handle) =
-            unsafe { (self::path(path, "path")?, options_arg(options)?, out(handle, "handle")?) };
-        let dims = (dims > 0).then_some(dims);
-        opened(Index::open(&path, dims, opts.as_ref(), Mode::Write)?, handle);
-        Ok(())
-    })
+    let dims = (dims > 0).then_some(dims);
+    // SAFETY: the caller's promises, passed on.
+    unsafe { open_call(path, options, handle, |p, o| Index::open(p, dims, o, Mode::Write)) }
 }
 
 /// Open the index at `path` read-only: a reader that sees each flush of the writer.
@@ -239,13 +249,8 @@ pub unsafe extern "C" fn chassis_open_read_only(
     options: *const COptions,
     handle: *mut u64,
 ) -> i32 {
-    guard(|| {
-        // SAFETY: the caller's promises, passed on.
-        let (path, opts, handle) =
-            unsafe { (self::path(path, "path")?, options_arg(options)?, out(handle, "handle")?) };
-        opened(Index::open(&path, None, opts.as_ref(), Mode::Read)?, handle);
-        Ok(())
-    })
+    // SAFETY: the caller's promises, passed on.
+    unsafe { open_call(path, options, handle, |p, o| Index::open(p, None, o, Mode::Read)) }
 }
 
 /// A new index in memory, with no file (`chassis_backup` writes it to one).
@@ -261,7 +266,7 @@ pub unsafe extern "C" fn chassis_open_memory(
     guard(|| {
         // SAFETY: the caller's promises, passed on.
         let (opts, handle) = unsafe { (options_arg(options)?, out(handle, "handle")?) };
-        opened(Index::memory(dims, opts.as_ref())?, handle);
+        *handle = insert(Index::memory(dims, opts.as_ref())?);
         Ok(())
     })
 }

@@ -75,28 +75,28 @@ pub(crate) fn insert(index: Index) -> u64 {
 
 /// The index behind `handle`, or why there is none.
 pub(crate) fn get(handle: u64) -> Result<Arc<Handle>> {
-    let t = table();
-    if let Some(h) = t.open.read().get(&handle) {
-        return Ok(h.clone());
-    }
-    if handle == 0 || handle > t.issued.load(Acquire) {
-        return Err(Error::invalid(
+    table().open.read().get(&handle).cloned().ok_or_else(|| missing(handle))
+}
+
+/// Take `handle` out of the table (the caller closes it). Of two closes racing, one takes
+/// it and the other is told it was closed.
+pub(crate) fn remove(handle: u64) -> Result<Arc<Handle>> {
+    table().open.write().remove(&handle).ok_or_else(|| missing(handle))
+}
+
+/// Why `handle` is not in the table: closed, or never issued.
+fn missing(handle: u64) -> Error {
+    if handle == 0 || handle > table().issued.load(Acquire) {
+        return Error::invalid(
             format!("{handle} is not a handle this library issued"),
             "pass the handle chassis_open, chassis_open_read_only or chassis_open_memory wrote",
-        ));
+        );
     }
-    Err(Error::new(
+    Error::new(
         ErrorKind::Closed,
         format!("handle {handle} was closed"),
         "open the index again with chassis_open",
-    ))
-}
-
-/// Take `handle` out of the table (the caller closes it).
-pub(crate) fn remove(handle: u64) -> Result<Arc<Handle>> {
-    let h = get(handle)?;
-    // Two closes racing: one takes it, the other reports it closed.
-    table().open.write().remove(&handle).map(|_| h).ok_or_else(|| get(handle).err().unwrap())
+    )
 }
 
 thread_local! {
