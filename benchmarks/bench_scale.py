@@ -22,7 +22,14 @@
           and runs with CHASSIS_NAME_PAGES=0 alternate, --pairs pairs; medians and the median
           of the paired ratios.
 
+  commits paired: one add + flush() at a time (--adds of them) on a --commit-n x --dims index
+          of the same generated data (float32, built once), runs with the redo log (the
+          default) and with CHASSIS_REDO=0 alternating in fresh processes on fresh copies of
+          the file, --pairs pairs; median, p90 / p99 / max and mean of add, flush and both,
+          and close() (the checkpoint that writes the small flushes back).
+
     python benchmarks/bench_scale.py                         # 1,000,000 x 384 (builds ~10 min)
+    python benchmarks/bench_scale.py --only commits --pairs 4   # 100,000 x 384 (~3 min)
     python benchmarks/bench_scale.py --only naming --pairs 3
     python benchmarks/bench_scale.py --n 200000 --json out.json
     python benchmarks/bench_scale.py --quick                 # smoke run, 20,000 x 384
@@ -307,6 +314,78 @@ def bench_naming(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def bench_commits(args: argparse.Namespace) -> dict[str, Any]:
+    """Paired: single add + flush() with the redo log and with CHASSIS_REDO=0, alternating
+    (on off, off on, ...) in fresh processes, each on a fresh copy of the same built file."""
+    import shutil
+
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    dsm = datasets_module()
+    base, queries = dsm.clustered(
+        args.commit_n, args.dims, args.adds, clusters=args.clusters, seed=16
+    )
+    path, _ = build(base, workdir, "float32", args.clusters, {})
+    del base
+    vf = workdir / f"adds-{args.commit_n}x{args.dims}-{args.adds}.npy"
+    np.save(vf, queries)
+    copy = workdir / "commits-copy.chassis"
+    runs: dict[str, list[dict[str, Any]]] = {"redo log": [], "index file": []}
+    for i in range(args.pairs):
+        for mode in ("redo log", "index file") if i % 2 == 0 else ("index file", "redo log"):
+            for p in (copy, Path(f"{copy}.undo"), Path(f"{copy}.redo")):
+                p.unlink(missing_ok=True)
+            shutil.copyfile(path, copy)
+            env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+            if mode == "index file":
+                env["CHASSIS_REDO"] = "0"
+            proc = subprocess.run(
+                [sys.executable, child_script("add_flush"), str(copy), str(vf), str(args.adds)],
+                capture_output=True,
+                text=True,
+                timeout=args.timeout,
+                env=env,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"{mode}: {proc.stderr[-2000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs[mode].append(r)
+            log(
+                f"  {mode}: add + flush median {r['both']['median']:.3f} ms "
+                f"(flush {r['flush']['median']:.3f}), mean {r['both']['mean']:.3f}"
+            )
+    copy.unlink(missing_ok=True)
+    return {"n": args.commit_n, "dims": args.dims, "adds": args.adds, "runs": runs}
+
+
+def print_commits(res: dict[str, Any]) -> None:
+    print(
+        f"\none add + flush() at a time, {res['n']:,} x {res['dims']} float32, "
+        f"{res['adds']} per run, medians over runs (ms)"
+    )
+    rows = []
+
+    def med(runs: list[dict[str, Any]], part: str, key: str) -> str:
+        return f"{float(np.median([r[part][key] for r in runs])):.3f}"
+
+    for mode, runs in res["runs"].items():
+        rows.append(
+            [
+                mode,
+                med(runs, "both", "median"),
+                med(runs, "flush", "median"),
+                med(runs, "add", "median"),
+                med(runs, "both", "p99"),
+                med(runs, "both", "mean"),
+                f"{float(np.median([r['close_ms'] for r in runs])):.1f}",
+            ]
+        )
+    print(table(["commits through", "add+flush", "flush", "add", "p99", "mean", "close"], rows))
+    a, b = res["runs"]["redo log"], res["runs"]["index file"]
+    ratios = [x["both"]["median"] / y["both"]["median"] for x, y in zip(a, b)]
+    print(f"paired ratio of add+flush medians (redo log / index file): {np.median(ratios):.2f}")
+
+
 def print_naming(res: dict[str, Any]) -> None:
     if res.get("skipped"):
         print(f"paired naming runs skipped: {res['skipped']}")
@@ -409,7 +488,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--only", default="limit,naming", help="limit, naming (comma-separated)")
+    ap.add_argument(
+        "--only", default="limit,naming,commits", help="limit, naming, commits (comma-separated)"
+    )
+    ap.add_argument("--commit-n", type=int, default=100_000, help="index size of the commits runs")
+    ap.add_argument("--adds", type=int, default=1000, help="add + flush calls per commits run")
     ap.add_argument("--pairs", type=int, default=2, help="pairs of the naming comparison")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--dims", type=int, default=384)
@@ -431,6 +514,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.quick:
         args.n, args.nq, args.block, args.clusters = 20_000, 500, 50, 64
+        args.commit_n, args.adds = 20_000, 200
     return args
 
 
@@ -444,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     if "naming" in only:
         res["naming"] = bench_naming(args)
         print_naming(res["naming"])
+    if "commits" in only:
+        res["commits"] = bench_commits(args)
+        print_commits(res["commits"])
     write_results(args.json, "bench_scale", res)
     return 0
 

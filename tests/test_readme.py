@@ -1,7 +1,7 @@
 """The README's quick start, run as a user runs it: twice in a row in the same folder.
 
 Oracle: the first run's own output. A second run reopens the files the first made; it must
-print exactly the same (it adds nothing twice), and both runs must leave no ``.undo`` file
+print exactly the same (it adds nothing twice), and both runs must leave no ``.undo`` or ``.redo`` file
 behind (the README says ``close()`` removes it).
 """
 
@@ -45,6 +45,7 @@ def test_quick_start_runs_twice_with_the_same_output(tmp_path: Path) -> None:
         assert "Warning" not in proc.stderr, proc.stderr
         outputs.append(proc.stdout)
         assert not list(tmp_path.glob("*.undo")), "close() leaves no .undo file"
+        assert not list(tmp_path.glob("*.redo")), "close() leaves no .redo file"
     assert outputs[0] == outputs[1]
     lines = outputs[0].splitlines()
     assert len(lines) == 6  # five hits and the reader's line

@@ -5,23 +5,39 @@
 //!
 //! | file      | what it holds                                                               |
 //! |-----------|-----------------------------------------------------------------------------|
-//! | `mod.rs`  | [`commit`] (the flush order), [`roll_back`], [`retire_after_rollback`],      |
+//! | `mod.rs`  | [`commit`] (the flush order), [`commit_logged`] (a small commit's order),   |
+//! |           | [`checkpoint`], [`roll_back`], [`retire_after_rollback`],                  |
 //! |           | [`replay_after_crash`], [`forget_lost_commit`], [`restore`]                |
 //! | `undo.rs` | the undo log: committed contents of lists and markers, saved before a change |
+//! | `redo.rs` | the redo log: a small commit's new bytes, made durable by one sync           |
 //! | `copy.rs` | a commit copied to another file or into memory (save, backup, load)          |
 //!
 //! The index (`crate::index::flush`) decides when to commit and keeps its bookkeeping; this
 //! module owns what reaches the disk and in which order.
 
 pub mod copy;
+pub mod redo;
 pub mod undo;
 
 use crate::error::{Error, Result};
-use crate::format::{self, Header, RegionKind};
+use crate::format::{self, Header, RegionKind, HEADER_COPY_SIZE};
 use crate::storage::{lists, Storage};
+use redo::RedoLog;
 use std::path::Path;
 use std::sync::atomic::Ordering::*;
 use undo::{undo_path, Record, UndoLog};
+
+/// Open (or create) a log beside the index (`<path>.undo`, `<path>.redo`) for reading and
+/// writing, keeping what it holds.
+fn open_log(path: &Path) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(e, "opening", path))
+}
 
 /// A commit that failed, and what the file reopens as after it.
 #[derive(Debug)]
@@ -63,8 +79,56 @@ pub fn commit(
     // 4. The header made durable: from here a reopen finds the new commit.
     storage.sync_data().map_err(after_header)?;
     // 5. Retire the log: its base sequence is no longer the committed one, so it is stale
-    //    whether or not this truncation succeeds (an opener ignores a stale log).
-    let _ = undo_log.clear();
+    //    (an opener ignores a stale log); the next change starts a new cycle over it.
+    undo_log.clear();
+    Ok(())
+}
+
+/// Commit `next` through the redo log: a small commit (`redo.rs` says why), whose changes since
+/// the last commit lie in the file ranges `changed` (new slots' rows, changed lists, markers,
+/// new upper lists). One sync; the index file's pages reach the disk at the next
+/// [`checkpoint`]. Failures are as for [`commit`]: after step 2 the record may land, and a
+/// reopen then finds this commit.
+pub fn commit_logged(
+    storage: &Storage,
+    undo_log: &mut UndoLog,
+    redo: &mut RedoLog,
+    next_copy: usize,
+    next: &Header,
+    changed: &[(u64, usize)],
+) -> std::result::Result<(), Failed> {
+    let before_header = |error| Failed { error, header_may_land: false };
+    let after_header = |error| Failed { error, header_may_land: true };
+    // 1. The new bytes, read back through the page cache (the caller holds the writer lock:
+    //    nothing changes them meanwhile), and the new header, as the record's pieces.
+    let mut pieces = Vec::with_capacity(changed.len() + 1);
+    for &(offset, len) in changed {
+        let mut bytes = vec![0u8; len];
+        storage.read_at(&mut bytes, offset).map_err(before_header)?;
+        pieces.push((offset, bytes));
+    }
+    pieces.push(((next_copy * HEADER_COPY_SIZE) as u64, next.encode()));
+    // 2. The record, appended and synced: from here a reopen finds this commit (a writer
+    //    applies the record where the index file lacks it). The undo log needs no sync: until
+    //    the record is durable, a power loss is one before this flush, whose promise (links
+    //    put back where their undo records reached the disk) is the same.
+    redo.append(next.seq, &pieces).map_err(after_header)?;
+    // 3. The header into the older copy, through the page cache: readers see the commit now;
+    //    the disk gets it at the checkpoint (the record stands for it meanwhile).
+    storage.write_header(next_copy, next).map_err(after_header)?;
+    // 4. The undo log is stale: the next change starts a new cycle.
+    undo_log.clear();
+    Ok(())
+}
+
+/// Make the commits in the redo log durable in the index file (sync its data: they are all in
+/// the page cache), then retire the log. A crash before the log goes finds records the file
+/// holds already: applying them again changes nothing.
+pub fn checkpoint(storage: &Storage, redo: &mut RedoLog) -> Result<()> {
+    if redo.has_records() {
+        storage.sync_data()?;
+        redo.remove();
+    }
     Ok(())
 }
 

@@ -2,8 +2,9 @@
 //! commit, saved before their first change after it.
 //!
 //! ```text
-//! header (24 bytes): magic "CHUNDO\0\x01" | base_seq u64 | xxh3 of the first 16 bytes
-//! records:           slot u32 | n u32 | n x u32 | xxh3 (u64) of slot, n and data
+//! header (24 bytes): magic "CHUNDO\0\x02" | base_seq u64 | xxh3 of the first 16 bytes
+//! records:           slot u32 | n u32 | n x u32 | xxh3 (u64) of slot, n and data, seeded
+//!                    with base_seq (version 1, "CHUNDO\0\x01", unseeded, is still read)
 //!                    (n with bit 31 set: a delete-marker record; its 2 words are the old
 //!                    marker, low half first)
 //! ```
@@ -11,18 +12,23 @@
 //! Records are written with `pwrite` before the list changes, so they are in the page cache
 //! (and survive the writer being killed) before the mapping is touched; a flush syncs this file
 //! before the index's data, then commits the header, after which the log is stale (its
-//! `base_seq` is no longer the committed one) and is truncated. A writer that opens a file whose
+//! `base_seq` is no longer the committed one). It is not truncated: the next cycle writes over
+//! it from the start (a truncation and the regrowth cost a metadata sync each flush), and the
+//! records of an earlier cycle past the new ones fail their checksum, which is seeded with the
+//! cycle's `base_seq`. A writer that opens a file whose
 //! log's `base_seq` equals the committed sequence puts the lists back, syncs, and removes it.
 //! A torn last record (the writer died while appending it) fails its checksum; the list it
 //! would have covered had not been changed yet, so replay stops there.
 
 use crate::error::{Error, Result};
 use crate::os;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-const MAGIC: [u8; 8] = *b"CHUNDO\0\x01";
+const MAGIC: [u8; 8] = *b"CHUNDO\0\x02";
+/// Version 1: record checksums not seeded (a log a writer of an earlier version left).
+const MAGIC_V1: [u8; 8] = *b"CHUNDO\0\x01";
 const HEADER: u64 = 24;
 const MARKER: u32 = 1 << 31;
 
@@ -59,29 +65,30 @@ impl UndoLog {
 
     fn file(&mut self) -> Result<&File> {
         if self.file.is_none() {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.path)
-                .map_err(|e| Error::io(e, "opening", &self.path))?;
-            self.file = Some(f);
+            self.file = Some(super::open_log(&self.path)?);
         }
         Ok(self.file.as_ref().unwrap())
     }
 
     /// Save `words` (a node's lists) for `slot`, restoring to commit `base_seq`.
     pub fn record(&mut self, base_seq: u64, slot: u32, words: &[u32]) -> Result<()> {
-        self.append(base_seq, slot, words.len() as u32, words)
+        self.append(base_seq, &[(slot, words.len() as u32, words)])
+    }
+
+    /// Save several nodes' lists with one write.
+    pub fn record_many(&mut self, base_seq: u64, lists: &[(u32, Vec<u32>)]) -> Result<()> {
+        let recs: Vec<(u32, u32, &[u32])> =
+            lists.iter().map(|(s, w)| (*s, w.len() as u32, &w[..])).collect();
+        self.append(base_seq, &recs)
     }
 
     /// Save the delete marker of `slot` before it changes.
     pub fn record_marker(&mut self, base_seq: u64, slot: u32, old: u64) -> Result<()> {
-        self.append(base_seq, slot, MARKER | 2, &[old as u32, (old >> 32) as u32])
+        self.append(base_seq, &[(slot, MARKER | 2, &[old as u32, (old >> 32) as u32])])
     }
 
-    fn append(&mut self, base_seq: u64, slot: u32, n: u32, words: &[u32]) -> Result<()> {
+    /// Append records (slot, n, words) with one write.
+    fn append(&mut self, base_seq: u64, recs: &[(u32, u32, &[u32])]) -> Result<()> {
         if self.cursor == 0 {
             let mut h = [0u8; HEADER as usize];
             h[0..8].copy_from_slice(&MAGIC);
@@ -90,22 +97,24 @@ impl UndoLog {
             h[16..24].copy_from_slice(&c.to_le_bytes());
             let path = self.path.clone();
             let f = self.file()?;
-            f.set_len(0).map_err(|e| Error::io(e, "truncating", &path))?;
             os::write_all_at(f, &h, 0).map_err(|e| Error::io(e, "writing", &path))?;
             self.cursor = HEADER;
         }
-        let mut rec = Vec::with_capacity(8 + 4 * words.len() + 8);
-        rec.extend_from_slice(&slot.to_le_bytes());
-        rec.extend_from_slice(&n.to_le_bytes());
-        for w in words {
-            rec.extend_from_slice(&w.to_le_bytes());
+        let mut buf = Vec::with_capacity(recs.iter().map(|r| 16 + 4 * r.2.len()).sum());
+        for &(slot, n, words) in recs {
+            let start = buf.len();
+            buf.extend_from_slice(&slot.to_le_bytes());
+            buf.extend_from_slice(&n.to_le_bytes());
+            for w in words {
+                buf.extend_from_slice(&w.to_le_bytes());
+            }
+            let c = xxh3_64_with_seed(&buf[start..], base_seq);
+            buf.extend_from_slice(&c.to_le_bytes());
         }
-        let c = xxh3_64(&rec);
-        rec.extend_from_slice(&c.to_le_bytes());
         let at = self.cursor;
         let path = self.path.clone();
-        os::write_all_at(self.file()?, &rec, at).map_err(|e| Error::io(e, "writing", &path))?;
-        self.cursor += rec.len() as u64;
+        os::write_all_at(self.file()?, &buf, at).map_err(|e| Error::io(e, "writing", &path))?;
+        self.cursor += buf.len() as u64;
         self.dirty = true;
         Ok(())
     }
@@ -120,16 +129,11 @@ impl UndoLog {
         Ok(())
     }
 
-    /// After a commit: the records are stale. Truncating needs no sync: a stale log left by a
-    /// crash is recognised by its `base_seq`.
-    pub fn clear(&mut self) -> Result<()> {
-        if self.cursor != 0 {
-            let path = self.path.clone();
-            self.file()?.set_len(0).map_err(|e| Error::io(e, "truncating", &path))?;
-            self.cursor = 0;
-            self.dirty = false;
-        }
-        Ok(())
+    /// After a commit: the records are stale (a log left by a crash is recognised as such by
+    /// its `base_seq`); the next record starts a new cycle over them. Nothing is written.
+    pub fn clear(&mut self) {
+        self.cursor = 0;
+        self.dirty = false;
     }
 
     /// Remove the file (on close, or after a replay).
@@ -155,12 +159,13 @@ impl UndoLog {
 fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     if bytes.len() < HEADER as usize
-        || bytes[0..8] != MAGIC
+        || (bytes[0..8] != MAGIC && bytes[0..8] != MAGIC_V1)
         || xxh3_64(&bytes[..16]).to_le_bytes() != bytes[16..24]
         || u64::from_le_bytes(bytes[8..16].try_into().unwrap()) != base_seq
     {
         return Ok(out);
     }
+    let seeded = bytes[0..8] == MAGIC;
     let mut at = HEADER as usize;
     while at + 8 <= bytes.len() {
         let slot = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
@@ -170,7 +175,12 @@ fn parse(bytes: &[u8], base_seq: u64) -> Result<Vec<Record>> {
         if n > 1 << 20 || end + 8 > bytes.len() {
             break;
         }
-        if xxh3_64(&bytes[at..end]).to_le_bytes() != bytes[end..end + 8] {
+        let c = if seeded {
+            xxh3_64_with_seed(&bytes[at..end], base_seq)
+        } else {
+            xxh3_64(&bytes[at..end])
+        };
+        if c.to_le_bytes() != bytes[end..end + 8] {
             break;
         }
         let words: Vec<u32> = bytes[at + 8..end]
@@ -213,11 +223,17 @@ mod tests {
         );
         assert!(UndoLog::read(&idx, 6).unwrap().is_empty(), "a log for another commit is stale");
         let len = std::fs::metadata(undo_path(&idx)).unwrap().len();
-        let f = OpenOptions::new().write(true).open(undo_path(&idx)).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(undo_path(&idx)).unwrap();
         f.set_len(len - 3).unwrap();
         drop(f); // (Windows without POSIX delete semantics keeps a removed open file's name)
         assert_eq!(UndoLog::read(&idx, 5).unwrap().len(), 3);
-        u.clear().unwrap();
+        u.clear();
+        // The next cycle writes over the old one without truncating it: the old records past
+        // the new one fail the new cycle's seed.
+        let mut u = UndoLog::new(&idx);
+        u.record(6, 4, &[8, 8]).unwrap();
+        assert!(std::fs::metadata(undo_path(&idx)).unwrap().len() > 100, "not truncated");
+        assert_eq!(UndoLog::read(&idx, 6).unwrap(), vec![Record::Lists(4, vec![8, 8])]);
         assert!(UndoLog::read(&idx, 5).unwrap().is_empty());
         u.remove();
         assert!(!undo_path(&idx).exists());

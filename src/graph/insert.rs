@@ -89,7 +89,8 @@ impl<'a> Graph<'a> {
 
     /// Link node `slot` (vector, header and empty lists already written, level `level`) into
     /// the graph. `entry` holds (entry point, max level); `locks` are the list stripe locks;
-    /// `before_modify(n)` is called, under n's lock, before an existing node's lists change.
+    /// `before_modify(nodes)` is called before existing nodes' lists change (under the lock of
+    /// a single node; for several, before any of them changes).
     pub fn insert(
         &self,
         slot: u32,
@@ -97,7 +98,7 @@ impl<'a> Graph<'a> {
         ef_construction: usize,
         entry: &Mutex<(u32, usize)>,
         locks: &[Mutex<()>],
-        before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
+        before_modify: &(dyn Fn(&[u32]) -> Result<()> + Sync),
     ) -> Result<()> {
         let (ep, max_level) = *entry.lock();
         if ep == EMPTY {
@@ -154,7 +155,7 @@ impl<'a> Graph<'a> {
         max_level: usize,
         ef_construction: usize,
         locks: &[Mutex<()>],
-        before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
+        before_modify: &(dyn Fn(&[u32]) -> Result<()> + Sync),
         sc: &mut Scratch,
     ) -> Result<()> {
         let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
@@ -204,6 +205,10 @@ impl<'a> Graph<'a> {
                     lists::write_list(list, slot, layer, &ids, level);
                 }
             }
+            // The lists about to change saved together (one write to the undo log, not one
+            // per neighbor); `link_back` finds them saved.
+            let nodes: Vec<u32> = chosen.iter().map(|c| c.1).collect();
+            before_modify(&nodes)?;
             for &(d, n) in &chosen {
                 self.link_back(n, slot, d, layer, cap, locks, before_modify, sc)?;
             }
@@ -224,7 +229,7 @@ impl<'a> Graph<'a> {
         layer: usize,
         cap: usize,
         locks: &[Mutex<()>],
-        before_modify: &(dyn Fn(u32) -> Result<()> + Sync),
+        before_modify: &(dyn Fn(&[u32]) -> Result<()> + Sync),
         sc: &mut Scratch,
     ) -> Result<()> {
         let _g = locks[n as usize % LOCK_STRIPES].lock();
@@ -238,7 +243,7 @@ impl<'a> Graph<'a> {
         if cur.contains(&new) {
             return Ok(());
         }
-        before_modify(n)?;
+        before_modify(&[n])?;
         let level = lists::level_of(self.st, n);
         if cur.len() < cap {
             cur.push(new);
@@ -276,7 +281,7 @@ fn link_on_codes() -> bool {
 /// (node and top layer, ahead of what is published), the stripe locks of the lists, and the
 /// hook called (under a node's stripe lock) before an existing node's lists change, which
 /// saves them for the undo log and the batch's savepoint.
-pub struct Linker<'a, H: Fn(u32) -> Result<()> + Sync> {
+pub struct Linker<'a, H: Fn(&[u32]) -> Result<()> + Sync> {
     pub st: &'a Storage,
     pub metric: Metric,
     pub ef_construction: usize,
@@ -288,7 +293,7 @@ pub struct Linker<'a, H: Fn(u32) -> Result<()> + Sync> {
     pub quant: Option<&'a Quantizer>,
 }
 
-impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
+impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
     /// Make every node reachable on layer 0 from the entry point: for each node `u` that is
     /// not, add it to the list of its nearest reachable out-neighbor `v` (or, with none, of
     /// the nearest reachable node a search finds). When `v`'s list is full, `u` takes the place
@@ -347,7 +352,7 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
             let Some((_, v)) = way else { continue };
             let stripe_v = v as usize % LOCK_STRIPES;
             let _lock_v = self.locks[stripe_v].lock();
-            (self.before_modify)(v)?;
+            (self.before_modify)(&[v])?;
             let mut out_v = entries(v);
             let mut handed = None;
             if out_v.len() >= cap {
@@ -364,7 +369,7 @@ impl<H: Fn(u32) -> Result<()> + Sync> Linker<'_, H> {
                 // u's own stripe, unless v's lock already covers it
                 let _lock_u = (u as usize % LOCK_STRIPES != stripe_v)
                     .then(|| self.locks[u as usize % LOCK_STRIPES].lock());
-                (self.before_modify)(u)?;
+                (self.before_modify)(&[u])?;
                 if out_u.len() >= cap {
                     let far = (0..out_u.len())
                         .max_by(|&a, &b| g.dist(&uv, out_u[a]).total_cmp(&g.dist(&uv, out_u[b])))

@@ -2,8 +2,9 @@
 //! of writes and syncs is in `crate::commit`.
 
 use super::*;
-use crate::commit;
+use crate::commit::{self, redo};
 use crate::os;
+use crate::storage::Storage;
 
 impl Index {
     /// The header that commits the writer's state now (the next sequence number; refused,
@@ -85,7 +86,24 @@ impl Index {
         let snap = self.view.read().clone();
         let next = self.next_header(writer, &snap)?;
         let mut undo = self.undo.lock();
-        if let Err(failed) = commit::commit(&snap.st, &mut undo.log, 1 - writer.copy, &next) {
+        let u = &mut *undo;
+        let small = self.small_commit(&snap.st, writer, &next, u);
+        let result = match small {
+            Some(changed) if u.redo.prepare().is_ok() => commit::commit_logged(
+                &snap.st,
+                &mut u.log,
+                &mut u.redo,
+                1 - writer.copy,
+                &next,
+                &changed,
+            ),
+            _ => commit::commit(&snap.st, &mut u.log, 1 - writer.copy, &next).map(|()| {
+                // Everything is durable through the index file: the redo log's records are
+                // stale (a checkpoint).
+                u.redo.reset()
+            }),
+        };
+        if let Err(failed) = result {
             // What the disk holds is one of two commits now: write nothing more.
             let poison = Poison {
                 message: failed.error.message.clone(),
@@ -104,6 +122,7 @@ impl Index {
             return Err(error);
         }
         undo.saved.clear();
+        undo.marked.clear();
         drop(undo);
         writer.copy = 1 - writer.copy;
         self.publish(Snap::of(snap.st.clone(), &next, true));
@@ -111,6 +130,52 @@ impl Index {
         self.advise_committed(&snap.st, next.slots);
         writer.committed = next;
         Ok(())
+    }
+
+    /// The file ranges a commit of `next` changes, if it is small enough to go through the redo
+    /// log (`commit::redo`); None sends it through the index file: new regions or a new
+    /// quantizer (their blocks, and every code), or more bytes than the log has room for (a
+    /// large batch, for which syncing the index file's pages costs about the same).
+    fn small_commit(
+        &self,
+        st: &Storage,
+        w: &Writer,
+        next: &Header,
+        u: &UndoState,
+    ) -> Option<Vec<(u64, usize)>> {
+        let c = &w.committed;
+        let new_slots = next.slots.checked_sub(c.slots)?;
+        let g = &self.geo;
+        let row = g.code_stride + g.stride + format::SLOT_HEADER + g.l0_words * 4;
+        let lists = g.l0_words * 4 + 3 * g.upper_words * 4;
+        if u.redo.disabled
+            || next.quantizer != c.quantizer
+            || next.regions.len() != c.regions.len()
+            || next.regions.iter().zip(&c.regions).any(|(a, b)| a.offset != b.offset)
+            // A first bound before listing anything: a batch goes through the index file.
+            || new_slots as usize * row + u.saved.len() * lists > redo::CAPACITY as usize
+        {
+            return None;
+        }
+        let mut out = st.slot_rows(&next.regions, c.slots, next.slots)?;
+        for (r, old) in next.regions.iter().zip(&c.regions) {
+            if r.kind == format::RegionKind::Heap && r.used > old.used {
+                out.push((r.offset + old.used as u64, (r.used - old.used) as usize));
+            }
+        }
+        for &s in &u.saved {
+            out.push((st.slot_offsets(&next.regions, s)?.1, g.l0_words * 4));
+            let level = crate::storage::lists::level_of(st, s);
+            let r = st.header(s)[1].load(Relaxed);
+            if level > 0 && r != format::NO_UPPER {
+                out.push((st.upper_offset(&next.regions, r, 1)?, level * g.upper_words * 4));
+            }
+        }
+        for &s in &u.marked {
+            out.push((st.slot_offsets(&next.regions, s)?.0, format::SLOT_HEADER));
+        }
+        let header = format::HEADER_FIXED + format::REGION_ENTRY * next.regions.len() + 8;
+        u.redo.fits(redo::record_len(out.iter().map(|r| r.1).chain([header]))).then_some(out)
     }
 
     /// Discard everything since the last flush; keep the writer lock.
@@ -176,6 +241,8 @@ impl Index {
                 // Empty or stale: nothing in it to keep.
                 self.undo.lock().log.remove();
             }
+            // The small commits reach the index file's blocks; the redo log goes.
+            commit::checkpoint(&storage, &mut self.undo.lock().redo)?;
         }
         // A poisoned writer writes nothing, not even the rollback: the next open sorts out
         // which commit the disk holds (see `commit::commit`).

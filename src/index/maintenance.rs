@@ -3,8 +3,8 @@
 //! deleted vectors, renamed over the original).
 
 use super::*;
-use crate::commit::copy;
 use crate::commit::undo::undo_path;
+use crate::commit::{self, copy};
 use crate::os;
 use write::Rows;
 
@@ -154,15 +154,22 @@ impl Index {
                 });
             }
         }
+        // The old file made durable and its redo log gone before the new file replaces it: a
+        // log is never left beside a file it does not belong to.
+        commit::checkpoint(&snap.st, &mut self.undo.lock().redo)?;
         let tmp = copy::tmp_sibling(&self.path, "compacting");
         let cleanup = || {
             let _ = std::fs::remove_file(&tmp);
             let _ = std::fs::remove_file(undo_path(&tmp));
+            let _ = std::fs::remove_file(redo::redo_path(&tmp));
         };
         let built = (|| -> Result<Index> {
             let new = Index::open(&tmp, Some(g.dims), Some(&self.opts), Mode::Write)?;
             Self::refill(&new, &snap, &live, &w, threads, ctl)?;
             new.flush_locked(&mut new.writer.lock())?;
+            // A small flush (few live rows) went to the new file's redo log: the new file whole
+            // on its own before it takes the index's name.
+            commit::checkpoint(&new.view.read().st, &mut new.undo.lock().redo)?;
             Ok(new)
         })();
         let new = match built {
@@ -236,8 +243,11 @@ impl Index {
             let mut u = self.undo.lock();
             if !self.memory {
                 u.log.remove();
+                u.redo.remove();
+                u.redo = RedoLog::new(&self.path, nsnap.st.file.as_ref().map_or(0, redo::file_id));
             }
             u.saved.clear();
+            u.marked.clear();
         }
         self.publish(Snap::clone_of(&nsnap));
         self.residency.reset();

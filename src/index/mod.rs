@@ -41,6 +41,7 @@ pub use filter::{BatchFilter, Filter, SCAN_FACTOR};
 pub use memory::MemoryStats;
 pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
 
+use crate::commit::redo::{self, RedoLog};
 use crate::commit::undo::UndoLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{self, Geometry, Header, Metric, Precision, Quantization};
@@ -72,6 +73,10 @@ struct UndoState {
     log: UndoLog,
     /// Committed nodes whose lists the log already holds.
     saved: HashSet<u32>,
+    /// Committed slots whose delete marker changed since the last commit.
+    marked: HashSet<u32>,
+    /// Small commits since the last checkpoint (`commit::redo`).
+    redo: RedoLog,
 }
 
 /// id -> slot for live slots below `upto` of one storage, built on first use (opening stays

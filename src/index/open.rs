@@ -169,8 +169,25 @@ impl Index {
         mode: Mode,
     ) -> Result<Index> {
         let mut warnings = Vec::new();
+        // A writer first applies the small commits the redo log holds and the file may lack
+        // (the machine stopped before the kernel wrote them back); a reader checks the file
+        // holds them (`commit::redo`).
+        let replayed = match mode {
+            Mode::Write => redo::recover(path, &file)?,
+            Mode::Read => 0,
+        };
         let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
         let fell_back = !warnings.is_empty();
+        if mode == Mode::Read {
+            redo::verify(path, &file, h.seq)?;
+        }
+        if replayed > 0 {
+            warnings.push(format!(
+                "{}: the machine stopped before the last flushes reached the index file; they \
+                 were applied from its redo log ({replayed} flushes)",
+                path.display()
+            ));
+        }
         if mode == Mode::Write && h.seq > format::MAX_WRITABLE_SEQ {
             return Err(Error::new(
                 ErrorKind::IndexFull,
@@ -287,6 +304,7 @@ impl Index {
         warnings: Vec<String>,
     ) -> Index {
         let memory = st.is_memory();
+        let st_file_id = st.file.as_ref().map_or(0, redo::file_id);
         let snap = Snap::of(st, &h, !read_only);
         let mut committed = h;
         if memory {
@@ -316,7 +334,12 @@ impl Index {
             }),
             view: RwLock::new(Arc::new(snap)),
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
-            undo: Mutex::new(UndoState { log: UndoLog::new(path), saved: HashSet::new() }),
+            undo: Mutex::new(UndoState {
+                log: UndoLog::new(path),
+                saved: HashSet::new(),
+                marked: HashSet::new(),
+                redo: RedoLog::new(path, st_file_id),
+            }),
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
             closed: AtomicBool::new(false),

@@ -293,7 +293,7 @@ impl Index {
             ef_construction: self.opts.ef_construction,
             entry: &self.entry,
             locks: &self.locks,
-            before_modify: |node: u32| self.before_modify(st, cslots, cseq, node),
+            before_modify: |nodes: &[u32]| self.before_modify(st, cslots, cseq, nodes),
             quant: trained.as_ref().map(|t| &*t.1).or(snap.quant.as_deref()),
         };
         let result =
@@ -540,29 +540,39 @@ impl Index {
         }
     }
 
-    /// Called (under n's stripe lock) before an existing node's lists change: save them for
-    /// the undo log (committed nodes) and for the batch's savepoint.
+    /// Called before existing nodes' lists change (a single node under its stripe lock): save
+    /// them for the undo log (committed nodes, one write for all) and for the batch's
+    /// savepoint. A node not yet saved has not changed since: whoever changes it saves it
+    /// first, under the same locks taken here.
     pub(super) fn before_modify(
         &self,
         st: &Storage,
         committed_slots: u64,
         committed_seq: u64,
-        n: u32,
+        nodes: &[u32],
     ) -> Result<()> {
-        if (n as u64) < committed_slots {
+        if nodes.iter().any(|&n| (n as u64) < committed_slots) {
             let mut u = self.undo.lock();
-            if u.saved.insert(n) {
-                let words = lists::snapshot_lists(st, n);
-                if let Err(e) = u.log.record(committed_seq, n, &words) {
-                    u.saved.remove(&n);
-                    return Err(e);
+            let mut records: Vec<(u32, Vec<u32>)> = Vec::new();
+            for &n in nodes {
+                if (n as u64) < committed_slots
+                    && !u.saved.contains(&n)
+                    && !records.iter().any(|r| r.0 == n)
+                {
+                    records.push((n, lists::snapshot_lists(st, n)));
                 }
+            }
+            if !records.is_empty() {
+                u.log.record_many(committed_seq, &records)?;
+                u.saved.extend(records.iter().map(|r| r.0));
             }
         }
         let mut sp = self.savepoint.lock();
         if let Some(sp) = sp.as_mut() {
-            if n < sp.start {
-                sp.saved.entry(n).or_insert_with(|| lists::snapshot_lists(st, n));
+            for &n in nodes {
+                if n < sp.start {
+                    sp.saved.entry(n).or_insert_with(|| lists::snapshot_lists(st, n));
+                }
             }
         }
         Ok(())
@@ -582,7 +592,9 @@ impl Index {
         let word = &snap.st.header(slot)[2];
         if (slot as u64) < w.committed.slots {
             let old = word.load(Acquire);
-            self.undo.lock().log.record_marker(w.committed.seq, slot, old)?;
+            let mut u = self.undo.lock();
+            u.log.record_marker(w.committed.seq, slot, old)?;
+            u.marked.insert(slot);
         }
         word.store(format::delete_marker(w.committed.seq + 1, slot), Release);
         w.live -= 1;

@@ -236,6 +236,39 @@ impl Storage {
         ))
     }
 
+    /// File ranges of the rows of slots `[from, to)` (codes, vectors, slot headers, level-0
+    /// records), from a region table: one range per area of each segment they touch. None if
+    /// the table lacks a segment.
+    pub fn slot_rows(
+        &self,
+        regions: &[RegionEntry],
+        from: u64,
+        to: u64,
+    ) -> Option<Vec<(u64, usize)>> {
+        let g = &self.geo;
+        let mut out = Vec::new();
+        let mut s = from;
+        while s < to {
+            let (k, local) = g.locate(s);
+            let slots = g.segment_slots(k);
+            let n = (slots - local).min(to - s);
+            let base = regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k)?.offset;
+            let l = g.segment_layout(slots);
+            for (area, size) in [
+                (l.codes, g.code_stride as u64),
+                (l.vectors, g.stride as u64),
+                (l.headers, SLOT_HEADER as u64),
+                (l.l0, g.l0_words as u64 * 4),
+            ] {
+                if size > 0 {
+                    out.push((base + area + local * size, (n * size) as usize));
+                }
+            }
+            s += n;
+        }
+        Some(out)
+    }
+
     /// File offset of the list of `layer >= 1` at heap reference `r`.
     pub fn upper_offset(&self, regions: &[RegionEntry], r: u64, layer: usize) -> Option<u64> {
         let (chunk, off) = format::heap_ref_parts(r);
