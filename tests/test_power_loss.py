@@ -177,3 +177,57 @@ def test_a_log_beside_another_file_is_never_applied(crashed, tmp_path, monkeypat
     assert len(got["ids"]) == 2000, "the checkpoint's state: the log is not this file's"
     assert other.read_bytes()[: 128 * 1024] == crashed["a"][: 128 * 1024]
     assert not Path(f"{other}.redo").exists()
+
+
+def newest_copy(image: bytes) -> int:
+    """Offset of the header copy with the higher commit sequence (bytes 16..24 of a copy)."""
+    seqs = [int.from_bytes(image[o + 16 : o + 24], "little") for o in (0, 65536)]
+    return 0 if seqs[0] > seqs[1] else 65536
+
+
+def test_a_torn_header_copy_older_than_the_log_still_gets_the_log(crashed, tmp_path, monkeypatch):
+    # The checkpoint's own header copy cut by the power loss: the file's valid copy is then
+    # older than the commit the log starts from, and only the log brings it to the last flush.
+    path, a, b = crashed["path"], bytearray(crashed["a"]), crashed["b"]
+    at = newest_copy(a)
+    a[at + 40] ^= 0xFF  # inside the checksummed body: the copy fails its checksum
+    put_image(path, bytes(a), crashed["r"])
+    monkeypatch.setenv("CHASSIS_BOOT_ID", "the next boot")
+    proc = run_python(READER, path)
+    assert_child_ok(proc)
+    assert proc.stdout.startswith("refused"), proc.stdout
+    ids, vecs = expected()
+    got = dump_index(path, tmp_path)
+    assert np.array_equal(got["ids"], ids)
+    assert_bit_identical(got["vecs"], vecs)
+    assert path.read_bytes() == b
+
+
+def test_a_log_beside_other_contents_in_the_same_file_is_never_applied(crashed, tmp_path):
+    # Another index copied over this one in place (same inode, as `cp other p.chassis` does):
+    # both its header copies are whole and older than the log's checkpoint, so the log is not
+    # its; the writer warns and removes it, and the file is the other index, untouched.
+    path = crashed["path"]
+    other = tmp_path / "other.chassis"
+    code = """
+import sys
+import numpy as np
+import chassis
+with chassis.VectorIndex(sys.argv[1], 16) as ix:
+    ix.add_batch(np.ones((3, 16), dtype=np.float32))
+"""
+    assert_child_ok(run_python(code, other))
+    put_image(path, other.read_bytes(), crashed["r"])
+    proc = run_python(
+        "import sys, warnings, chassis\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    ix = chassis.VectorIndex(sys.argv[1])\n"
+        "print(len(ix), any('other contents' in str(x.message) for x in w))\n"
+        "ix.close()\n",
+        path,
+    )
+    assert_child_ok(proc)
+    assert proc.stdout.split() == ["3", "True"]
+    assert not Path(f"{path}.redo").exists()
+    assert path.read_bytes()[:65536] == other.read_bytes()[:65536]

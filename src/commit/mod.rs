@@ -108,11 +108,18 @@ pub fn commit_logged(
         pieces.push((offset, bytes));
     }
     pieces.push(((next_copy * HEADER_COPY_SIZE) as u64, next.encode()));
+    // The first record of a cycle names the header it starts from by the hash of its bytes as
+    // the file holds them (the other copy), so that a log is never applied to other contents.
+    let base_header = if redo.has_records() {
+        Vec::new()
+    } else {
+        read_header_copy(storage, 1 - next_copy).map_err(before_header)?
+    };
     // 2. The record, appended and synced: from here a reopen finds this commit (a writer
     //    applies the record where the index file lacks it). The undo log needs no sync: until
     //    the record is durable, a power loss is one before this flush, whose promise (links
     //    put back where their undo records reached the disk) is the same.
-    redo.append(next.seq, &pieces).map_err(after_header)?;
+    redo.append(next.seq, &pieces, &base_header).map_err(after_header)?;
     // 3. The header into the older copy, through the page cache: readers see the commit now;
     //    the disk gets it at the checkpoint (the record stands for it meanwhile).
     storage.write_header(next_copy, next).map_err(after_header)?;
@@ -121,14 +128,26 @@ pub fn commit_logged(
     Ok(())
 }
 
+/// The bytes of header copy `copy` as the file holds them (its body length, then the body and
+/// its checksum).
+fn read_header_copy(storage: &Storage, copy: usize) -> Result<Vec<u8>> {
+    let at = (copy * HEADER_COPY_SIZE) as u64;
+    let mut head = [0u8; 16];
+    storage.read_at(&mut head, at)?;
+    let body = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
+    let mut bytes = vec![0u8; (body + 8).min(HEADER_COPY_SIZE)];
+    storage.read_at(&mut bytes, at)?;
+    Ok(bytes)
+}
+
 /// Make the commits in the redo log durable in the index file (sync its data: they are all in
-/// the page cache), then retire the log. A crash before the log goes finds records the file
+/// the page cache), then remove the log (a stale one too). A crash before the log goes finds records the file
 /// holds already: applying them again changes nothing.
 pub fn checkpoint(storage: &Storage, redo: &mut RedoLog) -> Result<()> {
     if redo.has_records() {
         storage.sync_data()?;
-        redo.remove();
     }
+    redo.remove();
     Ok(())
 }
 

@@ -11,8 +11,9 @@
 //! through the index file, which syncs everything, or close).
 //!
 //! ```text
-//! header (bytes 0..40 of a 4 KiB block): magic "CHREDO\0\x01" | base_seq u64 | file_id u64 |
-//!                                        boot u64 | xxh3 of the first 32 bytes (u64)
+//! header (bytes 0..48 of a 4 KiB block): magic "CHREDO\0\x01" | base_seq u64 | file_id u64 |
+//!                                        boot u64 | base_hash u64 |
+//!                                        xxh3 of the first 40 bytes (u64)
 //! records, from byte 4096, 8-byte aligned:
 //!   len u32 (the whole record) | pieces u32 | seq u64
 //!   pieces x { file offset u64 | n u32 | 0 u32 | n bytes, zero-padded to a multiple of 8 }
@@ -22,8 +23,8 @@
 //! `base_seq` is a commit the index file holds durably (the log's records start after it), and
 //! the records are the commits `base_seq + 1, + 2, ...` in order; the seed makes records left
 //! over from an earlier cycle of the file (before the last checkpoint) fail their checksum, and
-//! `file_id` (the inode) keeps a log from being applied to another file put in the index's
-//! place. Records hold whole new bytes, so applying them again is harmless. `boot` names the
+//! `file_id` (the inode) and `base_hash` (xxh3 of the header bytes of commit `base_seq`) keep a
+//! log from being applied to another file put in the index's place (`judge`). Records hold whole new bytes, so applying them again is harmless. `boot` names the
 //! boot of the machine that wrote the log (Linux's `boot_id`): while it is the same boot, the
 //! page cache holds every record's bytes, whatever the writer did since.
 //!
@@ -169,6 +170,8 @@ impl RedoLog {
             at += n as u64;
         }
         os::sync_data(&f).map_err(|e| Error::io(e, "syncing", &self.path))?;
+        // The new name made durable too: a record is only as durable as the file it is in.
+        os::sync_dir(&self.path).map_err(|e| Error::io(e, "syncing the folder of", &self.path))?;
         self.file = Some(f);
         self.sized = true;
         Ok(())
@@ -176,9 +179,16 @@ impl RedoLog {
 
     /// Append commit `seq` (whose predecessor, `seq - 1`, the index file holds durably if this
     /// is the first record since a checkpoint): `pieces` are (file offset, new bytes), the new
-    /// header among them. Returns once the record is on stable storage. On an error the record
-    /// may or may not reach the disk later (whole or failing its checksum).
-    pub fn append(&mut self, seq: u64, pieces: &[(u64, Vec<u8>)]) -> Result<()> {
+    /// header among them; `base_header`: the bytes of the header of `seq - 1` as the file
+    /// holds them (read only when this record starts a cycle).
+    /// Returns once the record is on stable storage. On an error the record may or may not
+    /// reach the disk later (whole or failing its checksum).
+    pub fn append(
+        &mut self,
+        seq: u64,
+        pieces: &[(u64, Vec<u8>)],
+        base_header: &[u8],
+    ) -> Result<()> {
         let len = record_len(pieces.iter().map(|(_, b)| b.len()));
         // A new cycle writes its header block with the first record, in one write (the same
         // sync makes both durable; a record that lands without its header fails the old
@@ -196,8 +206,9 @@ impl RedoLog {
             buf[8..16].copy_from_slice(&base.to_le_bytes());
             buf[16..24].copy_from_slice(&self.file_id.to_le_bytes());
             buf[24..32].copy_from_slice(&boot().unwrap_or(0).to_le_bytes());
-            let c = xxh3_64(&buf[..32]);
-            buf[32..40].copy_from_slice(&c.to_le_bytes());
+            buf[32..40].copy_from_slice(&xxh3_64(base_header).to_le_bytes());
+            let c = xxh3_64(&buf[..40]);
+            buf[40..48].copy_from_slice(&c.to_le_bytes());
         }
         let rec = &mut buf[head..head + len];
         rec[0..4].copy_from_slice(&(len as u32).to_le_bytes());
@@ -231,6 +242,9 @@ impl RedoLog {
 
     /// Remove the file (close, after a checkpoint; or a compaction that replaced the index).
     pub fn remove(&mut self) {
+        if !self.sized {
+            return; // this handle made none (a log found at open was removed then)
+        }
         self.file = None;
         self.sized = false;
         self.reset();
@@ -250,6 +264,8 @@ pub struct Record {
 pub struct Parsed {
     pub base: u64,
     pub boot: u64,
+    /// xxh3 of the header bytes of commit `base`.
+    pub base_hash: u64,
     pub records: Vec<Record>,
 }
 
@@ -258,13 +274,16 @@ pub struct Parsed {
 /// a damaged header (nothing in it can be trusted, and nothing was promised by it: a record
 /// is durable only with its header).
 pub fn read(index: &Path, file_id: u64) -> Result<Option<Parsed>> {
+    use std::io::Read;
     let path = redo_path(index);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(e, "reading", &path)),
-    };
-    Ok(parse(&bytes, file_id))
+    let mut bytes = Vec::new();
+    // No more than a log holds: a larger file is not one, and its tail is never read.
+    let read = File::open(&path).and_then(|f| f.take(CAPACITY).read_to_end(&mut bytes));
+    match read {
+        Ok(_) => Ok(parse(&bytes, file_id)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(e, "reading", &path)),
+    }
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -276,15 +295,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 fn parse(bytes: &[u8], file_id: u64) -> Option<Parsed> {
-    if bytes.len() < 40
+    if bytes.len() < 48
         || bytes[0..8] != MAGIC
-        || xxh3_64(&bytes[..32]) != u64_at(bytes, 32)
+        || xxh3_64(&bytes[..40]) != u64_at(bytes, 40)
         || u64_at(bytes, 16) != file_id
     {
         return None;
     }
     let base = u64_at(bytes, 8);
     let boot = u64_at(bytes, 24);
+    let base_hash = u64_at(bytes, 32);
     let mut out = Vec::new();
     let mut at = RECORDS as usize;
     while at + FIXED <= bytes.len() {
@@ -326,23 +346,75 @@ fn parse(bytes: &[u8], file_id: u64) -> Option<Parsed> {
         out.push(Record { seq, pieces });
         at += len;
     }
-    Some(Parsed { base, boot, records: out })
+    Some(Parsed { base, boot, base_hash, records: out })
 }
 
-/// The newest valid header's sequence number of an open index file (None: neither copy is
-/// valid; the caller's open reports that).
-fn header_seq(file: &File, path: &Path) -> Option<u64> {
+/// What a log says about the index file as the disk holds it.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Its records reach the file's header or past it: apply them all.
+    Apply,
+    /// A checkpoint came after its last record (or it has none): nothing to do.
+    Stale,
+    /// It was written against other contents (a file copied over this one): never apply.
+    Foreign,
+}
+
+/// Judge the log (`base`, `records`) against the header copies `file` holds. The file's
+/// header is the newest valid copy, `h`:
+/// - past the last record: stale;
+/// - written by a record (`base < h`): that record's header bytes must be the copy's, byte
+///   for byte, else the file is not the one the log was written for;
+/// - `base`, the checkpoint the log starts from: apply if the copy's bytes hash to the log's
+///   `base_hash`;
+/// - older than `base`, or no valid copy: only a torn copy explains that (a small flush's
+///   header reaches the disk whenever the kernel writes it back, and can be cut), so apply if
+///   a copy is damaged; if both are whole, the file is another one.
+fn judge(file: &File, index: &Path, log: &Parsed) -> Verdict {
+    let (base, records) = (log.base, &log.records[..]);
+    if records.is_empty() {
+        return Verdict::Stale;
+    }
     let mut buf = vec![0u8; 2 * HEADER_COPY_SIZE];
-    let len = file.metadata().ok()?.len();
+    let len = file.metadata().map_or(0, |m| m.len());
     let n = (len as usize).min(buf.len());
-    os::read_exact_at(file, &mut buf[..n], 0).ok()?;
-    choose_header(&buf[..n], path).ok().map(|c| c.header.seq)
-}
-
-/// Whether `records` after `base` describe the commits up to the header `h` or beyond it
-/// (else the log is stale: a checkpoint came after its last record).
-fn applies(base: u64, records: &[Record], h: u64) -> bool {
-    !records.is_empty() && base <= h && h <= base + records.len() as u64
+    if os::read_exact_at(file, &mut buf[..n], 0).is_err() {
+        return Verdict::Foreign;
+    }
+    let buf = &buf[..n];
+    let choice = choose_header(buf, index).ok();
+    let damaged = choice.as_ref().is_none_or(|c| c.other_damage.is_some());
+    let last = base + records.len() as u64;
+    // The chosen copy's bytes as written (its body length is at bytes 12..16).
+    let copy_bytes = choice.as_ref().and_then(|c| {
+        let at = c.copy * HEADER_COPY_SIZE;
+        let body = u32::from_le_bytes(buf.get(at + 12..at + 16)?.try_into().ok()?) as usize;
+        buf.get(at..at.checked_add(body)?.checked_add(8)?)
+    });
+    match choice.as_ref().map(|c| c.header.seq) {
+        Some(h) if h > last => Verdict::Stale,
+        Some(h) if h > base => {
+            let ours = records[(h - base - 1) as usize].pieces.last().is_some_and(|(at, bytes)| {
+                let at = *at as usize;
+                at.checked_add(bytes.len()).is_some_and(|end| end <= buf.len())
+                    && buf[at..at + bytes.len()] == bytes[..]
+            });
+            if ours {
+                Verdict::Apply
+            } else {
+                Verdict::Foreign
+            }
+        }
+        Some(h) if h == base => {
+            if copy_bytes.is_some_and(|b| xxh3_64(b) == log.base_hash) {
+                Verdict::Apply
+            } else {
+                Verdict::Foreign
+            }
+        }
+        _ if damaged => Verdict::Apply,
+        _ => Verdict::Foreign,
+    }
 }
 
 fn out_of_file(path: &Path, offset: u64, n: usize) -> Error {
@@ -357,23 +429,35 @@ fn out_of_file(path: &Path, offset: u64, n: usize) -> Error {
     )
 }
 
+/// What a writer's open did with a redo log (`recover`).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Records that changed bytes of the file, when the log is from an earlier boot (the
+    /// machine stopped; in this boot the page cache held them, and what differs is what the
+    /// dead writer changed after them, which its undo log puts back).
+    pub applied: usize,
+    /// The log was written against other contents (a file copied over this one) and was
+    /// removed unapplied.
+    pub foreign: bool,
+}
+
 /// A writer opening `file` (locked): apply the log's records if they reach the header or past
-/// it, make the file durable, and remove the log. Returns how many records changed bytes of
-/// the file when the log is from an earlier boot (the machine stopped; in this boot the page
-/// cache held them, and what differs is what the dead writer changed after them, which its
-/// undo log puts back).
-pub fn recover(index: &Path, file: &File) -> Result<usize> {
+/// it (`judge`), make the file durable, and remove the log.
+pub fn recover(index: &Path, file: &File) -> Result<Recovered> {
     let path = redo_path(index);
     if !path.exists() {
-        return Ok(0);
+        return Ok(Recovered::default());
     }
-    let mut changed = 0;
-    if let Some(Parsed { base, boot: written, records }) = read(index, file_id(file))? {
-        if let Some(h) = header_seq(file, index) {
-            if applies(base, &records, h) {
+    let mut out = Recovered::default();
+    if let Some(log) = read(index, file_id(file))? {
+        let (written, records) = (log.boot, &log.records);
+        match judge(file, index, &log) {
+            Verdict::Stale => {}
+            Verdict::Foreign => out.foreign = true,
+            Verdict::Apply => {
                 let len = file.metadata().map_err(|e| Error::io(e, "reading", index))?.len();
                 let mut cur = Vec::new();
-                for r in &records {
+                for r in records {
                     let mut differs = false;
                     for (offset, bytes) in &r.pieces {
                         if offset.checked_add(bytes.len() as u64).is_none_or(|e| e > len) {
@@ -388,28 +472,26 @@ pub fn recover(index: &Path, file: &File) -> Result<usize> {
                                 .map_err(|e| Error::io(e, "writing", index))?;
                         }
                     }
-                    changed += (differs && Some(written) != boot()) as usize;
+                    out.applied += (differs && Some(written) != boot()) as usize;
                 }
                 os::sync_data(file).map_err(|e| Error::io(e, "syncing", index))?;
             }
         }
     }
     std::fs::remove_file(&path).map_err(|e| Error::io(e, "removing", &path))?;
-    Ok(changed)
+    Ok(out)
 }
 
 /// A reader opening `file` at header `h`: Err if the log is from an earlier boot (the machine
 /// stopped, and no writer has opened the file since) and has records past `h`, or the file
 /// does not hold the bytes of every record up to `h`. In this boot the page cache holds them.
 pub fn verify(index: &Path, file: &File, h: u64) -> Result<()> {
-    let Some(Parsed { base, boot: written, records }) = read(index, file_id(file))? else {
+    let Some(log) = read(index, file_id(file))? else {
         return Ok(());
     };
+    let (base, written, records) = (log.base, log.boot, &log.records);
     if Some(written) == boot() {
         return Ok(()); // written in this boot: the page cache holds every record's bytes
-    }
-    if records.is_empty() || h < base || h - base > records.len() as u64 {
-        return Ok(()); // nothing in it, or stale (a checkpoint synced its records)
     }
     let missing = || {
         Error::new(
@@ -424,9 +506,12 @@ pub fn verify(index: &Path, file: &File, h: u64) -> Result<()> {
              can open it",
         )
     };
-    if h - base < records.len() as u64 {
-        // Flushes after the header the file holds: no writer of this boot is running one, so
-        // they are flushes that returned, which only a writer can apply.
+    if judge(file, index, &log) != Verdict::Apply {
+        return Ok(()); // stale, or another file's
+    }
+    if h < base + records.len() as u64 {
+        // Flushes after the header the file holds (or a torn copy): no writer of this boot is
+        // running one, so they are flushes that returned, which only a writer can apply.
         return Err(missing());
     }
     // The newest bytes at each offset win: check the records newest first, each byte only
@@ -435,7 +520,8 @@ pub fn verify(index: &Path, file: &File, h: u64) -> Result<()> {
     let mut cur = Vec::new();
     for r in records[..(h - base) as usize].iter().rev() {
         for (offset, bytes) in r.pieces.iter().rev() {
-            let (lo, hi) = (*offset, offset + bytes.len() as u64);
+            let Some(hi) = offset.checked_add(bytes.len() as u64) else { return Err(missing()) };
+            let lo = *offset;
             for (a, b) in uncovered(&covered, lo, hi) {
                 cur.resize((b - a) as usize, 0);
                 if os::read_exact_at(file, &mut cur, a).is_err()
@@ -495,7 +581,7 @@ mod tests {
         l.prepare().unwrap();
         for (i, r) in recs.iter().enumerate() {
             assert_eq!(r.seq, base + 1 + i as u64);
-            l.append(r.seq, &r.pieces).unwrap();
+            l.append(r.seq, &r.pieces, b"the header of the base").unwrap();
         }
         std::fs::read(redo_path(&idx)).unwrap()
     }
@@ -510,7 +596,11 @@ mod tests {
         let bytes = log_bytes(7, 42, &recs);
         assert_eq!(bytes.len() as u64, CAPACITY, "written out to its capacity");
         let b = boot().unwrap_or(0);
-        assert_eq!(parse(&bytes, 42), Some(Parsed { base: 7, boot: b, records: recs.clone() }));
+        let bh = xxh3_64(b"the header of the base");
+        assert_eq!(
+            parse(&bytes, 42),
+            Some(Parsed { base: 7, boot: b, base_hash: bh, records: recs.clone() })
+        );
         assert_eq!(parse(&bytes, 43), None, "another file's log");
         // A torn second record: the first stays, nothing after it is read.
         let second = RECORDS as usize + record_len([3usize, 20].into_iter());
@@ -518,16 +608,19 @@ mod tests {
         torn[second + 20] ^= 1;
         assert_eq!(
             parse(&torn, 42),
-            Some(Parsed { base: 7, boot: b, records: recs[..1].to_vec() })
+            Some(Parsed { base: 7, boot: b, base_hash: bh, records: recs[..1].to_vec() })
         );
         // A new cycle over an old one: the old records past the new ones fail the new seed.
         let newer = vec![Record { seq: 11, pieces: vec![(5, vec![1])] }];
         let fresh = log_bytes(10, 42, &newer);
         let mut mixed = bytes.clone();
         let n = RECORDS as usize + record_len([1usize].into_iter());
-        mixed[..40].copy_from_slice(&fresh[..40]);
+        mixed[..48].copy_from_slice(&fresh[..48]);
         mixed[RECORDS as usize..n].copy_from_slice(&fresh[RECORDS as usize..n]);
-        assert_eq!(parse(&mixed, 42), Some(Parsed { base: 10, boot: b, records: newer }));
+        assert_eq!(
+            parse(&mixed, 42),
+            Some(Parsed { base: 10, boot: b, base_hash: bh, records: newer })
+        );
     }
 
     #[test]

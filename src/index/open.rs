@@ -172,19 +172,27 @@ impl Index {
         // A writer first applies the small commits the redo log holds and the file may lack
         // (the machine stopped before the kernel wrote them back); a reader checks the file
         // holds them (`commit::redo`).
-        let replayed = match mode {
+        let recovered = match mode {
             Mode::Write => redo::recover(path, &file)?,
-            Mode::Read => 0,
+            Mode::Read => redo::Recovered::default(),
         };
         let (h, copy) = Self::read_header(&file, path, &mut warnings)?;
         let fell_back = !warnings.is_empty();
         if mode == Mode::Read {
             redo::verify(path, &file, h.seq)?;
         }
-        if replayed > 0 {
+        if recovered.applied > 0 {
             warnings.push(format!(
                 "{}: the machine stopped before the last flushes reached the index file; they \
-                 were applied from its redo log ({replayed} flushes)",
+                 were applied from its redo log ({} flushes)",
+                path.display(),
+                recovered.applied
+            ));
+        }
+        if recovered.foreign {
+            warnings.push(format!(
+                "{}: the redo log beside it was written for other contents (a file copied over \
+                 this one?) and was removed without being applied",
                 path.display()
             ));
         }
