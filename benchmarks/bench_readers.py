@@ -16,7 +16,8 @@ ef_construction=200, 2 threads), flushed and closed; then an `IndexReader` opens
               with the new count; the reader polls len() in a tight loop and records when
               it first sees each count. Lag = seen - returned, per count seen (median,
               p99, max). A negative lag means the reader saw the commit before flush()
-              returned (the header is written before flush's last sync); the lag from
+              returned (through the index file, the header is written before flush's last
+              sync; through the redo log, after its one sync, so rarely); the lag from
               the moment flush() was called is reported too.
 
 Data: --data minilm ($CHASSIS_DATA/debian-minilm, by default
@@ -408,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     if lag.get("negative_share"):
         print(
             f"({lag['negative_share']:.1%} of the counts were visible before flush() returned: "
-            f"the commit header is written before flush's last sync)"
+            f"through the index file the commit header is written before flush's last sync)"
         )
     if lag["seen_but_never_flushed"]:
         print(f"WARNING: the reader saw counts no flush produced: {lag['seen_but_never_flushed']}")
