@@ -1,4 +1,19 @@
-"""Scale benchmark: large generated indexes, and searching one larger than the memory it may use.
+"""Scale benchmark: large generated indexes against the peers, and searching one larger than the
+memory it may use.
+
+  peers   --engines (chassis, hnswlib, faiss HNSWFlat, usearch, chassisdb; chassis-int8 too when
+          named) on --n x --dims of the same generated data (below), M=16, ef_construction=200,
+          each built in a fresh process on 2 threads from the base mapped read-only from a .npy
+          (children/peer_build.py; the file and its build figures are cached in --workdir:
+          delete the file to build again). Build time (the insert; the persist apart), peak RSS
+          sampled from /proc/<pid>/smaps every 0.5 s without the input's pages (the engine's
+          own; getrusage's peak, input included, too), file size. Then in another fresh process
+          (children/peer_search.py), the file evicted first: the open, the first query, a
+          second open from the page cache, and an ef sweep (--peer-efs): recall@10 and QPS of a
+          1-thread batch, a 1-thread loop and a 2-thread batch. QPS at recall 0.90 / 0.95 / 0.99
+          interpolated; every figure with its ratio to the best peer. Targets (PASS / FAIL):
+          QPS at 0.95 >= 1.4x the best peer's in each mode, build time <= 0.75x the best peer's,
+          peak build RSS (without the input) <= 1.2x the file.
 
   limit   an index of --n x --dims generated clustered float32 vectors (chassis.datasets.clustered,
           --clusters 1024 clusters of about a thousand points, seed 16: recall@10 0.95 at about
@@ -28,7 +43,8 @@
           the file, --pairs pairs; median, p90 / p99 / max and mean of add, flush and both,
           and close() (the checkpoint that writes the small flushes back).
 
-    python benchmarks/bench_scale.py                         # 1,000,000 x 384 (builds ~10 min)
+    python benchmarks/bench_scale.py --only peers            # 1,000,000 x 384, every peer
+    python benchmarks/bench_scale.py --only limit            # 1,000,000 x 384 (builds ~10 min)
     python benchmarks/bench_scale.py --only commits --pairs 4   # 100,000 x 384 (~3 min)
     python benchmarks/bench_scale.py --only naming --pairs 3
     python benchmarks/bench_scale.py --n 200000 --json out.json
@@ -54,10 +70,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from toolkit import (  # noqa: E402
     add_json_option,
+    best_peer,
     child_script,
     datasets_module,
     evict_file,
     machine_info,
+    qps_at_targets,
+    ratio,
     table,
     write_results,
 )
@@ -484,12 +503,208 @@ def print_limit(res: dict[str, Any]) -> None:
     )
 
 
+# ------------------------------------------------------------------ peers at scale
+PEERS = "chassis,hnswlib,faiss,usearch,chassisdb"
+OURS = ("chassis", "chassis-int8", "chassis-codes")
+GOAL_QPS, GOAL_BUILD, GOAL_RSS = 1.4, 0.75, 1.2  # the 1M targets (docstring)
+
+
+def smaps_rss(pid: int, input_path: str) -> tuple[int, int] | None:
+    """(resident bytes of process `pid`, of them the mapping of `input_path`), or None once it
+    has exited."""
+    total = inp = 0
+    current = ""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if line[0] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+                    parts = line.split(None, 5)
+                    current = parts[5].strip() if len(parts) > 5 else ""
+                elif line.startswith("Rss:"):
+                    kib = int(line.split()[1]) * 1024
+                    total += kib
+                    if current == input_path:
+                        inp += kib
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return total, inp
+
+
+def peer_build(name: str, path: Path, base_file: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Build in a child (children/peer_build.py), sampling its memory every 0.5 s: peak RSS,
+    and peak RSS without the input's pages (the engine's own)."""
+    for p in (path, Path(f"{path}.undo"), Path(f"{path}.redo")):
+        p.unlink(missing_ok=True)
+    cmd = [sys.executable, child_script("peer_build"), name, str(path), str(base_file), "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = peak_own = 0
+    started = time.monotonic()
+    while proc.poll() is None:
+        got = smaps_rss(proc.pid, str(base_file))
+        if got is not None:
+            peak, peak_own = max(peak, got[0]), max(peak_own, got[0] - got[1])
+        time.sleep(0.5)
+        if time.monotonic() - started > args.timeout:
+            proc.kill()
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} build failed ({proc.returncode}): {err[-2000:]}")
+    res = json.loads(out.strip().splitlines()[-1])
+    res.update(peak_rss_mib=peak / MiB, peak_rss_own_mib=peak_own / MiB)
+    return res
+
+
+def peer_search(
+    name: str, path: Path, qf: Path, gf: Path, dims: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    evict_file(path)
+    cmd = [
+        sys.executable,
+        child_script("peer_search"),
+        name,
+        str(path),
+        str(qf),
+        str(gf),
+        str(dims),
+        ",".join(map(str, args.peer_efs)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} search failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_peers(args: argparse.Namespace) -> dict[str, Any]:
+    """Each engine built in a child of its own (cached in --workdir with its build figures:
+    delete the file to build again), then opened and searched in another."""
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
+    n, d = base.shape
+    base_file = workdir / f"base-{n}x{d}-c{args.clusters}.npy"
+    if not base_file.exists():
+        tmp = workdir / f"{base_file.name}.tmp.npy"
+        np.save(tmp, base)
+        os.replace(tmp, base_file)
+    del base
+    out: dict[str, Any] = {"n": n, "dims": d, "clusters": args.clusters, "engines": {}}
+    for name in args.engines:
+        path = workdir / f"peer-{name}-{n}x{d}-c{args.clusters}-m16-efc200.idx"
+        meta = Path(f"{path}.build.json")
+        if path.exists() and meta.exists():
+            built = {**json.loads(meta.read_text()), "cached": True}
+            log(f"  {name}: built earlier in {built['build_s']:.0f} s (cached)")
+        else:
+            meta.unlink(missing_ok=True)
+            built = peer_build(name, path, base_file, args)
+            meta.write_text(json.dumps(built))
+            log(
+                f"  {name}: built in {built['build_s']:.0f} s, peak RSS "
+                f"{built['peak_rss_own_mib']:,.0f} MiB without the input"
+            )
+        built["file_mib"] = path.stat().st_size / MiB
+        found = peer_search(name, path, qf, gf, d, args)
+        log(
+            f"  {name}: open {found['open_cold_ms']:.1f} ms cold, "
+            + ", ".join(
+                f"ef {p['ef']} {p['recall']:.3f} {p['qps']:,.0f}/s" for p in found["sweep"]["batch"]
+            )
+        )
+        out["engines"][name] = {"build": built, "search": found}
+    return out
+
+
+def _peer_figures(e: dict[str, Any]) -> dict[str, Any]:
+    """One engine's row: build, memory, file, open and QPS at each recall target per mode."""
+    b, s = e["build"], e["search"]
+    row = {
+        "build_s": b["build_s"],
+        "peak_rss_own_mib": b["peak_rss_own_mib"],
+        "file_mib": b["file_mib"],
+        "rss_per_file": b["peak_rss_own_mib"] / b["file_mib"],
+        "open_cold_ms": s["open_cold_ms"],
+        "open_warm_ms": s["open_warm_ms"],
+    }
+    for mode, points in s["sweep"].items():
+        for t, cell in qps_at_targets(points).items():
+            row[f"{mode}@{t}"] = cell["qps"]
+    return row
+
+
+def print_peers(res: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = {name: _peer_figures(e) for name, e in res["engines"].items()}
+    print(
+        f"\n{res['n']:,} x {res['dims']} float32 (clustered, {res['clusters']} clusters), M=16, "
+        "ef_construction=200, built on 2 threads; QPS at recall@10 interpolated between ef points"
+    )
+    cols = [
+        ("build_s", "build s", "low", "{:,.0f}"),
+        ("peak_rss_own_mib", "peak RSS MiB", "low", "{:,.0f}"),
+        ("file_mib", "file MiB", "low", "{:,.0f}"),
+        ("open_cold_ms", "open cold ms", "low", "{:,.1f}"),
+        ("open_warm_ms", "open warm ms", "low", "{:,.2f}"),
+    ] + [
+        (f"{mode}@{t}", f"{label} @{t}", "high", "{:,.0f}")
+        for mode, label in (("batch", "1t batch"), ("loop", "1t loop"), ("batch2", "2t batch"))
+        for t in ("0.9", "0.95", "0.99")
+    ]
+    lines = []
+    for key, label, better, form in cols:
+        line = [label]
+        for name in rows:
+            v = rows[name].get(key)
+            line.append("-" if v is None else form.format(v))
+        peer, value = best_peer({n: r.get(key) for n, r in rows.items()}, better, OURS)
+        mine = rows.get("chassis", {}).get(key)
+        r = ratio(mine, value)
+        line.append("-" if r is None else f"{r:.2f}x {peer}")
+        lines.append(line)
+    print(table(["", *rows, "chassis / best peer"], lines))
+    checks = []
+
+    def check(what: str, key: str, better: str, goal: float) -> None:
+        peer, value = best_peer({n: r.get(key) for n, r in rows.items()}, better, OURS)
+        mine = rows.get("chassis", {}).get(key)
+        r = ratio(mine, value)
+        ok = r is not None and (r >= goal if better == "high" else r <= goal)
+        checks.append({"what": what, "ratio": r, "best_peer": peer, "goal": goal, "pass": ok})
+
+    for mode, label in (("batch", "1t batch"), ("loop", "1t loop"), ("batch2", "2t batch")):
+        check(f"QPS at 0.95, {label} >= {GOAL_QPS}x best peer", f"{mode}@0.95", "high", GOAL_QPS)
+    check(f"build time <= {GOAL_BUILD}x best peer", "build_s", "low", GOAL_BUILD)
+    if "chassis" in rows:
+        r = rows["chassis"]["rss_per_file"]
+        checks.append(
+            {
+                "what": f"peak build RSS <= {GOAL_RSS}x file",
+                "ratio": r,
+                "goal": GOAL_RSS,
+                "pass": r <= GOAL_RSS,
+            }
+        )
+    for c in checks:
+        r = "-" if c["ratio"] is None else f"{c['ratio']:.2f}"
+        print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['what']}: {r}")
+    return checks
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "--only", default="limit,naming,commits", help="limit, naming, commits (comma-separated)"
+        "--only",
+        default="peers,limit,naming,commits",
+        help="peers, limit, naming, commits (comma-separated)",
+    )
+    ap.add_argument(
+        "--engines", type=lambda s: s.split(","), default=PEERS.split(","), help="of --only peers"
+    )
+    ap.add_argument(
+        "--peer-efs",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512],
+        help="ef sweep of --only peers",
     )
     ap.add_argument("--commit-n", type=int, default=100_000, help="index size of the commits runs")
     ap.add_argument("--adds", type=int, default=1000, help="add + flush calls per commits run")
@@ -522,6 +737,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     res = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items() if k != "json"}}
     only = args.only.split(",")
+    if "peers" in only:
+        res["peers"] = bench_peers(args)
+        res["peers"]["checks"] = print_peers(res["peers"])
     if "limit" in only:
         res["limit"] = bench_limit(args)
         print_limit(res["limit"])

@@ -66,7 +66,6 @@ import sys
 import tempfile
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from toolkit import (  # noqa: E402
     MINILM,
     TARGETS,
-    ChassisCodesEngine,
-    ChassisDBEngine,
-    ChassisEngine,
-    ChassisInt8Engine,
     EngineUnavailable,
-    FaissEngine,
-    FaissSQ8Engine,
-    HnswlibEngine,
-    UsearchEngine,
-    UsearchI8Engine,
     add_json_option,
     best_peer,
     csv,
@@ -99,6 +89,7 @@ from toolkit import (  # noqa: E402
     qps_at_targets,
     qps_cell,
     ratio,
+    speed_engines,
     summarize,
     sweep_points,
     table,
@@ -120,192 +111,6 @@ SWEEP_MODES = ("batch", "loop", "batch2")  # 1t batch, 1t loop, 2t batch
 MAX_CALLS = 1_000  # per engine, sweep point and mode (a bound for near-zero call times)
 MODE_LABEL = {"batch": "1t batch", "loop": "1t loop", "batch2": "2t batch"}
 GOAL_QPS, GOAL_BUILD, GOAL_SCALING = 1.15, 0.90, 1.8  # the speed targets (docstring)
-
-
-# ------------------------------------------------------------------ engines: two more modes
-def _ids_2d(keys: Any, k: int) -> np.ndarray:
-    """Result ids as a (q, k) int64 array (rows shorter than k padded with -1)."""
-    keys = np.asarray(keys)
-    if keys.ndim == 2:
-        return keys.astype(np.int64)
-    out = np.full((1, k), -1, dtype=np.int64)
-    out[0, : len(keys)] = keys[:k]
-    return out
-
-
-class _SpeedModes:
-    """Mixin over an adapter of chassis._bench: adds the search modes
-
-      "batch2"  the engine's batch call on `threads` (2) threads, timed around that one call;
-      "batch1"  a Python loop of batch calls with one query each (per-call overhead).
-
-    Subclasses give `_batch(queries, k, threads)` (the raw batch call) and `_batch_ids(raw, k)`;
-    `_with_threads(n)` / `_prepare(queries)` are set-up outside the timed part."""
-
-    modes = ("batch", "loop", "batch2", "batch1")
-    search_threads = 2  # threads of "batch2"
-    threads2_note = ""  # how "batch2" gets its threads, when it is not the engine's own way
-
-    def _batch(self, queries: np.ndarray, k: int, threads: int) -> Any:
-        raise TypeError(f"{type(self).__name__} is a speed adapter without a batch call")
-
-    def _batch_ids(self, raw: Any, k: int) -> np.ndarray:
-        return _ids_2d(raw[0], k)
-
-    def _with_threads(self, threads: int) -> None:
-        pass
-
-    def _prepare(self, queries: np.ndarray) -> np.ndarray:
-        return queries
-
-    def search(self, mode, queries, k):
-        threads = self.search_threads
-        if mode == "batch2":
-            queries = self._prepare(queries)
-            self._with_threads(threads)
-            try:
-                raw, seconds = timed(lambda: self._batch(queries, k, threads))
-            finally:
-                self._with_threads(1)
-            return self._batch_ids(raw, k), seconds
-        if mode == "batch1":
-            rows = self._prepare(queries).reshape(len(queries), 1, -1)  # (1, d) views
-            self._with_threads(1)
-            results, seconds = self._loop(lambda q: self._batch(q, k, 1), rows)
-            return np.vstack([self._batch_ids(r, k) for r in results]), seconds
-        return super().search(mode, queries, k)
-
-
-class ChassisSpeed(_SpeedModes, ChassisEngine):
-    def __init__(self) -> None:
-        super().__init__()
-        from chassis import _chassis
-
-        self._counters = _chassis._search_counters
-        self.counted: tuple[int, int] | None = None  # (searches, distances) of the last 1t batch
-
-    def _batch(self, queries, k, threads):
-        return self.index.search_batch(queries, k, ef=self.ef, threads=threads)
-
-    def search(self, mode, queries, k):
-        if mode != "batch":
-            return super().search(mode, queries, k)
-        before = self._counters()
-        found = super().search(mode, queries, k)
-        after = self._counters()
-        self.counted = (after[0] - before[0], after[1] - before[1])
-        return found
-
-
-class ChassisInt8Speed(ChassisSpeed, ChassisInt8Engine):
-    pass
-
-
-class ChassisCodesSpeed(ChassisSpeed, ChassisCodesEngine):
-    pass
-
-
-class ChassisMemorySpeed(ChassisSpeed):
-    """chassis in memory (VectorIndex(None, dims)), like hnswlib, usearch and faiss: built by
-    add_batch into anonymous memory; "persist" is save(path), "open" is VectorIndex.load."""
-
-    name = "chassis-memory"
-    durable_adds = False  # in memory: flush() makes nothing durable
-
-    def build(self, path, base, *, metric, m, ef_construction, threads):
-        self._remember(base, metric, m, ef_construction)
-        options = self.module.IndexOptions(
-            max_connections=m, ef_construction=ef_construction, metric=metric
-        )
-        self.index = self.module.VectorIndex(None, self.dims, options)
-        _, seconds = timed(lambda: self.index.add_batch(base, threads=threads))
-        _, self.persist_seconds = timed(lambda: self.index.save(path))
-        return seconds
-
-    def open(self, path):
-        self.index = self.module.VectorIndex.load(path)
-
-
-class HnswlibSpeed(_SpeedModes, HnswlibEngine):
-    def _batch(self, queries, k, threads):
-        return self.index.knn_query(queries, k, num_threads=threads)
-
-
-class UsearchSpeed(_SpeedModes, UsearchEngine):
-    def _batch(self, queries, k, threads):
-        return self.index.search(queries, k, threads=threads)
-
-    def _batch_ids(self, raw, k):
-        return _ids_2d(raw.keys, k)
-
-
-class UsearchI8Speed(UsearchSpeed, UsearchI8Engine):
-    pass
-
-
-class FaissSpeed(_SpeedModes, FaissEngine):
-    def _batch(self, queries, k, threads):
-        return self.index.search(queries, k)
-
-    def _batch_ids(self, raw, k):
-        return _ids_2d(raw[1], k)
-
-    def _with_threads(self, threads):
-        self.module.omp_set_num_threads(threads)
-
-    def _prepare(self, queries):
-        return self._unit(queries) if self.metric == "cosine" else queries
-
-
-class FaissSQ8Speed(FaissSpeed, FaissSQ8Engine):
-    pass
-
-
-class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
-    threads2_note = (
-        "chassisdb search_batch has no thread control (one thread): its 2t batch is "
-        "two Python threads, each calling search_batch on half of the queries"
-    )
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._pool: ThreadPoolExecutor | None = None  # kept across set_ef's reopens
-
-    def _batch(self, queries, k, threads):
-        if threads == 1:
-            return self.index.search_batch(queries, k)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=threads)
-        parts = np.array_split(queries, threads)
-        results = list(self._pool.map(lambda part: self.index.search_batch(part, k), parts))
-        return np.vstack([ids for ids, _ in results]), np.vstack([d for _, d in results])
-
-
-SPEED_ENGINES = {
-    "chassis": ChassisSpeed,
-    "chassis-memory": ChassisMemorySpeed,
-    "chassis-int8": ChassisInt8Speed,
-    "chassis-codes": ChassisCodesSpeed,
-    "hnswlib": HnswlibSpeed,
-    "usearch": UsearchSpeed,
-    "usearch-i8": UsearchI8Speed,
-    "faiss": FaissSpeed,
-    "faiss-sq8": FaissSQ8Speed,
-    "chassisdb": ChassisDBSpeed,
-}
-
-
-def speed_engines(names: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """({name: engine} for the importable ones, notes on the skipped ones)."""
-    engines, notes = {}, []
-    for name in names:
-        if name not in SPEED_ENGINES:
-            raise SystemExit(f"unknown engine {name!r}; known: {', '.join(SPEED_ENGINES)}")
-        try:
-            engines[name] = SPEED_ENGINES[name]()
-        except ImportError as exc:
-            notes.append(f"skipped {name}: {name} is not installed ({exc})")
-    return engines, notes
 
 
 def _order(names: list[str], n_pass: int, step: int = 0) -> list[str]:
