@@ -25,6 +25,7 @@ import pytest
 import ray
 from chassis.ray import ShardedIndex, ShardFailedError, ShardUnavailableError, shard_of
 from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NO_ID = 2**64 - 1
 
@@ -321,7 +322,18 @@ def _add_node(cluster):
     while not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
         assert time.monotonic() < deadline, "the added node never showed as alive"
         time.sleep(0.1)
+    # Listed as alive is not yet taking work: a shard's soft affinity (shared paths) then
+    # falls back to another node. A task pinned to the node (hard affinity) waits until it is.
+    pinned = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+    assert ray.get(_node_of.options(scheduling_strategy=pinned).remote(), timeout=60) == (
+        node.node_id
+    )
     return node
+
+
+@ray.remote(num_cpus=0)
+def _node_of() -> str:
+    return ray.get_runtime_context().get_node_id()
 
 
 def test_a_shard_on_a_node_that_left_is_reported(cluster, tmp_path):
