@@ -41,6 +41,7 @@ import os
 import platform
 import signal
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chassis import IndexOptions, IndexReader, VectorIndex
-from conftest import assert_child_ok, run_python
+from conftest import assert_child_ok, child_env, run_python
 
 LINUX = sys.platform.startswith("linux")
 ON_LINUX = pytest.mark.skipif(
@@ -622,3 +623,64 @@ def test_forked_child_drops_a_warming_index_and_exits(big_index, how):
         assert done["resident_bytes"] >= done["written_bytes"] - PAGE, done
     finally:
         r.close()
+
+
+RELEASE_CHILD = r"""
+import json, os, sys
+import numpy as np
+import chassis
+
+path, n, d = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = np.random.default_rng(5).standard_normal((n, d)).astype(np.float32)
+index = chassis.VectorIndex(path, d)
+index.add_batch(data)
+index.flush()
+# What this process maps of the file now: the Rss lines of every mapping of its inode (the
+# mappings carry the name the file was created under before it was renamed into place).
+inode, rss, ours = str(os.stat(path).st_ino), 0, False
+with open("/proc/self/smaps") as f:
+    for line in f:
+        head = line.split()
+        if len(head) >= 5 and "-" in head[0] and ":" in head[3]:
+            ours = head[4] == inode
+        elif head and head[0] == "Rss:" and ours:
+            rss += int(head[1]) * 1024
+index.close()
+print(json.dumps({"rss": rss}))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/smaps and MADV_DONTNEED: Linux")
+def test_a_batch_linked_on_the_half_copy_lets_go_of_the_vectors_and_keeps_them(tmp_path):
+    """Oracles: the same batch linked on the file's vectors (CHASSIS_HALF_COPY=0) in another
+    child, whose mapping of the file holds every vector page; and the input itself, read back
+    bit for bit by a reader in this process after the file left the page cache."""
+    n, d = 3000, 384
+    rss = {}
+    for half in ("0", "1"):
+        path = tmp_path / f"h{half}.chassis"
+        env = dict(child_env(), CHASSIS_HALF_COPY=half)
+        proc = subprocess.run(
+            [sys.executable, "-c", RELEASE_CHILD, str(path), str(n), str(d)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert_child_ok(proc, f"build with CHASSIS_HALF_COPY={half}")
+        rss[half] = json.loads(proc.stdout.strip().splitlines()[-1])["rss"]
+    vector_bytes = n * d * 4
+    assert rss["0"] >= vector_bytes, rss  # linked on the file: every vector page is mapped
+    assert rss["0"] - rss["1"] >= 0.9 * vector_bytes, (
+        f"linked on the half copy, the process still maps {rss['1']} bytes of the file "
+        f"against {rss['0']} linked on the file ({vector_bytes} bytes of vectors)"
+    )
+    data = np.random.default_rng(5).standard_normal((n, d)).astype(np.float32)
+    path = tmp_path / "h1.chassis"
+    evict(path)
+    with IndexReader(path) as r:
+        assert len(r) == n
+        got = np.stack([r.get(i) for i in range(n)])
+        assert np.array_equal(got.view(np.uint32), data.view(np.uint32))
+        report = r.check()
+        assert report.ok, report

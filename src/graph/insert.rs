@@ -387,8 +387,9 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
     }
 
     /// Link the batch's nodes in the order of its rows: row `i` is slot `start + pos[i]`;
-    /// `levels` are by slot offset.
-    pub fn link(&self, start: u64, pos: &[u32], levels: &[usize], ctl: &Control) -> Result<()> {
+    /// `levels` are by slot offset. Returns whether they were linked on a half-precision copy,
+    /// which let go of the stored vectors' pages (`Storage::release_vectors`).
+    pub fn link(&self, start: u64, pos: &[u32], levels: &[usize], ctl: &Control) -> Result<bool> {
         let st = self.st;
         let n = pos.len();
         let total = start + n as u64;
@@ -396,7 +397,7 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let codes_only = st.geo.precision == Precision::Int8;
         let on_codes = self.quant.filter(|_| codes_only || (st.geo.has_codes() && link_on_codes()));
         let copy = if on_codes.is_none() && halfcopy::pays(&st.geo, n as u64, total) {
-            HalfCopy::new(st, total as u32)
+            HalfCopy::new(st, total as u32, true)
         } else {
             None
         };
@@ -454,6 +455,6 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }
-        Ok(())
+        Ok(copy.is_some())
     }
 }

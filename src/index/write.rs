@@ -306,8 +306,17 @@ impl Index {
         let total = start + n as u64;
         let due = w.unrepaired + n as u64;
         let repair = due >= 1000 || due * 8 >= total;
-        let result =
-            result.and_then(|()| if repair { linker.repair(total as u32) } else { Ok(()) });
+        let result = result.and_then(|on_copy| {
+            if repair {
+                linker.repair(total as u32)?;
+            }
+            // The repair's reads mapped some vectors back (and the kernel's fault-around the
+            // pages beside them): let go of them again, as the copy did.
+            if on_copy {
+                st.release_vectors(0, total);
+            }
+            Ok(())
+        });
         let sp = self.savepoint.lock().take().unwrap();
         if let Err(e) = result {
             for (slot, words) in &sp.saved {

@@ -69,8 +69,8 @@ pub const WILL_NEED: bool = cfg!(target_os = "linux");
 pub use sys::{
     advise_huge, advise_normal, advise_random, advise_sequential, errno, fadvise_willneed, file_id,
     free_space, memory_available, page_size, path_id, physical_memory, populate, preallocate,
-    punch_hole, read_at, read_exact_at, resident, sync_dir, sync_file, try_lock_exclusive, unlock,
-    write_all_at, AlignedMap, FileId, ENOSPC,
+    punch_hole, read_at, read_exact_at, release_shared, resident, sync_dir, sync_file,
+    try_lock_exclusive, unlock, write_all_at, AlignedMap, FileId, ENOSPC,
 };
 
 /// Make the file's data durable. On Linux, `fdatasync` also writes back pages changed through

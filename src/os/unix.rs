@@ -300,6 +300,25 @@ pub fn fadvise_willneed(file: &File, offset: u64, len: usize) {
     let _ = (file, offset, len);
 }
 
+/// Let go of this process's hold on `[p, p + len)` (page-aligned `p`) of a shared file
+/// mapping: its pages leave the process's resident set and stay in the page cache, changed
+/// ones included (written back as any other); the next access maps them again from there, with
+/// the same contents. Linux only (MADV_DONTNEED); elsewhere nothing.
+///
+/// # Safety
+/// The range must lie inside a live `MAP_SHARED` mapping of a file. On private or anonymous
+/// memory MADV_DONTNEED throws the contents away (the next read sees zeros, or the file as it
+/// was), which would be a silent loss of data.
+pub unsafe fn release_shared(p: *const u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: the caller's contract: a shared file mapping, whose pages the page cache keeps.
+    unsafe {
+        libc::madvise(p as *mut libc::c_void, len, libc::MADV_DONTNEED);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (p, len);
+}
+
 /// Mark `[p, p + len)` as read at random (a fault reads its own page, nothing around it).
 pub fn advise_random(p: *const u8, len: usize) {
     // SAFETY: advice about a range inside a live mapping of this process.

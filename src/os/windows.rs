@@ -283,6 +283,14 @@ pub fn advise_random(p: *const u8, len: usize) {
     let _ = (p, len);
 }
 
+/// Nothing: the process keeps its pages (see the Unix `release_shared`).
+///
+/// # Safety
+/// As the Unix `release_shared`: a range of a live shared file mapping.
+pub unsafe fn release_shared(p: *const u8, len: usize) {
+    let _ = (p, len);
+}
+
 /// Nothing.
 pub fn advise_sequential(p: *const u8, len: usize) {
     let _ = (p, len);

@@ -71,6 +71,39 @@ impl Storage {
         out
     }
 
+    /// Let go of the process's hold on the full-precision vectors of slots `[from, to)` (the
+    /// whole pages under them): they stay in the page cache, changed ones too, and come back on
+    /// the next access. A batch linked on the half-precision copy (`graph::halfcopy`) reads none
+    /// of them until it is linked, so its peak resident set holds the copy or the vectors, not
+    /// both. Nothing for an index in memory (its vectors live nowhere else) or one whose
+    /// vectors were asked onto huge pages (ADR-0016 keeps those whole).
+    pub fn release_vectors(&self, from: u64, to: u64) {
+        if self.is_memory() || self.huge.load(Acquire) {
+            return;
+        }
+        let ps = os::page_size();
+        let stride = self.geo.stride;
+        let mut first = 0u64;
+        for k in 0..self.seg_count.load(Acquire) {
+            let Some(seg) = self.segments[k].get() else { break };
+            let n = seg.layout.slots;
+            let (a, b) = (from.max(first), to.min(first + n));
+            let base = first;
+            first += n;
+            if a >= b {
+                continue;
+            }
+            let map = seg.map.as_ptr() as usize;
+            let start = map + seg.layout.vectors as usize + (a - base) as usize * stride;
+            let end = start + (b - a) as usize * stride;
+            let (lo, hi) = (start / ps * ps, (end.div_ceil(ps) * ps).min(map + seg.map.len()));
+            // SAFETY: [lo, hi) lies inside this segment's mapping (the vectors of its slots,
+            // widened to whole pages and clipped to its end), which is a MAP_SHARED mapping of
+            // the index file: a file-backed storage maps every segment with AlignedMap::new.
+            unsafe { os::release_shared(lo as *const u8, hi - lo) };
+        }
+    }
+
     /// Address ranges of every segment's whole vector area (to withdraw the huge-page request).
     pub fn vector_areas(&self) -> Vec<(usize, usize)> {
         (0..self.seg_count.load(Acquire))
