@@ -70,14 +70,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from toolkit import (  # noqa: E402
     add_json_option,
-    best_peer,
     child_script,
     datasets_module,
     evict_file,
     machine_info,
     qps_at_targets,
-    ratio,
     table,
+    versus_best_peer,
     write_results,
 )
 
@@ -648,24 +647,27 @@ def print_peers(res: dict[str, Any]) -> list[dict[str, Any]]:
         for mode, label in (("batch", "1t batch"), ("loop", "1t loop"), ("batch2", "2t batch"))
         for t in ("0.9", "0.95", "0.99")
     ]
+    # One comparison with the best peer per column, for the table and the targets alike.
+    vs = versus_best_peer(
+        rows,
+        [(key, lambda _, r, k=key: r.get(k), better) for key, _, better, _ in cols],
+        OURS[0],
+        OURS,
+    )
     lines = []
-    for key, label, better, form in cols:
+    for key, label, _, form in cols:
         line = [label]
         for name in rows:
             v = rows[name].get(key)
             line.append("-" if v is None else form.format(v))
-        peer, value = best_peer({n: r.get(key) for n, r in rows.items()}, better, OURS)
-        mine = rows.get("chassis", {}).get(key)
-        r = ratio(mine, value)
+        r, peer = (vs[key]["ratio"], vs[key]["best_peer"]) if vs else (None, None)
         line.append("-" if r is None else f"{r:.2f}x {peer}")
         lines.append(line)
     print(table(["", *rows, "chassis / best peer"], lines))
     checks = []
 
     def check(what: str, key: str, better: str, goal: float) -> None:
-        peer, value = best_peer({n: r.get(key) for n, r in rows.items()}, better, OURS)
-        mine = rows.get("chassis", {}).get(key)
-        r = ratio(mine, value)
+        r, peer = (vs[key]["ratio"], vs[key]["best_peer"]) if vs else (None, None)
         ok = r is not None and (r >= goal if better == "high" else r <= goal)
         checks.append({"what": what, "ratio": r, "best_peer": peer, "goal": goal, "pass": ok})
 
