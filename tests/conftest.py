@@ -283,16 +283,21 @@ def child_env() -> dict[str, str]:
 
 
 def run_python(
-    code: str, *args, timeout: float = 120, input: str | None = None
+    code: str,
+    *args,
+    timeout: float = 120,
+    input: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (``sys.executable -c``) with ``args`` as argv[1:]."""
+    """Run ``code`` in a fresh interpreter (``sys.executable -c``) with ``args`` as argv[1:];
+    ``env`` is added to the children's environment (``child_env``)."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *[str(a) for a in args]],
         capture_output=True,
         text=True,
         timeout=timeout,
         input=input,
-        env=child_env(),
+        env={**child_env(), **(env or {})},
     )
 
 

@@ -41,7 +41,6 @@ import os
 import platform
 import signal
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from chassis import IndexOptions, IndexReader, VectorIndex
-from conftest import assert_child_ok, child_env, run_python
+from conftest import assert_child_ok, run_python
 
 LINUX = sys.platform.startswith("linux")
 ON_LINUX = pytest.mark.skipif(
@@ -650,7 +649,7 @@ print(json.dumps({"rss": rss}))
 """
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/smaps and MADV_DONTNEED: Linux")
+@ON_LINUX  # and /proc/self/smaps; elsewhere the vectors are not let go of
 def test_a_batch_linked_on_the_half_copy_lets_go_of_the_vectors_and_keeps_them(tmp_path):
     """Oracles: the same batch linked on the file's vectors (CHASSIS_HALF_COPY=0) in another
     child, whose mapping of the file holds every vector page; and the input itself, read back
@@ -659,14 +658,7 @@ def test_a_batch_linked_on_the_half_copy_lets_go_of_the_vectors_and_keeps_them(t
     rss = {}
     for half in ("0", "1"):
         path = tmp_path / f"h{half}.chassis"
-        env = dict(child_env(), CHASSIS_HALF_COPY=half)
-        proc = subprocess.run(
-            [sys.executable, "-c", RELEASE_CHILD, str(path), str(n), str(d)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
+        proc = run_python(RELEASE_CHILD, path, n, d, env={"CHASSIS_HALF_COPY": half})
         assert_child_ok(proc, f"build with CHASSIS_HALF_COPY={half}")
         rss[half] = json.loads(proc.stdout.strip().splitlines()[-1])["rss"]
     vector_bytes = n * d * 4

@@ -397,7 +397,7 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let codes_only = st.geo.precision == Precision::Int8;
         let on_codes = self.quant.filter(|_| codes_only || (st.geo.has_codes() && link_on_codes()));
         let copy = if on_codes.is_none() && halfcopy::pays(&st.geo, n as u64, total) {
-            HalfCopy::new(st, total as u32, true)
+            HalfCopy::new(st, total as u32)
         } else {
             None
         };

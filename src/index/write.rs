@@ -309,11 +309,11 @@ impl Index {
         let result = result.and_then(|on_copy| {
             if repair {
                 linker.repair(total as u32)?;
-            }
-            // The repair's reads mapped some vectors back (and the kernel's fault-around the
-            // pages beside them): let go of them again, as the copy did.
-            if on_copy {
-                st.release_vectors(0, total);
+                // Its reads mapped some vectors back (and the kernel's fault-around the pages
+                // beside them): let go of them again, as the copy did.
+                if on_copy {
+                    st.release_vectors(0, total);
+                }
             }
             Ok(())
         });

@@ -38,18 +38,27 @@ impl Storage {
         })
     }
 
+    /// Each mapped segment that holds slots of `[from, to)`, with the first and the end of
+    /// those slots counted from the segment's first slot.
+    fn segments_spanning(&self, from: u64, to: u64) -> impl Iterator<Item = (&Segment, u64, u64)> {
+        let mut first = 0u64;
+        (0..self.seg_count.load(Acquire)).map_while(|k| self.segments[k].get()).filter_map(
+            move |seg| {
+                let base = first;
+                first += seg.layout.slots;
+                let (a, b) = (from.max(base), to.min(first));
+                (a < b).then(|| (seg, a - base, b - base))
+            },
+        )
+    }
+
     /// Address ranges of the whole 2 MiB pieces that hold nothing but the vectors (or the
     /// codes) of slots `[from, to)`: what ADR-0016 asks huge pages for. Up to two ranges per
     /// segment (codes, vectors).
     pub fn vector_pieces(&self, from: u64, to: u64) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
-        let mut first = 0u64;
-        for k in 0..self.seg_count.load(Acquire) {
-            let Some(seg) = self.segments[k].get() else { break };
-            let n = seg.layout.slots;
-            let (a, b) = (from.max(first), to.min(first + n));
-            first += n;
-            if a >= b || seg.offset % HUGE_PAGE != 0 {
+        for (seg, a, b) in self.segments_spanning(from, to) {
+            if seg.offset % HUGE_PAGE != 0 {
                 continue;
             }
             let areas = [
@@ -61,8 +70,8 @@ impl Storage {
                 if stride == 0 || area % HUGE_PAGE != 0 {
                     continue;
                 }
-                let lo = area + align_up((a - (first - n)) * stride, HUGE_PAGE);
-                let hi = area + ((b - (first - n)) * stride) / HUGE_PAGE * HUGE_PAGE;
+                let lo = area + align_up(a * stride, HUGE_PAGE);
+                let hi = area + (b * stride) / HUGE_PAGE * HUGE_PAGE;
                 if hi > lo {
                     out.push((seg.map.as_ptr() as usize + lo as usize, (hi - lo) as usize));
                 }
@@ -83,18 +92,9 @@ impl Storage {
         }
         let ps = os::page_size();
         let stride = self.geo.stride;
-        let mut first = 0u64;
-        for k in 0..self.seg_count.load(Acquire) {
-            let Some(seg) = self.segments[k].get() else { break };
-            let n = seg.layout.slots;
-            let (a, b) = (from.max(first), to.min(first + n));
-            let base = first;
-            first += n;
-            if a >= b {
-                continue;
-            }
+        for (seg, a, b) in self.segments_spanning(from, to) {
             let map = seg.map.as_ptr() as usize;
-            let start = map + seg.layout.vectors as usize + (a - base) as usize * stride;
+            let start = map + seg.layout.vectors as usize + a as usize * stride;
             let end = start + (b - a) as usize * stride;
             let (lo, hi) = (start / ps * ps, (end.div_ceil(ps) * ps).min(map + seg.map.len()));
             // SAFETY: [lo, hi) lies inside this segment's mapping (the vectors of its slots,
