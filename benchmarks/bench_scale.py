@@ -43,7 +43,17 @@ memory it may use.
           the file, --pairs pairs; median, p90 / p99 / max and mean of add, flush and both,
           and close() (the checkpoint that writes the small flushes back).
 
+  alone   Chassis alone at --n (10,000,000 x 384: the peers' builds would take hours on 2
+          cores), each of --alone-engines (chassis-half by default: half-precision vectors) on
+          the same generated data: the build and the searches as in peers (sweep --alone-efs;
+          QPS with the file in the page cache), then in fresh processes, each on the evicted
+          file (children/large_ops.py): warm(wait=True), the file's mappings against
+          vm.max_map_count, check(), --adds add + flush() calls, and the deletion of a tenth of
+          the ids followed by compact() (which changes the file: its build is not cached).
+          Targets: open of an evicted file under 1 ms, add + flush() median at most 0.5 ms.
+
     python benchmarks/bench_scale.py --only peers            # 1,000,000 x 384, every peer
+    python benchmarks/bench_scale.py --only alone --n 10000000 --timeout 10800   # ~1.5 h
     python benchmarks/bench_scale.py --only limit            # 1,000,000 x 384 (builds ~10 min)
     python benchmarks/bench_scale.py --only commits --pairs 4   # 100,000 x 384 (~3 min)
     python benchmarks/bench_scale.py --only naming --pairs 3
@@ -573,35 +583,52 @@ def peer_search(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def data_files(args: argparse.Namespace, workdir: Path) -> tuple[Path, Path, Path]:
+    """The base (.npy, mapped by the build children), the queries and their ground truth of
+    --n x --dims, generated once into `workdir` and reused while the files are there."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    n, d, nq, c = args.n, args.dims, args.nq, args.clusters
+    base_file = workdir / f"base-{n}x{d}-c{c}.npy"
+    tag = f"{n}x{d}-c{c}-{nq}"
+    qf, gf = workdir / f"q-{tag}.npy", workdir / f"gt-{tag}.npy"
+    if base_file.exists() and qf.exists() and gf.exists():
+        return base_file, qf, gf
+    base, qf, gf = load_data(n, d, nq, c, workdir)
+    tmp = workdir / f"{base_file.name}.tmp.npy"
+    np.save(tmp, base)
+    os.replace(tmp, base_file)
+    return base_file, qf, gf
+
+
+def built_once(name: str, path: Path, base_file: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Build `name` at `path` in a child (peer_build), or take the build cached beside it
+    (`<path>.build.json`: delete either file to build again); with the file's size."""
+    meta = Path(f"{path}.build.json")
+    if path.exists() and meta.exists():
+        built = {**json.loads(meta.read_text()), "cached": True}
+        log(f"  {name}: built earlier in {built['build_s']:.0f} s (cached)")
+    else:
+        meta.unlink(missing_ok=True)
+        built = peer_build(name, path, base_file, args)
+        meta.write_text(json.dumps(built))
+        log(
+            f"  {name}: built in {built['build_s']:.0f} s, peak RSS "
+            f"{built['peak_rss_own_mib']:,.0f} MiB without the input"
+        )
+    built["file_mib"] = path.stat().st_size / MiB
+    return built
+
+
 def bench_peers(args: argparse.Namespace) -> dict[str, Any]:
     """Each engine built in a child of its own (cached in --workdir with its build figures:
     delete the file to build again), then opened and searched in another."""
     workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
-    n, d = base.shape
-    base_file = workdir / f"base-{n}x{d}-c{args.clusters}.npy"
-    if not base_file.exists():
-        tmp = workdir / f"{base_file.name}.tmp.npy"
-        np.save(tmp, base)
-        os.replace(tmp, base_file)
-    del base
+    base_file, qf, gf = data_files(args, workdir)
+    n, d = args.n, args.dims
     out: dict[str, Any] = {"n": n, "dims": d, "clusters": args.clusters, "engines": {}}
     for name in args.engines:
         path = workdir / f"peer-{name}-{n}x{d}-c{args.clusters}-m16-efc200.idx"
-        meta = Path(f"{path}.build.json")
-        if path.exists() and meta.exists():
-            built = {**json.loads(meta.read_text()), "cached": True}
-            log(f"  {name}: built earlier in {built['build_s']:.0f} s (cached)")
-        else:
-            meta.unlink(missing_ok=True)
-            built = peer_build(name, path, base_file, args)
-            meta.write_text(json.dumps(built))
-            log(
-                f"  {name}: built in {built['build_s']:.0f} s, peak RSS "
-                f"{built['peak_rss_own_mib']:,.0f} MiB without the input"
-            )
-        built["file_mib"] = path.stat().st_size / MiB
+        built = built_once(name, path, base_file, args)
         found = peer_search(name, path, qf, gf, d, args)
         log(
             f"  {name}: open {found['open_cold_ms']:.1f} ms cold, "
@@ -690,6 +717,133 @@ def print_peers(res: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
+# ------------------------------------------------------------------ chassis alone, 10M
+GOAL_OPEN_MS, GOAL_COMMIT_MS = 1.0, 0.5  # open of an evicted file; add + flush() median
+
+
+def ops_child(step: str, path: Path, *extra: str, timeout: float) -> dict[str, Any]:
+    """One step of children/large_ops.py on `path`, the file evicted first."""
+    evict_file(path)
+    cmd = [sys.executable, child_script("large_ops"), step, str(path), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{step} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_alone(args: argparse.Namespace) -> dict[str, Any]:
+    """Chassis alone at --n (10,000,000: the peers' builds would take hours on 2 cores), per
+    --alone-engines: the build and the searches as in --only peers (sweep --alone-efs), then
+    in fresh processes, each on the evicted file: warm(wait=True) and the mappings, check(),
+    --adds add + flush() calls (the queries added as new vectors), and the deletion of a tenth
+    of the ids followed by compact(). The compaction changes the file: its build record is
+    removed, so the next run builds it again."""
+    workdir = Path(args.workdir)
+    base_file, qf, gf = data_files(args, workdir)
+    n, d = args.n, args.dims
+    sweep_args = argparse.Namespace(**{**vars(args), "peer_efs": args.alone_efs})
+    out: dict[str, Any] = {"n": n, "dims": d, "clusters": args.clusters, "engines": {}}
+    for name in args.alone_engines:
+        path = workdir / f"alone-{name}-{n}x{d}-c{args.clusters}-m16-efc200.idx"
+        built = built_once(name, path, base_file, args)
+        found = peer_search(name, path, qf, gf, d, sweep_args)
+        log(
+            f"  {name}: open {found['open_cold_ms']:.2f} ms cold, first query "
+            f"{found['first_query_ms']:.1f} ms, "
+            + ", ".join(
+                f"ef {p['ef']} {p['recall']:.3f} {p['qps']:,.0f}/s" for p in found["sweep"]["batch"]
+            )
+        )
+        ops: dict[str, Any] = {}
+        t = args.timeout * 4
+        ops["warm"] = ops_child("warm", path, timeout=t)
+        log(f"  {name}: warm {ops['warm']['warm_s']:.1f} s, {ops['warm']['index_maps']} maps")
+        ops["check"] = ops_child("check", path, timeout=t)
+        log(f"  {name}: check {ops['check']['check_s']:.1f} s, ok {ops['check']['check_ok']}")
+        evict_file(path)
+        proc = subprocess.run(
+            [sys.executable, child_script("add_flush"), str(path), str(qf), str(args.adds)],
+            capture_output=True,
+            text=True,
+            timeout=t,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"add_flush failed: {proc.stderr[-2000:]}")
+        ops["commits"] = json.loads(proc.stdout.strip().splitlines()[-1])
+        log(f"  {name}: add + flush median {ops['commits']['both']['median']:.3f} ms")
+        Path(f"{path}.build.json").unlink(missing_ok=True)  # the file changes from here
+        ops["compact"] = ops_child("compact", path, "10", timeout=t)
+        log(f"  {name}: compact {ops['compact']['compact_s']:.0f} s")
+        out["engines"][name] = {"build": built, "search": found, "ops": ops}
+    return out
+
+
+def print_alone(res: dict[str, Any]) -> list[dict[str, Any]]:
+    print(
+        f"\nChassis alone, {res['n']:,} x {res['dims']} (clustered, {res['clusters']} clusters), "
+        "M=16, ef_construction=200, built on 2 threads"
+    )
+    rows: dict[str, dict[str, Any]] = {}
+    for name, e in res["engines"].items():
+        r = _peer_figures(e)
+        o = e["ops"]
+        r.update(
+            first_query_ms=e["search"]["first_query_ms"],
+            warm_s=o["warm"]["warm_s"],
+            maps=o["warm"]["index_maps"],
+            check_s=o["check"]["check_s"],
+            commit_ms=o["commits"]["both"]["median"],
+            add_ms=o["commits"]["add"]["median"],
+            flush_ms=o["commits"]["flush"]["median"],
+            delete_s=o["compact"]["delete_s"],
+            compact_s=o["compact"]["compact_s"],
+            compacted_mib=o["compact"]["size_after_mib"],
+        )
+        rows[name] = r
+    cols = [
+        ("build_s", "build s", "{:,.0f}"),
+        ("peak_rss_own_mib", "peak build RSS MiB", "{:,.0f}"),
+        ("file_mib", "file MiB", "{:,.0f}"),
+        ("open_cold_ms", "open, evicted file ms", "{:,.2f}"),
+        ("first_query_ms", "first query, evicted file ms", "{:,.1f}"),
+        ("batch@0.95", "1t batch QPS @0.95 (warm)", "{:,.0f}"),
+        ("loop@0.95", "1t loop QPS @0.95 (warm)", "{:,.0f}"),
+        ("batch2@0.95", "2t batch QPS @0.95 (warm)", "{:,.0f}"),
+        ("warm_s", "warm() s", "{:,.1f}"),
+        ("maps", "mappings of the file", "{:,}"),
+        ("check_s", "check() s", "{:,.1f}"),
+        ("commit_ms", "add + flush() median ms", "{:.3f}"),
+        ("add_ms", "  add median ms", "{:.3f}"),
+        ("flush_ms", "  flush() median ms", "{:.3f}"),
+        ("delete_s", "delete a tenth s", "{:,.1f}"),
+        ("compact_s", "compact() s", "{:,.0f}"),
+        ("compacted_mib", "file after compact MiB", "{:,.0f}"),
+    ]
+    lines = [
+        [label, *("-" if r.get(k) is None else f.format(r[k]) for r in rows.values())]
+        for k, label, f in cols
+    ]
+    print(table(["", *rows], lines))
+    checks = []
+    for name, r in rows.items():
+        for what, v, goal in (
+            (
+                f"{name}: open of an evicted file < {GOAL_OPEN_MS} ms",
+                r["open_cold_ms"],
+                GOAL_OPEN_MS,
+            ),
+            (
+                f"{name}: add + flush() median <= {GOAL_COMMIT_MS} ms",
+                r["commit_ms"],
+                GOAL_COMMIT_MS,
+            ),
+        ):
+            ok = v <= goal
+            checks.append({"what": what, "value": v, "goal": goal, "pass": ok})
+            print(f"{'PASS' if ok else 'FAIL'}  {what}: {v:.3f}")
+    return checks
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -697,7 +851,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default="peers,limit,naming,commits",
-        help="peers, limit, naming, commits (comma-separated)",
+        help="peers, limit, naming, commits, alone (comma-separated)",
     )
     ap.add_argument(
         "--engines", type=lambda s: s.split(","), default=PEERS.split(","), help="of --only peers"
@@ -707,6 +861,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         type=lambda s: [int(x) for x in s.split(",")],
         default=[16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512],
         help="ef sweep of --only peers",
+    )
+    ap.add_argument(
+        "--alone-engines",
+        type=lambda s: s.split(","),
+        default=["chassis-half"],
+        help="of --only alone (chassis, chassis-half, chassis-int8, chassis-codes)",
+    )
+    ap.add_argument(
+        "--alone-efs",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[32, 48, 64, 96, 128, 192, 256, 384],
+        help="ef sweep of --only alone",
     )
     ap.add_argument("--commit-n", type=int, default=100_000, help="index size of the commits runs")
     ap.add_argument("--adds", type=int, default=1000, help="add + flush calls per commits run")
@@ -748,6 +914,9 @@ def main(argv: list[str] | None = None) -> int:
     if "naming" in only:
         res["naming"] = bench_naming(args)
         print_naming(res["naming"])
+    if "alone" in only:
+        res["alone"] = bench_alone(args)
+        res["alone"]["checks"] = print_alone(res["alone"])
     if "commits" in only:
         res["commits"] = bench_commits(args)
         print_commits(res["commits"])

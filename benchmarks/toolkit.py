@@ -103,6 +103,7 @@ Engine = _b.Engine
 ChassisEngine = _b.ChassisEngine
 ChassisInt8Engine = _b.ChassisInt8Engine
 ChassisCodesEngine = _b.ChassisCodesEngine
+ChassisHalfEngine = _b.ChassisHalfEngine
 ChassisDBEngine = _b.ChassisDBEngine
 HnswlibEngine = _b.HnswlibEngine
 UsearchEngine = _b.UsearchEngine
@@ -202,6 +203,10 @@ class ChassisCodesSpeed(ChassisSpeed, ChassisCodesEngine):
     pass
 
 
+class ChassisHalfSpeed(ChassisSpeed, ChassisHalfEngine):
+    pass
+
+
 class ChassisMemorySpeed(ChassisSpeed):
     """chassis in memory (VectorIndex(None, dims)), like hnswlib, usearch and faiss: built by
     add_batch into anonymous memory; "persist" is save(path), "open" is VectorIndex.load."""
@@ -283,6 +288,7 @@ SPEED_ENGINES = {
     "chassis-memory": ChassisMemorySpeed,
     "chassis-int8": ChassisInt8Speed,
     "chassis-codes": ChassisCodesSpeed,
+    "chassis-half": ChassisHalfSpeed,
     "hnswlib": HnswlibSpeed,
     "usearch": UsearchSpeed,
     "usearch-i8": UsearchI8Speed,

@@ -1031,6 +1031,38 @@ mod tests {
         assert_eq!(g.slots_in_segments(14), start);
     }
 
+    /// The last slots below 2^32 (slots are u32; `EMPTY` is u32::MAX), for every stride: the
+    /// segment and place `locate` gives add back up to the slot, with u64 offsets. The oracle
+    /// is the sum of the segments' sizes. Also how many segments 2^32 - 2 slots take against
+    /// the region table's room: short vectors reach the slot limit first, long ones the table
+    /// (`Storage::full`, about 355 million vectors of 384 float32 dimensions).
+    #[test]
+    fn locate_agrees_at_the_32_bit_slot_limit() {
+        let last = u32::MAX as u64 - 2;
+        for dims in [1usize, 4, 16, 32, 100, 384, 1536] {
+            for p in [Precision::Full, Precision::Half, Precision::Int8] {
+                let g = Geometry::new(dims, p, 16);
+                for slot in [(1u64 << 31) - 1, 1 << 31, last - 1, last] {
+                    let (k, local) = g.locate(slot);
+                    assert!(local < g.segment_slots(k), "dims {dims} {p:?} slot {slot}");
+                    assert_eq!(g.slots_in_segments(k) + local, slot, "dims {dims} {p:?}");
+                }
+                let needed = g.locate(last).0 + 1;
+                let layout = g.segment_layout(g.cap_slots);
+                assert!(layout.len > g.cap_slots * g.stride as u64);
+                if dims == 384 && p == Precision::Full {
+                    assert!(needed > MAX_REGIONS, "{needed} segments");
+                    let most = g.slots_in_segments(MAX_REGIONS);
+                    assert!((350_000_000..360_000_000).contains(&most), "{most}");
+                }
+                // Up to 128 bytes a vector, every slot fits the table (with room for heaps).
+                if g.stride <= 128 {
+                    assert!(needed + 100 < MAX_REGIONS, "dims {dims} {p:?}: {needed} segments");
+                }
+            }
+        }
+    }
+
     #[test]
     fn stride_is_64_byte_aligned_and_big_segments_start_on_huge_pages() {
         for dims in [1usize, 3, 15, 16, 17, 100, 384, 1536] {

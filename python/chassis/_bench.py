@@ -426,6 +426,14 @@ class ChassisInt8Engine(ChassisEngine):
     quantization = "int8"
 
 
+class ChassisHalfEngine(ChassisEngine):
+    """This project with its vectors stored in half precision (``IndexOptions(precision="half")``):
+    half the file's vector bytes, distances on the half-precision values."""
+
+    name = "chassis-half"
+    precision = "half"
+
+
 class ChassisCodesEngine(ChassisEngine):
     """This project with 8-bit codes only (``IndexOptions(precision="int8")``): no float32
     copy, walk and distances on the codes, as usearch ``i8`` and faiss SQ8."""
@@ -654,6 +662,7 @@ ENGINES: dict[str, type[Engine]] = {
     "chassis": ChassisEngine,
     "chassis-int8": ChassisInt8Engine,
     "chassis-codes": ChassisCodesEngine,
+    "chassis-half": ChassisHalfEngine,
     "chassisdb": ChassisDBEngine,
     "hnswlib": HnswlibEngine,
     "usearch": UsearchEngine,

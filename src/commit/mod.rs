@@ -99,12 +99,13 @@ pub fn commit_logged(
 ) -> std::result::Result<(), Failed> {
     let before_header = |error| Failed { error, header_may_land: false };
     let after_header = |error| Failed { error, header_may_land: true };
-    // 1. The new bytes, read back through the page cache (the caller holds the writer lock:
-    //    nothing changes them meanwhile), and the new header, as the record's pieces.
+    // 1. The new bytes, read back from the mapping (the caller holds the writer lock: nothing
+    //    changes them meanwhile; a pread each cost more), and the new header, as the record's
+    //    pieces.
     let mut pieces = Vec::with_capacity(changed.len() + 1);
     for &(offset, len) in changed {
         let mut bytes = vec![0u8; len];
-        storage.read_at(&mut bytes, offset).map_err(before_header)?;
+        storage.read_written(&mut bytes, offset).map_err(before_header)?;
         pieces.push((offset, bytes));
     }
     pieces.push(((next_copy * HEADER_COPY_SIZE) as u64, next.encode()));

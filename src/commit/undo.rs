@@ -87,20 +87,19 @@ impl UndoLog {
         self.append(base_seq, &[(slot, MARKER | 2, &[old as u32, (old >> 32) as u32])])
     }
 
-    /// Append records (slot, n, words) with one write.
+    /// Append records (slot, n, words) with one write (the first of a cycle carries the header
+    /// too: after every small commit, each add starts a cycle).
     fn append(&mut self, base_seq: u64, recs: &[(u32, u32, &[u32])]) -> Result<()> {
-        if self.cursor == 0 {
-            let mut h = [0u8; HEADER as usize];
-            h[0..8].copy_from_slice(&MAGIC);
-            h[8..16].copy_from_slice(&base_seq.to_le_bytes());
-            let c = xxh3_64(&h[..16]);
-            h[16..24].copy_from_slice(&c.to_le_bytes());
-            let path = self.path.clone();
-            let f = self.file()?;
-            os::write_all_at(f, &h, 0).map_err(|e| Error::io(e, "writing", &path))?;
-            self.cursor = HEADER;
+        let header = if self.cursor == 0 { HEADER as usize } else { 0 };
+        let mut buf =
+            Vec::with_capacity(header + recs.iter().map(|r| 16 + 4 * r.2.len()).sum::<usize>());
+        if header > 0 {
+            buf.extend_from_slice(&MAGIC);
+            buf.extend_from_slice(&base_seq.to_le_bytes());
+            let c = xxh3_64(&buf[..16]);
+            buf.extend_from_slice(&c.to_le_bytes());
+            debug_assert_eq!(buf.len(), header);
         }
-        let mut buf = Vec::with_capacity(recs.iter().map(|r| 16 + 4 * r.2.len()).sum());
         for &(slot, n, words) in recs {
             let start = buf.len();
             buf.extend_from_slice(&slot.to_le_bytes());
@@ -114,7 +113,7 @@ impl UndoLog {
         let at = self.cursor;
         let path = self.path.clone();
         os::write_all_at(self.file()?, &buf, at).map_err(|e| Error::io(e, "writing", &path))?;
-        self.cursor += buf.len() as u64;
+        self.cursor = at + buf.len() as u64;
         self.dirty = true;
         Ok(())
     }

@@ -169,12 +169,16 @@ impl Scratch {
         }
     }
     fn new_epoch(&mut self, limit: usize) {
-        if self.visited.len() < limit {
-            self.visited.resize(limit, 0);
-        }
         self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.visited.iter_mut().for_each(|v| *v = 0);
+        if self.visited.len() < limit || self.epoch == 0 {
+            // A fresh zeroed table rather than zeros written over the old one: the allocator
+            // takes a large one from the kernel as zero pages given on first touch, so a thread
+            // holds only the pages of the slots its searches visit (at 2^32 slots the table is
+            // 8 GiB; a test on a sparse file searches one), and the first search of a thread
+            // on a large index does not write the whole table.
+            let len = limit.max(self.visited.len());
+            self.visited = Vec::new();
+            self.visited = vec![0; len];
             self.epoch = 1;
         }
     }

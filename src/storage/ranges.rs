@@ -360,6 +360,23 @@ impl Storage {
         }
     }
 
+    /// Read bytes the writer has just written (a commit's changed ranges, under the writer
+    /// lock): from the mapping where one region covers them, else as `read_at` does. A small
+    /// commit reads a few dozen such ranges (a new row, the lists it changed), and one pread
+    /// each cost more than the copies.
+    pub fn read_written(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        match self.region_bytes(offset, buf.len()) {
+            Some(p) => {
+                // SAFETY: `p..p+len` lies inside a mapped region of this storage
+                // (`region_bytes`), which stays mapped while `self` lives; the caller holds the
+                // writer lock, so nothing writes these bytes meanwhile.
+                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+                Ok(())
+            }
+            None => self.read_at(buf, offset),
+        }
+    }
+
     /// Fill an in-memory store's bytes at a file offset from `file` (loading an index into
     /// memory): pread straight into the store, so the thread that calls this is the one whose
     /// first touch places the pages (the NUMA note's balanced placement).
