@@ -619,25 +619,35 @@ def built_once(name: str, path: Path, base_file: Path, args: argparse.Namespace)
     return built
 
 
-def bench_peers(args: argparse.Namespace) -> dict[str, Any]:
-    """Each engine built in a child of its own (cached in --workdir with its build figures:
-    delete the file to build again), then opened and searched in another."""
+def build_and_search(
+    args: argparse.Namespace, names: list[str], prefix: str, efs: list[int]
+) -> tuple[dict[str, Any], Path]:
+    """Each engine of `names` built in a child of its own (cached in --workdir with its build
+    figures: delete the file to build again), then opened and searched in another over `efs`.
+    Returns the figures (with each file's path) and the queries' file."""
     workdir = Path(args.workdir)
     base_file, qf, gf = data_files(args, workdir)
     n, d = args.n, args.dims
+    sweep_args = argparse.Namespace(**{**vars(args), "peer_efs": efs})
     out: dict[str, Any] = {"n": n, "dims": d, "clusters": args.clusters, "engines": {}}
-    for name in args.engines:
-        path = workdir / f"peer-{name}-{n}x{d}-c{args.clusters}-m16-efc200.idx"
+    for name in names:
+        path = workdir / f"{prefix}-{name}-{n}x{d}-c{args.clusters}-m16-efc200.idx"
         built = built_once(name, path, base_file, args)
-        found = peer_search(name, path, qf, gf, d, args)
+        found = peer_search(name, path, qf, gf, d, sweep_args)
         log(
-            f"  {name}: open {found['open_cold_ms']:.1f} ms cold, "
+            f"  {name}: open {found['open_cold_ms']:.2f} ms cold, first query "
+            f"{found['first_query_ms']:.1f} ms, "
             + ", ".join(
                 f"ef {p['ef']} {p['recall']:.3f} {p['qps']:,.0f}/s" for p in found["sweep"]["batch"]
             )
         )
-        out["engines"][name] = {"build": built, "search": found}
-    return out
+        out["engines"][name] = {"build": built, "search": found, "path": path.name}
+    return out, qf
+
+
+def bench_peers(args: argparse.Namespace) -> dict[str, Any]:
+    """Every engine of --engines built and searched (`build_and_search`)."""
+    return build_and_search(args, args.engines, "peer", args.peer_efs)[0]
 
 
 def _peer_figures(e: dict[str, Any]) -> dict[str, Any]:
@@ -738,22 +748,9 @@ def bench_alone(args: argparse.Namespace) -> dict[str, Any]:
     --adds add + flush() calls (the queries added as new vectors), and the deletion of a tenth
     of the ids followed by compact(). The compaction changes the file: its build record is
     removed, so the next run builds it again."""
-    workdir = Path(args.workdir)
-    base_file, qf, gf = data_files(args, workdir)
-    n, d = args.n, args.dims
-    sweep_args = argparse.Namespace(**{**vars(args), "peer_efs": args.alone_efs})
-    out: dict[str, Any] = {"n": n, "dims": d, "clusters": args.clusters, "engines": {}}
-    for name in args.alone_engines:
-        path = workdir / f"alone-{name}-{n}x{d}-c{args.clusters}-m16-efc200.idx"
-        built = built_once(name, path, base_file, args)
-        found = peer_search(name, path, qf, gf, d, sweep_args)
-        log(
-            f"  {name}: open {found['open_cold_ms']:.2f} ms cold, first query "
-            f"{found['first_query_ms']:.1f} ms, "
-            + ", ".join(
-                f"ef {p['ef']} {p['recall']:.3f} {p['qps']:,.0f}/s" for p in found["sweep"]["batch"]
-            )
-        )
+    out, qf = build_and_search(args, args.alone_engines, "alone", args.alone_efs)
+    for name, e in out["engines"].items():
+        path = Path(args.workdir) / e["path"]
         ops: dict[str, Any] = {}
         t = args.timeout * 4
         ops["warm"] = ops_child("warm", path, timeout=t)
@@ -774,7 +771,7 @@ def bench_alone(args: argparse.Namespace) -> dict[str, Any]:
         Path(f"{path}.build.json").unlink(missing_ok=True)  # the file changes from here
         ops["compact"] = ops_child("compact", path, "10", timeout=t)
         log(f"  {name}: compact {ops['compact']['compact_s']:.0f} s")
-        out["engines"][name] = {"build": built, "search": found, "ops": ops}
+        e["ops"] = ops
     return out
 
 

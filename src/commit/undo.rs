@@ -113,7 +113,7 @@ impl UndoLog {
         let at = self.cursor;
         let path = self.path.clone();
         os::write_all_at(self.file()?, &buf, at).map_err(|e| Error::io(e, "writing", &path))?;
-        self.cursor = at + buf.len() as u64;
+        self.cursor += buf.len() as u64;
         self.dirty = true;
         Ok(())
     }

@@ -177,7 +177,7 @@ impl Scratch {
             // 8 GiB; a test on a sparse file searches one), and the first search of a thread
             // on a large index does not write the whole table.
             let len = limit.max(self.visited.len());
-            self.visited = Vec::new();
+            self.visited = Vec::new(); // the old table goes before the new one is made
             self.visited = vec![0; len];
             self.epoch = 1;
         }

@@ -341,6 +341,17 @@ impl Storage {
         None
     }
 
+    /// Copy the mapped bytes at file offset `offset` into `buf` when one region this storage
+    /// has mapped covers them (a file's or an in-memory store's); false when none does.
+    /// Callers hold the writer lock, so nothing writes these bytes meanwhile.
+    fn copy_mapped(&self, buf: &mut [u8], offset: u64) -> bool {
+        let Some(p) = self.region_bytes(offset, buf.len()) else { return false };
+        // SAFETY: `p..p+len` lies inside a region this storage has mapped (`region_bytes`),
+        // which stays mapped while `self` lives; the writer lock keeps writers out of it.
+        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+        true
+    }
+
     /// Read stored bytes at a file offset: from the file (pread: a file-backed index's bytes
     /// are the page cache either way), or from an in-memory store.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
@@ -348,15 +359,8 @@ impl Storage {
             Some(f) => {
                 os::read_exact_at(f, buf, offset).map_err(|e| Error::io(e, "reading", &self.path))
             }
-            None => {
-                let p = self.region_bytes(offset, buf.len()).ok_or_else(|| {
-                    Error::corrupt(format!("offset {offset} is outside the index"))
-                })?;
-                // SAFETY: `p..p+len` lies inside a live store; the caller holds the writer lock,
-                // so nothing writes these bytes meanwhile.
-                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
-                Ok(())
-            }
+            None if self.copy_mapped(buf, offset) => Ok(()),
+            None => Err(Error::corrupt(format!("offset {offset} is outside the index"))),
         }
     }
 
@@ -365,16 +369,10 @@ impl Storage {
     /// commit reads a few dozen such ranges (a new row, the lists it changed), and one pread
     /// each cost more than the copies.
     pub fn read_written(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        match self.region_bytes(offset, buf.len()) {
-            Some(p) => {
-                // SAFETY: `p..p+len` lies inside a mapped region of this storage
-                // (`region_bytes`), which stays mapped while `self` lives; the caller holds the
-                // writer lock, so nothing writes these bytes meanwhile.
-                unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
-                Ok(())
-            }
-            None => self.read_at(buf, offset),
+        if self.copy_mapped(buf, offset) {
+            return Ok(());
         }
+        self.read_at(buf, offset)
     }
 
     /// Fill an in-memory store's bytes at a file offset from `file` (loading an index into
