@@ -749,29 +749,35 @@ def bench_alone(args: argparse.Namespace) -> dict[str, Any]:
     of the ids followed by compact(). The compaction changes the file: its build record is
     removed, so the next run builds it again."""
     out, qf = build_and_search(args, args.alone_engines, "alone", args.alone_efs)
+    steps = args.alone_steps
     for name, e in out["engines"].items():
         path = Path(args.workdir) / e["path"]
         ops: dict[str, Any] = {}
-        t = args.timeout * 4
-        ops["warm"] = ops_child("warm", path, timeout=t)
-        log(f"  {name}: warm {ops['warm']['warm_s']:.1f} s, {ops['warm']['index_maps']} maps")
-        ops["check"] = ops_child("check", path, timeout=t)
-        log(f"  {name}: check {ops['check']['check_s']:.1f} s, ok {ops['check']['check_ok']}")
-        evict_file(path)
-        proc = subprocess.run(
-            [sys.executable, child_script("add_flush"), str(path), str(qf), str(args.adds)],
-            capture_output=True,
-            text=True,
-            timeout=t,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"add_flush failed: {proc.stderr[-2000:]}")
-        ops["commits"] = json.loads(proc.stdout.strip().splitlines()[-1])
-        log(f"  {name}: add + flush median {ops['commits']['both']['median']:.3f} ms")
-        Path(f"{path}.build.json").unlink(missing_ok=True)  # the file changes from here
-        ops["compact"] = ops_child("compact", path, "10", timeout=t)
-        log(f"  {name}: compact {ops['compact']['compact_s']:.0f} s")
         e["ops"] = ops
+        t = args.timeout * 4
+        if "warm" in steps:
+            ops["warm"] = ops_child("warm", path, timeout=t)
+            log(f"  {name}: warm {ops['warm']['warm_s']:.1f} s, {ops['warm']['index_maps']} maps")
+        if "check" in steps:
+            ops["check"] = ops_child("check", path, timeout=t)
+            log(f"  {name}: check {ops['check']['check_s']:.1f} s, ok {ops['check']['check_ok']}")
+        if "commits" in steps:
+            evict_file(path)
+            proc = subprocess.run(
+                [sys.executable, child_script("add_flush"), str(path), str(qf), str(args.adds)],
+                capture_output=True,
+                text=True,
+                timeout=t,
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"add_flush failed: {proc.stderr[-2000:]}")
+            ops["commits"] = json.loads(proc.stdout.strip().splitlines()[-1])
+            log(f"  {name}: add + flush median {ops['commits']['both']['median']:.3f} ms")
+            Path(f"{path}.build.json").unlink(missing_ok=True)  # the file changes from here
+        if "compact" in steps:
+            Path(f"{path}.build.json").unlink(missing_ok=True)
+            ops["compact"] = ops_child("compact", path, "10", timeout=t)
+            log(f"  {name}: compact {ops['compact']['compact_s']:.0f} s")
     return out
 
 
@@ -784,17 +790,21 @@ def print_alone(res: dict[str, Any]) -> list[dict[str, Any]]:
     for name, e in res["engines"].items():
         r = _peer_figures(e)
         o = e["ops"]
+        warm, check = o.get("warm", {}), o.get("check", {})
+        both = o.get("commits", {}).get("both", {})
+        add, flush = o.get("commits", {}).get("add", {}), o.get("commits", {}).get("flush", {})
+        compact = o.get("compact", {})
         r.update(
             first_query_ms=e["search"]["first_query_ms"],
-            warm_s=o["warm"]["warm_s"],
-            maps=o["warm"]["index_maps"],
-            check_s=o["check"]["check_s"],
-            commit_ms=o["commits"]["both"]["median"],
-            add_ms=o["commits"]["add"]["median"],
-            flush_ms=o["commits"]["flush"]["median"],
-            delete_s=o["compact"]["delete_s"],
-            compact_s=o["compact"]["compact_s"],
-            compacted_mib=o["compact"]["size_after_mib"],
+            warm_s=warm.get("warm_s"),
+            maps=warm.get("index_maps"),
+            check_s=check.get("check_s"),
+            commit_ms=both.get("median"),
+            add_ms=add.get("median"),
+            flush_ms=flush.get("median"),
+            delete_s=compact.get("delete_s"),
+            compact_s=compact.get("compact_s"),
+            compacted_mib=compact.get("size_after_mib"),
         )
         rows[name] = r
     cols = [
@@ -835,6 +845,8 @@ def print_alone(res: dict[str, Any]) -> list[dict[str, Any]]:
                 GOAL_COMMIT_MS,
             ),
         ):
+            if v is None:
+                continue
             ok = v <= goal
             checks.append({"what": what, "value": v, "goal": goal, "pass": ok})
             print(f"{'PASS' if ok else 'FAIL'}  {what}: {v:.3f}")
@@ -870,6 +882,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         type=lambda s: [int(x) for x in s.split(",")],
         default=[32, 48, 64, 96, 128, 192, 256, 384],
         help="ef sweep of --only alone",
+    )
+    ap.add_argument(
+        "--alone-steps",
+        type=lambda s: s.split(","),
+        default=["warm", "check", "commits", "compact"],
+        help="of --only alone, after the build and the sweep (the commits and the compaction "
+        "change the file: the next run builds it again)",
     )
     ap.add_argument("--commit-n", type=int, default=100_000, help="index size of the commits runs")
     ap.add_argument("--adds", type=int, default=1000, help="add + flush calls per commits run")

@@ -945,6 +945,51 @@ mod tests {
         assert_eq!(Header::decode(&h.encode()).unwrap(), h, "empty: nothing to read yet");
     }
 
+    /// `Storage::read_header_bytes` reads the first page of each copy and the rest of a copy
+    /// only when its region table runs past it: a table of 300 regions in either copy, beside
+    /// a short one in the other, decodes as written; cut short, it is refused, not misread.
+    #[test]
+    fn a_region_table_past_the_first_page_is_read_whole() {
+        let short = sample();
+        let mut long = sample();
+        long.seq = 8;
+        let mut at = DATA_START + 13 * REGION_ALIGN;
+        while long.regions.len() < 300 {
+            long.regions.push(RegionEntry {
+                kind: RegionKind::Heap,
+                used: 8,
+                offset: at,
+                len: REGION_ALIGN,
+            });
+            at += REGION_ALIGN;
+        }
+        assert!(long.encode().len() > 4096 && short.encode().len() < 4096);
+        let path = std::path::Path::new("h");
+        for (first, second, cut) in [
+            (&long, &short, None),
+            (&short, &long, None),
+            (&short, &long, Some(HEADER_COPY_SIZE + 5000)),
+        ] {
+            let mut bytes = vec![0u8; 2 * HEADER_COPY_SIZE + 4096];
+            let (a, b) = (first.encode(), second.encode());
+            bytes[..a.len()].copy_from_slice(&a);
+            bytes[HEADER_COPY_SIZE..HEADER_COPY_SIZE + b.len()].copy_from_slice(&b);
+            bytes.truncate(cut.unwrap_or(bytes.len()));
+            let f = tempfile::tempfile().unwrap();
+            crate::os::write_all_at(&f, &bytes, 0).unwrap();
+            let read = crate::storage::Storage::read_header_bytes(&f, path).unwrap();
+            let choice = choose_header(&read, path).unwrap();
+            if cut.is_none() {
+                assert_eq!(choice.header, long);
+                assert!(choice.other_damage.is_none());
+            } else {
+                // The long copy's table is cut: its checksum fails and the other is used.
+                assert_eq!(choice.header, short);
+                assert!(choice.other_damage.is_some());
+            }
+        }
+    }
+
     #[test]
     fn header_round_trips() {
         let h = sample();

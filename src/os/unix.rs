@@ -428,8 +428,10 @@ static THP_PROBED: std::sync::Once = std::sync::Once::new();
 /// Memory that is not a file: a whole store of the index held in this process only.
 /// `AlignedMap::anonymous` makes one.
 enum Backing {
-    /// mmap'd (a file, or anonymous with a 2 MiB-aligned start): unmap `reserved` from `base`.
+    /// A file mmap'd: unmap `reserved` from `base`.
     Mapped,
+    /// Anonymous memory mmap'd with a 2 MiB-aligned start: unmap `reserved` from `base`.
+    Anonymous,
     /// From the allocator (a store below 2 MiB).
     Heap(std::alloc::Layout),
 }
@@ -537,7 +539,7 @@ impl AlignedMap {
         }
         let base = base as *mut u8;
         let ptr = ((base as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE) as *mut u8;
-        let map = AlignedMap { base, reserved, ptr, len, backing: Backing::Mapped };
+        let map = AlignedMap { base, reserved, ptr, len, backing: Backing::Anonymous };
         // Without `huge`, MADV_NOHUGEPAGE: small pages even where THP is `always`.
         map.advise_anon_huge(huge);
         Ok(map)
@@ -551,7 +553,7 @@ impl AlignedMap {
     /// request of the process checks what the kernel does with it and notes a refusal once.
     #[cfg(target_os = "linux")]
     pub fn advise_anon_huge(&self, on: bool) {
-        if self.len < HUGE_PAGE || !matches!(self.backing, Backing::Mapped) {
+        if self.len < HUGE_PAGE || !matches!(self.backing, Backing::Anonymous) {
             return;
         }
         let advice = if on { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
@@ -576,7 +578,21 @@ impl AlignedMap {
     /// A mapping of its own (a file's, or an anonymous store of 2 MiB or more), rather than
     /// memory from the allocator, whose pages it may share with the rest of the process.
     pub fn is_own_mapping(&self) -> bool {
-        matches!(self.backing, Backing::Mapped)
+        matches!(self.backing, Backing::Mapped | Backing::Anonymous)
+    }
+
+    /// Give the memory of an anonymous store of 2 MiB or more back to the system, keeping its
+    /// addresses: it reads as zeros afterwards (MADV_DONTNEED), so a reference into it stays
+    /// valid. Returns false, changing nothing, for anything else (a file's mapping, a store from
+    /// the allocator, a system without the advice).
+    pub fn discard(&self) -> bool {
+        if !cfg!(target_os = "linux") || !matches!(self.backing, Backing::Anonymous) {
+            return false;
+        }
+        let len = self.len.div_ceil(page_size()) * page_size();
+        // SAFETY: advice about our own live private anonymous mapping (len stays inside
+        // `reserved`); its pages read as zeros afterwards, which any value of the store may be.
+        unsafe { libc::madvise(self.ptr as *mut libc::c_void, len, libc::MADV_DONTNEED) == 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -607,7 +623,7 @@ impl Drop for AlignedMap {
         // references tied to its own lifetime).
         unsafe {
             match self.backing {
-                Backing::Mapped => {
+                Backing::Mapped | Backing::Anonymous => {
                     libc::munmap(self.base as *mut libc::c_void, self.reserved);
                 }
                 Backing::Heap(layout) => std::alloc::dealloc(self.base, layout),

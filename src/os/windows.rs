@@ -358,6 +358,11 @@ impl AlignedMap {
     /// Nothing: no huge pages for anonymous memory without privileges (the THP note).
     pub fn advise_anon_huge(&self, _on: bool) {}
 
+    /// Not here (see the Unix `discard`): the memory stays; false.
+    pub fn discard(&self) -> bool {
+        false
+    }
+
     pub fn as_ptr(&self) -> *mut u8 {
         self.map.as_mut_ptr()
     }

@@ -117,9 +117,13 @@ impl Storage {
         }
     }
 
-    /// A slot's level-0 record: head word, crc, then 2M neighbor slots.
+    /// A slot's level-0 record: head word, crc, then 2M neighbor slots (from the shadow of the
+    /// batch being linked while one holds it: `shadow.rs`).
     #[inline(always)]
     pub fn l0(&self, slot: u32) -> &[AtomicU32] {
+        if let Some(list) = self.shadow_l0(slot) {
+            return list;
+        }
         let (seg, local) = self.seg_of(slot);
         let words = self.geo.l0_words;
         // SAFETY: in bounds, 4-byte aligned; AtomicU32 has u32's layout.
