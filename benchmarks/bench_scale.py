@@ -761,6 +761,9 @@ def bench_alone(args: argparse.Namespace) -> dict[str, Any]:
         if "check" in steps:
             ops["check"] = ops_child("check", path, timeout=t)
             log(f"  {name}: check {ops['check']['check_s']:.1f} s, ok {ops['check']['check_ok']}")
+        if "commits" in steps or "compact" in steps:
+            # The file changes from here: the next run builds it again.
+            Path(f"{path}.build.json").unlink(missing_ok=True)
         if "commits" in steps:
             evict_file(path)
             proc = subprocess.run(
@@ -773,9 +776,7 @@ def bench_alone(args: argparse.Namespace) -> dict[str, Any]:
                 raise RuntimeError(f"add_flush failed: {proc.stderr[-2000:]}")
             ops["commits"] = json.loads(proc.stdout.strip().splitlines()[-1])
             log(f"  {name}: add + flush median {ops['commits']['both']['median']:.3f} ms")
-            Path(f"{path}.build.json").unlink(missing_ok=True)  # the file changes from here
         if "compact" in steps:
-            Path(f"{path}.build.json").unlink(missing_ok=True)
             ops["compact"] = ops_child("compact", path, "10", timeout=t)
             log(f"  {name}: compact {ops['compact']['compact_s']:.0f} s")
     return out

@@ -7,7 +7,7 @@ mod common;
 use chassis::commit::undo::undo_path;
 use chassis::error::ErrorKind;
 use chassis::index::{Control, Index, Mode, Options, Placement};
-use chassis::storage::lists;
+use chassis::storage::{lists, SHADOW_MIN};
 use common::rand_vecs;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -136,6 +136,37 @@ fn a_cancelled_batch_leaves_nothing() {
     let after: Vec<Vec<u32>> = (0..200).map(|s| lists::snapshot_lists(&idx.snap().st, s)).collect();
     assert_eq!(before, after);
     assert_eq!(idx.add(&data[..d], None).unwrap(), 200);
+}
+
+#[test]
+fn lists_held_for_a_batch_that_never_finished_do_not_take_later_adds() {
+    // A large batch builds its level-0 lists in memory of its own (storage/shadow.rs). If its
+    // linking panics (a bug), the unwind must end that shadow: else the adds after it would
+    // write their lists there, and the file would never get them. Oracle: every slot's lists
+    // as a reader of the flushed file sees them.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let d = 8;
+    let data = rand_vecs(1200, d, 6);
+    let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    idx.add_batch(&data[..1000 * d], 1000, None, None, &Control::default()).unwrap();
+    let st = idx.snap().st.clone();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _lists = st.shadow_lists(1000, 1000 + SHADOW_MIN);
+        panic!("a bug while linking (this test's own panic)");
+    }));
+    assert!(unwound.is_err());
+    for i in 1000..1200 {
+        idx.add(&data[i * d..(i + 1) * d], None).unwrap();
+    }
+    idx.flush().unwrap();
+    let reader = Index::open(&p, None, None, Mode::Read).unwrap();
+    assert_eq!(reader.len(), 1200);
+    for s in 0..1200 {
+        let (mine, filed) =
+            (lists::snapshot_lists(&idx.snap().st, s), lists::snapshot_lists(&reader.snap().st, s));
+        assert_eq!(mine, filed, "slot {s}: the writer's lists are not the file's");
+    }
 }
 
 #[test]

@@ -171,7 +171,6 @@ impl Index {
         let heap_before = st.heap_state();
         let entry_before = *self.entry.lock();
         let give_back = || {
-            st.unshadow_lists(false);
             // Heap chunks back to where the batch found them (chunks it added hold nothing),
             // and the blocks reserved for the batch back to the filesystem.
             let first_new = heap_before.map_or(0, |(chunk, _)| chunk + 1);
@@ -212,8 +211,8 @@ impl Index {
         // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
         Self::advise_slots(st, start, start + n as u64);
         // A large batch's level-0 lists are built in anonymous memory and written to the file
-        // once, after linking (storage/shadow.rs).
-        st.shadow_lists(start, start + n as u64);
+        // once, after linking (storage/shadow.rs); on any other way out they are dropped.
+        let shadow = st.shadow_lists(start, start + n as u64);
         // 3. Write vectors, codes (once a quantizer is in effect), slot headers and empty lists
         // of the new slots (not yet reachable).
         let clipped = AtomicU64::new(0);
@@ -330,7 +329,7 @@ impl Index {
             return Err(e);
         }
         // The batch's lists to the file, before anything can read them there.
-        st.unshadow_lists(true);
+        shadow.keep();
         // 5. Publish.
         w.unrepaired = if repair { 0 } else { due };
         let quant = match trained {

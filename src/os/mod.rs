@@ -69,9 +69,24 @@ pub const WILL_NEED: bool = cfg!(target_os = "linux");
 pub use sys::{
     advise_huge, advise_normal, advise_random, advise_sequential, errno, fadvise_willneed, file_id,
     free_space, memory_available, page_size, path_id, physical_memory, populate, preallocate,
-    punch_hole, read_at, read_exact_at, release_shared, resident, sync_dir, sync_file,
-    try_lock_exclusive, unlock, write_all_at, AlignedMap, FileId, ENOSPC,
+    punch_hole, read_exact_at, release_shared, resident, sync_dir, sync_file, try_lock_exclusive,
+    unlock, write_all_at, AlignedMap, FileId, ENOSPC,
 };
+
+/// Read into `buf` from `offset` until it is full or the file ends (an interrupted read is
+/// retried): how many bytes were read.
+pub fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match sys::read_at(file, &mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
 
 /// Make the file's data durable. On Linux, `fdatasync` also writes back pages changed through
 /// shared mappings; elsewhere the caller must flush its mappings first (`AlignedMap::flush`:
@@ -204,7 +219,12 @@ mod tests {
         assert_eq!(&buf[..4], &[0; 4]);
         let e = read_exact_at(&f, &mut buf, 4098).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
-        assert_eq!(read_at(&f, &mut buf, 8192).unwrap(), 0);
+        assert_eq!(read_up_to(&f, &mut buf, 8192).unwrap(), 0);
+        // Up to the end of the file, and no further.
+        let mut long = [7u8; 16];
+        assert_eq!(read_up_to(&f, &mut long, 4093).unwrap(), 8);
+        assert_eq!(&long[..8], b"\0\0\0hello");
+        assert_eq!(long[8..], [7; 8]);
     }
 
     #[test]

@@ -39,7 +39,7 @@ mod shadow;
 
 pub use access::Area;
 pub use ranges::{SequentialScan, Written};
-pub use shadow::SHADOW_MIN;
+pub use shadow::{ShadowLists, SHADOW_MIN};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
@@ -419,32 +419,26 @@ impl Storage {
         if to > a.prealloc_slots {
             let from = from.min(a.prealloc_slots);
             let to = to.max(a.prealloc_slots + 1024).min(self.capacity());
-            self.preallocate_slots(&a, from, to)?;
+            self.preallocate_slots(from, to)?;
             a.prealloc_slots = to;
         }
         Ok(())
     }
 
-    fn preallocate_slots(&self, a: &Alloc, from: u64, to: u64) -> Result<()> {
-        let mut s = from;
-        while s < to {
-            let (k, local) = self.geo.locate(s);
-            let seg = self.segments[k].get().expect("reserved segment");
-            let n = (seg.layout.slots - local).min(to - s);
-            let base =
-                a.regions.iter().filter(|r| r.kind == RegionKind::Segment).nth(k).unwrap().offset;
-            let l0b = self.geo.l0_words as u64 * 4;
-            let cs = self.geo.code_stride as u64;
+    fn preallocate_slots(&self, from: u64, to: u64) -> Result<()> {
+        let l0b = self.geo.l0_words as u64 * 4;
+        let (cs, vs) = (self.geo.code_stride as u64, self.geo.stride as u64);
+        for (seg, _, a, b) in self.segments_spanning(from, to) {
+            let n = b - a;
             for (start, size) in [
-                (seg.layout.codes + local * cs, n * cs),
-                (seg.layout.vectors + local * self.geo.stride as u64, n * self.geo.stride as u64),
-                (seg.layout.headers + local * SLOT_HEADER as u64, n * SLOT_HEADER as u64),
-                (seg.layout.l0 + local * l0b, n * l0b),
+                (seg.layout.codes + a * cs, n * cs),
+                (seg.layout.vectors + a * vs, n * vs),
+                (seg.layout.headers + a * SLOT_HEADER as u64, n * SLOT_HEADER as u64),
+                (seg.layout.l0 + a * l0b, n * l0b),
             ] {
-                os::preallocate(self.file(), base + start, size)
+                os::preallocate(self.file(), seg.offset + start, size)
                     .map_err(|e| Error::io(e, "allocating space in", &self.path))?;
             }
-            s += n;
         }
         Ok(())
     }
@@ -637,18 +631,11 @@ impl Storage {
         let len = file.metadata().map_err(|e| Error::io(e, "reading", path))?.len();
         let end = len.min(2 * HEADER_COPY_SIZE as u64) as usize;
         let mut buf = vec![0u8; end];
+        // Shorter than its length said: what was read is all there is (the rest stays zero).
         let read = |buf: &mut [u8], from: usize, to: usize| -> Result<()> {
-            let mut got = from;
-            while got < to {
-                match os::read_at(file, &mut buf[got..to], got as u64) {
-                    // Shorter than its length said: what was read is all there is.
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::io(e, "reading", path)),
-                }
-            }
-            Ok(())
+            os::read_up_to(file, &mut buf[from..to], from as u64)
+                .map(drop)
+                .map_err(|e| Error::io(e, "reading", path))
         };
         let copies = [0, HEADER_COPY_SIZE].map(|c| (c, (c + FIRST).min(end)));
         for &(from, to) in &copies {

@@ -38,16 +38,21 @@ impl Storage {
         })
     }
 
-    /// Each mapped segment that holds slots of `[from, to)`, with the first and the end of
-    /// those slots counted from the segment's first slot.
-    fn segments_spanning(&self, from: u64, to: u64) -> impl Iterator<Item = (&Segment, u64, u64)> {
+    /// Each mapped segment that holds slots of `[from, to)`, with the first of those slots
+    /// (counted from the index's first slot), and the first and the end of them counted from
+    /// the segment's first slot.
+    pub(super) fn segments_spanning(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> impl Iterator<Item = (&Segment, u64, u64, u64)> {
         let mut first = 0u64;
         (0..self.seg_count.load(Acquire)).map_while(|k| self.segments[k].get()).filter_map(
             move |seg| {
                 let base = first;
                 first += seg.layout.slots;
                 let (a, b) = (from.max(base), to.min(first));
-                (a < b).then(|| (seg, a - base, b - base))
+                (a < b).then(|| (seg, a, a - base, b - base))
             },
         )
     }
@@ -57,7 +62,7 @@ impl Storage {
     /// segment (codes, vectors).
     pub fn vector_pieces(&self, from: u64, to: u64) -> Vec<(usize, usize)> {
         let mut out = Vec::new();
-        for (seg, a, b) in self.segments_spanning(from, to) {
+        for (seg, _, a, b) in self.segments_spanning(from, to) {
             if seg.offset % HUGE_PAGE != 0 {
                 continue;
             }
@@ -92,7 +97,7 @@ impl Storage {
         }
         let ps = os::page_size();
         let stride = self.geo.stride;
-        for (seg, a, b) in self.segments_spanning(from, to) {
+        for (seg, _, a, b) in self.segments_spanning(from, to) {
             let map = seg.map.as_ptr() as usize;
             let start = map + seg.layout.vectors as usize + a as usize * stride;
             let end = start + (b - a) as usize * stride;

@@ -63,64 +63,85 @@ impl Storage {
     }
 
     /// Hold the level-0 lists of slots `[from, to)` (not published, all reserved) in zeroed
-    /// anonymous memory until `unshadow_lists`. Only the writer calls it, for a batch of at
-    /// least `SHADOW_MIN` rows of a file on Linux, and only with no shadow in place. Returns
-    /// whether it did (no memory for it: the lists are written in place).
-    pub fn shadow_lists(&self, from: u64, to: u64) -> bool {
+    /// anonymous memory until the returned guard ends it: `ShadowLists::keep` copies them to
+    /// the file; dropping the guard any other way (an error, a panic while linking) throws them
+    /// away, so that no later batch writes its lists where the file never sees them. Only the
+    /// writer calls it, for a batch of at least `SHADOW_MIN` rows of a file on Linux; with no
+    /// memory for it, the lists are written in place (and the guard does nothing).
+    pub fn shadow_lists(&self, from: u64, to: u64) -> ShadowLists<'_> {
         let n = to - from;
         if !cfg!(target_os = "linux") || self.is_memory() || n < SHADOW_MIN || !enabled() {
-            return false;
+            return ShadowLists(None);
         }
-        debug_assert_eq!(self.shadow.range.load(Relaxed), 0, "one shadow at a time");
+        // One shadow at a time: one whose batch never ended it (nothing can) holds nothing.
+        self.end_shadow(false);
         let bytes = n as usize * self.geo.l0_words * 4;
         let mut bufs = self.shadow.bufs.lock();
         if bufs.last().is_none_or(|b| b.len() < bytes) {
             match AlignedMap::anonymous(bytes.max(HUGE_PAGE as usize), true) {
                 Ok(b) => bufs.push(b),
-                Err(_) => return false,
+                Err(_) => return ShadowLists(None),
             }
         }
         let buf = bufs.last().expect("just made");
         self.shadow.ptr.store(buf.as_ptr() as *mut AtomicU32, Relaxed);
         self.shadow.range.store(from | n << 32, Release);
-        true
+        ShadowLists(Some(self))
     }
 
-    /// End the shadow: with `keep`, its lists are first copied to the file's mapping (one
-    /// pass, in slot order); then `l0` answers from the file again and the buffer's memory is
-    /// given back. Called by the writer once every thread of the batch is done with it.
-    pub fn unshadow_lists(&self, keep: bool) {
+    /// End the shadow, if one is in place: with `keep`, its lists are first copied to the
+    /// file's mapping (one pass, in slot order); then `l0` answers from the file again and the
+    /// buffer's memory is given back. Called once every thread of the batch is done with it.
+    fn end_shadow(&self, keep: bool) {
         let r = self.shadow.range.load(Acquire);
         let (from, n) = ((r as u32) as u64, r >> 32);
         if n == 0 {
             return;
         }
-        let words = self.geo.l0_words;
+        let lb = self.geo.l0_words * 4;
         let src = self.shadow.ptr.load(Relaxed) as *const u8;
         if keep {
-            let (mut s, end, lb) = (from, from + n, words * 4);
-            while s < end {
-                let (k, local) = self.geo.locate(s);
-                let seg = self.segments[k].get().expect("a reserved slot's segment");
-                let count = (seg.layout.slots - local).min(end - s);
-                // SAFETY: `src + (s - from) * lb`, `count * lb` bytes, lies in the shadow
-                // buffer (slots of the shadow's range); the destination in the segment's
-                // writable mapping (its level-0 area, local slots `local..local + count`).
+            for (seg, first, a, b) in self.segments_spanning(from, from + n) {
+                // SAFETY: `src + (first - from) * lb`, `(b - a) * lb` bytes, lies in the shadow
+                // buffer (slots `first..first + b - a` of the shadow's range); the destination
+                // in the segment's writable mapping (its level-0 area, local slots `a..b`).
                 // Nobody reads or writes either meanwhile: the slots are unpublished and the
                 // batch's threads are done.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
-                        src.add((s - from) as usize * lb),
-                        seg.map.as_ptr().add((seg.layout.l0 + local * lb as u64) as usize),
-                        count as usize * lb,
+                        src.add((first - from) as usize * lb),
+                        seg.map.as_ptr().add((seg.layout.l0 + a * lb as u64) as usize),
+                        (b - a) as usize * lb,
                     );
                 }
-                s += count;
             }
         }
         self.shadow.range.store(0, Release);
         if let Some(b) = self.shadow.bufs.lock().last() {
             b.discard();
+        }
+    }
+}
+
+/// A batch's shadow of its level-0 lists (`Storage::shadow_lists`), ended on every way out of
+/// the batch: kept (copied to the file) by `keep`, thrown away by a drop without it.
+#[must_use = "dropping the guard throws the batch's lists away"]
+/// (None: the lists are written in place.)
+pub struct ShadowLists<'a>(Option<&'a Storage>);
+
+impl ShadowLists<'_> {
+    /// Copy the batch's lists to the file and end the shadow.
+    pub fn keep(mut self) {
+        if let Some(st) = self.0.take() {
+            st.end_shadow(true);
+        }
+    }
+}
+
+impl Drop for ShadowLists<'_> {
+    fn drop(&mut self) {
+        if let Some(st) = self.0.take() {
+            st.end_shadow(false);
         }
     }
 }
