@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::format::{Metric, Precision, EMPTY};
 use crate::storage::lists;
 use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 
 /// A level for a new node, from one number alone: the slot it would take if rows were laid
@@ -201,6 +202,9 @@ impl<'a> Graph<'a> {
                         } else {
                             self.select(&all, cap, sc).iter().map(|c| c.1).collect()
                         };
+                        if self.track_dropped && layer == 0 {
+                            sc.dropped.extend(extra.iter().filter(|e| !ids.contains(e)));
+                        }
                     }
                     lists::write_list(list, slot, layer, &ids, level);
                 }
@@ -262,6 +266,9 @@ impl<'a> Graph<'a> {
         cands.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
         let kept: Vec<u32> = self.select(&cands, cap, sc).iter().map(|c| c.1).collect();
         lists::write_list(list, n, layer, &kept, level);
+        if self.track_dropped && layer == 0 {
+            sc.dropped.extend(cands.iter().map(|c| c.1).filter(|e| !kept.contains(e)));
+        }
         Ok(())
     }
 }
@@ -275,6 +282,14 @@ impl<'a> Graph<'a> {
 fn link_on_codes() -> bool {
     static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("CHASSIS_LINK_CODES").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Whether small batches look at the nodes they took out of lists (`Linker::repair_around`)
+/// and walk the whole graph once a sixty-fourth of it was added: `CHASSIS_REPAIR_AROUND=0`
+/// walks it every 1,000 rows instead, as before, for measuring. Read once.
+pub fn repair_around() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("CHASSIS_REPAIR_AROUND").map_or(true, |v| v.trim() != "0"))
 }
 
 /// What linking a batch needs from the index: its storage and metric, the shared entry point
@@ -291,97 +306,90 @@ pub struct Linker<'a, H: Fn(&[u32]) -> Result<()> + Sync> {
     /// The quantizer in effect, when the storage keeps codes: the batch links on them (see
     /// `link`).
     pub quant: Option<&'a Quantizer>,
+    /// Where a small batch's linking notes the nodes it takes out of level-0 lists, for
+    /// `repair_around` (None: a batch that `repair` follows).
+    pub dropped: Option<&'a Mutex<Vec<u32>>>,
 }
 
 impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
     /// Make every node reachable on layer 0 from the entry point: for each node `u` that is
     /// not, add it to the list of its nearest reachable out-neighbor `v` (or, with none, of
-    /// the nearest reachable node a search finds). When `v`'s list is full, `u` takes the place
-    /// of its farthest entry `x`, and `x` goes into `u`'s list (in place of `u`'s farthest
-    /// entry if that is full too): `x` stays reachable through `u`, and `u`'s old entries were
-    /// nobody's way in, so nothing reachable before becomes unreachable. The pruning heuristic
-    /// can leave many nodes with no way in (2,147 of 17,000 with four connections and a beam of
-    /// eight); dropping `x` instead, when another list held it, stranded others again.
+    /// the nearest reachable node a search finds; see `give_way_in`). The pruning heuristic
+    /// can leave many nodes with no way in (2,147 of 17,000 with four connections and a beam
+    /// of eight). A walk of the whole graph: 3 s at 10,000,000 nodes.
     pub fn repair(&self, n: u32) -> Result<()> {
-        let st = self.st;
         let (entry, max_level) = *self.entry.lock();
         if entry == EMPTY || entry >= n {
             return Ok(());
         }
-        // A codes-only index measures codes: nodes' vectors (what their codes stand for) are
-        // made ready for them. Every comparison below is between distances from one node.
-        let codes_only = st.geo.precision == Precision::Int8;
-        let g = match self.quant {
-            Some(z) if codes_only => Graph::linking_on_codes(st, self.metric, n, z),
-            _ => Graph::new(st, self.metric, n),
-        };
-        let mut prep = Prepared::default();
-        let cap = 2 * st.geo.m;
-        let mut buf = Vec::new();
-        // Entries of a list that lie inside the graph (those of a damaged list outside it go).
-        let entries = |s: u32| -> Vec<u32> {
-            let l0 = st.l0(s);
-            l0[2..2 + lists::list_len(l0)]
-                .iter()
-                .map(|e| e.load(Relaxed))
-                .filter(|&e| e < n)
-                .collect()
-        };
+        let mut r = Repairer::new(self, n);
         let mut seen = vec![false; n as usize];
         let mut stack = vec![entry];
         seen[entry as usize] = true;
-        lists::mark_reachable(st, n, &mut stack, &mut seen);
+        lists::mark_reachable(self.st, n, &mut stack, &mut seen);
         for u in 0..n {
             if seen[u as usize] {
                 continue;
             }
-            let uv = g.vector_f32(u, &mut buf).to_vec();
-            let uv = g.prepared(&uv, &mut prep).0.to_vec();
-            let mut out_u = entries(u);
+            let uv = r.vector(u);
+            let mut out_u = r.entries(u);
             let way = out_u
                 .iter()
                 .filter(|&&v| seen[v as usize])
-                .map(|&v| (g.dist(&uv, v), v))
+                .map(|&v| (r.g.dist(&uv, v), v))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
                 // An island: its out-neighbors are unreachable too; find a way in by search.
                 .or_else(|| {
-                    g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None)
+                    r.g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None)
                         .first()
                         .copied()
                 });
             let Some((_, v)) = way else { continue };
-            let stripe_v = v as usize % LOCK_STRIPES;
-            let _lock_v = self.locks[stripe_v].lock();
-            (self.before_modify)(&[v])?;
-            let mut out_v = entries(v);
-            let mut handed = None;
-            if out_v.len() >= cap {
-                let vv = g.vector_f32(v, &mut buf).to_vec();
-                let vv = g.prepared(&vv, &mut prep).0.to_vec();
-                let far = (0..out_v.len())
-                    .max_by(|&a, &b| g.dist(&vv, out_v[a]).total_cmp(&g.dist(&vv, out_v[b])))
-                    .expect("a full list");
-                handed = Some(out_v.remove(far));
-            }
-            out_v.push(u);
-            lists::write_list(st.l0(v), v, 0, &out_v, lists::level_of(st, v));
-            if let Some(x) = handed.filter(|x| !out_u.contains(x)) {
-                // u's own stripe, unless v's lock already covers it
-                let _lock_u = (u as usize % LOCK_STRIPES != stripe_v)
-                    .then(|| self.locks[u as usize % LOCK_STRIPES].lock());
-                (self.before_modify)(&[u])?;
-                if out_u.len() >= cap {
-                    let far = (0..out_u.len())
-                        .max_by(|&a, &b| g.dist(&uv, out_u[a]).total_cmp(&g.dist(&uv, out_u[b])))
-                        .expect("a full list");
-                    out_u.remove(far);
-                }
-                out_u.push(x);
-                lists::write_list(st.l0(u), u, 0, &out_u, lists::level_of(st, u));
-            }
+            // What u's list lets go of was nobody's way in: u was not reachable.
+            r.give_way_in(u, &uv, &mut out_u, v)?;
             seen[u as usize] = true;
             stack.push(u);
-            lists::mark_reachable(st, n, &mut stack, &mut seen);
+            lists::mark_reachable(self.st, n, &mut stack, &mut seen);
+        }
+        Ok(())
+    }
+
+    /// After a small batch: give a way in to each node of `nodes` (the batch's own, the entry
+    /// point it replaced, and those its links took out of level-0 lists) that none of its own
+    /// out-neighbors links to any more. That is where the pruning leaves nodes without a way
+    /// in, and it costs a few list reads a node where `repair` walks the whole graph. A node
+    /// without one gets it from the nearest node a search from the entry point finds (so a
+    /// reachable one), and what its own list lets go of then is looked at in turn. A way in
+    /// from elsewhere, or an island of nodes linking each other, is left to `repair`, which
+    /// still runs once the rows since the last one reach a sixty-fourth of the index.
+    pub fn repair_around(&self, n: u32, mut nodes: Vec<u32>) -> Result<()> {
+        let (entry, max_level) = *self.entry.lock();
+        if entry == EMPTY || entry >= n {
+            return Ok(());
+        }
+        let mut r = Repairer::new(self, n);
+        let mut looked = HashSet::new();
+        while let Some(u) = nodes.pop() {
+            if u >= n || u == entry || !looked.insert(u) {
+                continue;
+            }
+            // A way in: an out-neighbor `w` that links back, and has a way in itself from one
+            // of its own out-neighbors but `u` (links go both ways mostly; the second step
+            // finds the pairs that lose their way in together: with four connections, a tenth
+            // of the batches left 3 to 17 nodes unreachable with it, most batches 6 to 68
+            // without it).
+            let mut out_u = r.entries(u);
+            if out_u.iter().any(|&w| {
+                r.links_to(w, u) && r.entries(w).iter().any(|&x| x != u && r.links_to(x, w))
+            }) {
+                continue;
+            }
+            let uv = r.vector(u);
+            let found = r.g.knn(&uv, 1, 64, entry, max_level, n, &|s| s != u, None);
+            let Some(&(_, v)) = found.first() else { continue };
+            if let Some(x) = r.give_way_in(u, &uv, &mut out_u, v)? {
+                nodes.push(x);
+            }
         }
         Ok(())
     }
@@ -401,22 +409,27 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         } else {
             None
         };
-        let g = match (on_codes, &copy) {
+        let mut g = match (on_codes, &copy) {
             (Some(z), _) => Graph::linking_on_codes(st, self.metric, total as u32, z),
             (None, Some(c)) => Graph::on_copy(st, self.metric, total as u32, c),
             (None, None) => Graph::new(st, self.metric, total as u32),
         };
+        g.track_dropped = self.dropped.is_some();
         let ef = self.ef_construction;
         let insert = |i: usize| {
             let j = pos[i] as usize;
-            g.insert(
+            let r = g.insert(
                 (start + j as u64) as u32,
                 levels[j],
                 ef,
                 self.entry,
                 self.locks,
                 &self.before_modify,
-            )
+            );
+            if let Some(dropped) = self.dropped {
+                with_scratch(|sc| dropped.lock().append(&mut sc.dropped));
+            }
+            r
         };
         let first_err: Mutex<Option<Error>> = Mutex::new(None);
         let next = AtomicU64::new(0);
@@ -456,5 +469,104 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
             return Err(Error::interrupted());
         }
         Ok(copy.is_some())
+    }
+}
+
+/// What `repair` and `repair_around` share: the graph measured on, a node's entries and its
+/// vector, and the change that gives a node a way in.
+struct Repairer<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> {
+    linker: &'l Linker<'a, H>,
+    g: Graph<'a>,
+    n: u32,
+    prep: Prepared,
+    buf: Vec<f32>,
+}
+
+impl<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> Repairer<'l, 'a, H> {
+    fn new(linker: &'l Linker<'a, H>, n: u32) -> Self {
+        let st = linker.st;
+        // A codes-only index measures codes: nodes' vectors (what their codes stand for) are
+        // made ready for them. Every comparison is between distances from one node.
+        let g = match linker.quant {
+            Some(z) if st.geo.precision == Precision::Int8 => {
+                Graph::linking_on_codes(st, linker.metric, n, z)
+            }
+            _ => Graph::new(st, linker.metric, n),
+        };
+        Repairer { linker, g, n, prep: Prepared::default(), buf: Vec::new() }
+    }
+
+    /// The level-0 entries of `s` that lie inside the graph (those of a damaged list outside
+    /// it go).
+    fn entries(&self, s: u32) -> Vec<u32> {
+        let l0 = self.linker.st.l0(s);
+        l0[2..2 + lists::list_len(l0)]
+            .iter()
+            .map(|e| e.load(Relaxed))
+            .filter(|&e| e < self.n)
+            .collect()
+    }
+
+    /// Whether `w`'s level-0 list holds `u`.
+    fn links_to(&self, w: u32, u: u32) -> bool {
+        let l0 = self.linker.st.l0(w);
+        l0[2..2 + lists::list_len(l0)].iter().any(|e| e.load(Relaxed) == u)
+    }
+
+    /// `s`'s vector as the graph's distances take it.
+    fn vector(&mut self, s: u32) -> Vec<f32> {
+        let v = self.g.vector_f32(s, &mut self.buf).to_vec();
+        self.g.prepared(&v, &mut self.prep).0.to_vec()
+    }
+
+    /// Add `u` (vector `uv`, level-0 entries `out_u`) to the list of `v`, a reachable node.
+    /// When `v`'s list is full, `u` takes the place of its farthest entry `x`, and `x` goes
+    /// into `u`'s list (in place of `u`'s farthest entry if that is full too): `x` stays
+    /// reachable through `u`. Returns the entry `u`'s list let go of, if any. (Dropping `x`
+    /// instead, when another list held it, stranded others again.)
+    fn give_way_in(
+        &mut self,
+        u: u32,
+        uv: &[f32],
+        out_u: &mut Vec<u32>,
+        v: u32,
+    ) -> Result<Option<u32>> {
+        let (st, locks) = (self.linker.st, self.linker.locks);
+        let cap = 2 * st.geo.m;
+        let stripe_v = v as usize % LOCK_STRIPES;
+        let _lock_v = locks[stripe_v].lock();
+        let mut out_v = self.entries(v);
+        if out_v.contains(&u) {
+            return Ok(None); // (`repair_around` looks at a few lists only)
+        }
+        (self.linker.before_modify)(&[v])?;
+        let mut handed = None;
+        if out_v.len() >= cap {
+            let vv = self.vector(v);
+            let g = &self.g;
+            let far = (0..out_v.len())
+                .max_by(|&a, &b| g.dist(&vv, out_v[a]).total_cmp(&g.dist(&vv, out_v[b])))
+                .expect("a full list");
+            handed = Some(out_v.remove(far));
+        }
+        out_v.push(u);
+        lists::write_list(st.l0(v), v, 0, &out_v, lists::level_of(st, v));
+        let mut let_go = None;
+        if let Some(x) = handed.filter(|x| !out_u.contains(x)) {
+            // u's own stripe, unless v's lock already covers it
+            let _lock_u = (u as usize % LOCK_STRIPES != stripe_v)
+                .then(|| locks[u as usize % LOCK_STRIPES].lock());
+            (self.linker.before_modify)(&[u])?;
+            if out_u.len() >= cap {
+                let g = &self.g;
+                let far = (0..out_u.len())
+                    .max_by(|&a, &b| g.dist(uv, out_u[a]).total_cmp(&g.dist(uv, out_u[b])))
+                    .expect("a full list");
+                let_go = Some(out_u.remove(far));
+            }
+            out_u.push(x);
+            lists::write_list(st.l0(u), u, 0, out_u, lists::level_of(st, u));
+        }
+        Ok(let_go)
     }
 }

@@ -136,6 +136,8 @@ pub struct Scratch {
     kept_prep: Vec<f32>,
     /// Distances computed by the current search (see `counters`).
     dists: u64,
+    /// Nodes a small batch's links took out of level-0 lists (see `Graph::track_dropped`).
+    dropped: Vec<u32>,
 }
 
 /// Distances computed by searches (`knn`) and how many searches, since the process started:
@@ -166,6 +168,7 @@ impl Scratch {
             prep_b: Prepared::default(),
             kept_prep: Vec::new(),
             dists: 0,
+            dropped: Vec::new(),
         }
     }
     fn new_epoch(&mut self, limit: usize) {
@@ -264,6 +267,9 @@ pub struct Graph<'a> {
     /// to the system before reading them.
     will_need: bool,
     lists_cold: bool,
+    /// Linking a small batch: the nodes its links push out of level-0 lists are noted in the
+    /// thread's `Scratch::dropped` (see `Linker::repair_around`).
+    track_dropped: bool,
 }
 
 impl<'a> Graph<'a> {
@@ -324,6 +330,7 @@ impl<'a> Graph<'a> {
             metric,
             will_need: false,
             lists_cold: false,
+            track_dropped: false,
         }
     }
 

@@ -175,23 +175,57 @@ fn unreachable(idx: &crate::index::Index) -> usize {
     seen.iter().filter(|&&x| !x).count()
 }
 
+/// Slots but the entry point that no level-0 list holds, counted over every list (and no list
+/// holds a slot twice).
+fn without_way_in(idx: &crate::index::Index) -> Vec<u32> {
+    let snap = idx.snap();
+    let n = snap.slots as usize;
+    let mut held = vec![false; n];
+    held[snap.entry as usize] = true;
+    for u in 0..n as u32 {
+        let l0 = snap.st.l0(u);
+        let mut list: Vec<u32> =
+            l0[2..2 + lists::list_len(l0)].iter().map(|e| e.load(Relaxed)).collect();
+        for &e in &list {
+            if let Some(h) = held.get_mut(e as usize) {
+                *h = true;
+            }
+        }
+        let len = list.len();
+        list.sort_unstable();
+        list.dedup();
+        assert_eq!(list.len(), len, "slot {u}'s list holds an entry twice");
+    }
+    (0..n as u32).filter(|&u| !held[u as usize]).collect()
+}
+
 /// Small batches after a large one: the nodes their reverse links push out of full lists get
-/// a way in back once the rows since the last repair add up to 1,000 (each tenth batch here);
-/// counting only each batch's own rows left 653 unreachable after the first ten.
+/// a way in back after each batch (`repair_around`), and the whole graph is walked once the
+/// rows since the last walk add up to 1,000 (each tenth batch here), which leaves every node
+/// reachable. Counting only each batch's own rows left 653 unreachable after the first ten;
+/// walking every tenth batch alone left 110 unreachable after the first batch, 50 of them in
+/// no list at all (`CHASSIS_REPAIR_AROUND=0`). The single adds leave every node reachable.
 #[test]
-fn small_batches_are_repaired_together() {
+fn small_batches_leave_every_node_reachable() {
     use crate::index::{Control, Index, Options};
     let d = 16;
-    let data = gaussian(20_000, d, 0x9e37_79b9_7f4a_7c15);
+    let data = gaussian(20_200, d, 0x9e37_79b9_7f4a_7c15);
     let opts = Options { max_connections: 4, ef_construction: 8, ..Options::default() };
     let idx = Index::memory(d, Some(&opts)).unwrap();
     idx.add_batch(&data[..10_000 * d], 10_000, None, Some(1), &Control::default()).unwrap();
     for b in 0..100 {
         let rows = &data[(10_000 + 100 * b) * d..(10_100 + 100 * b) * d];
         idx.add_batch(rows, 100, None, Some(1), &Control::default()).unwrap();
+        assert_eq!(without_way_in(&idx), Vec::<u32>::new(), "after batch {b}");
         if b % 10 == 9 {
             assert_eq!(unreachable(&idx), 0, "after batch {b}");
         }
+    }
+    // Single adds, each looked around at once.
+    for i in 0..200 {
+        idx.add(&data[(20_000 + i) * d..(20_001 + i) * d], None).unwrap();
+        assert_eq!(without_way_in(&idx), Vec::<u32>::new(), "after single add {i}");
+        assert_eq!(unreachable(&idx), 0, "after single add {i}");
     }
 }
 

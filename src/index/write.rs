@@ -2,7 +2,7 @@
 //! nothing, published whole when linked) and delete.
 
 use super::*;
-use crate::format::{NO_UPPER, RESERVED_ID};
+use crate::format::{EMPTY, NO_UPPER, RESERVED_ID};
 use crate::graph::{self, insert::Linker, locality};
 use crate::storage::lists;
 use rayon::prelude::*;
@@ -290,6 +290,20 @@ impl Index {
         } // 4. Link, on `threads` threads, with a savepoint for the nodes that existed before.
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
         let (cslots, cseq) = (w.committed.slots, w.committed.seq);
+        // Then give nodes the pruning left without a way in one. The whole graph is walked
+        // (`Linker::repair`, O(slots)) once the rows linked since the last walk reach an eighth
+        // of the index, or 1,000 and a sixty-fourth of it: a large batch at once, small ones
+        // together (100 batches of 100 rows into 10,000 vectors at max_connections=8 left 42
+        // nodes unreachable when only large batches counted; the nodes their reverse links
+        // pushed out of full lists, mostly). Every other batch looks at the nodes its links
+        // took out of lists, and at its own (`Linker::repair_around`): at 10,000,000 vectors
+        // a walk took 3 s, every 1,000 single adds.
+        let total = start + n as u64;
+        let due = w.unrepaired + n as u64;
+        let around = graph::insert::repair_around();
+        let every = if around { (total / 64).max(1000) } else { 1000 };
+        let repair = due * 8 >= total || due >= every;
+        let dropped = Mutex::new(Vec::new());
         let linker = Linker {
             st,
             metric: self.metric(),
@@ -298,17 +312,10 @@ impl Index {
             locks: &self.locks,
             before_modify: |nodes: &[u32]| self.before_modify(st, cslots, cseq, nodes),
             quant: trained.as_ref().map(|t| &*t.1).or(snap.quant.as_deref()),
+            dropped: (!repair && around).then_some(&dropped),
         };
         let result =
             with_threads(threads, || linker.link(start, &pos, &levels, ctl)).and_then(|r| r);
-        // Give nodes the pruning left without a way in one. The check is O(slots), so it runs
-        // once the rows linked since the last one reach 1,000 or an eighth of the index: a
-        // large batch at once, small ones together (100 batches of 100 rows into 10,000
-        // vectors at max_connections=8 left 42 nodes unreachable when only large batches
-        // counted; the nodes their reverse links pushed out of full lists, mostly).
-        let total = start + n as u64;
-        let due = w.unrepaired + n as u64;
-        let repair = due >= 1000 || due * 8 >= total;
         let result = result.and_then(|on_copy| {
             if repair {
                 linker.repair(total as u32)?;
@@ -317,6 +324,14 @@ impl Index {
                 if on_copy {
                     st.release_vectors(0, total);
                 }
+            } else if linker.dropped.is_some() {
+                let mut nodes = std::mem::take(&mut *dropped.lock());
+                nodes.extend(start as u32..total as u32);
+                let replaced = entry_before.0;
+                if replaced != EMPTY && self.entry.lock().0 != replaced {
+                    nodes.push(replaced);
+                }
+                linker.repair_around(total as u32, nodes)?;
             }
             Ok(())
         });
