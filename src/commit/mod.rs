@@ -222,8 +222,7 @@ pub fn forget_lost_commit(storage: &Storage, seq: u64, slots: u64) -> Result<()>
         let level = lists::level_of(storage, slot);
         for layer in 0..=level.min(format::MAX_LEVEL) {
             let Some(list) = lists::list_of(storage, slot, layer) else { continue };
-            let entries: Vec<u32> =
-                list[2..2 + lists::list_len(list)].iter().map(|e| e.load(Relaxed)).collect();
+            let entries: Vec<u32> = lists::entries(list).iter().map(|e| e.load(Relaxed)).collect();
             if entries.iter().any(|&e| e as u64 >= slots) {
                 let kept: Vec<u32> = entries.into_iter().filter(|&e| (e as u64) < slots).collect();
                 lists::write_list(list, slot, layer, &kept, level);

@@ -379,9 +379,10 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
             // of the batches left 3 to 17 nodes unreachable with it, most batches 6 to 68
             // without it).
             let mut out_u = r.entries(u);
-            if out_u.iter().any(|&w| {
-                r.links_to(w, u) && r.entries(w).iter().any(|&x| x != u && r.links_to(x, w))
-            }) {
+            if out_u
+                .iter()
+                .any(|&w| r.links_to(w, u) && r.each(w).any(|x| x != u && r.links_to(x, w)))
+            {
                 continue;
             }
             let uv = r.vector(u);
@@ -498,19 +499,17 @@ impl<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> Repairer<'l, 'a, H> {
 
     /// The level-0 entries of `s` that lie inside the graph (those of a damaged list outside
     /// it go).
+    fn each(&self, s: u32) -> impl Iterator<Item = u32> + '_ {
+        lists::entries(self.linker.st.l0(s)).iter().map(|e| e.load(Relaxed)).filter(|&e| e < self.n)
+    }
+
     fn entries(&self, s: u32) -> Vec<u32> {
-        let l0 = self.linker.st.l0(s);
-        l0[2..2 + lists::list_len(l0)]
-            .iter()
-            .map(|e| e.load(Relaxed))
-            .filter(|&e| e < self.n)
-            .collect()
+        self.each(s).collect()
     }
 
     /// Whether `w`'s level-0 list holds `u`.
     fn links_to(&self, w: u32, u: u32) -> bool {
-        let l0 = self.linker.st.l0(w);
-        l0[2..2 + lists::list_len(l0)].iter().any(|e| e.load(Relaxed) == u)
+        lists::entries(self.linker.st.l0(w)).iter().any(|e| e.load(Relaxed) == u)
     }
 
     /// `s`'s vector as the graph's distances take it.

@@ -32,6 +32,12 @@ pub fn list_len(list: &[AtomicU32]) -> usize {
     ((list[0].load(Acquire) & 0xffff) as usize).min(list.len() - 2)
 }
 
+/// The entries a list holds (`list_len` of them, after its head and checksum words).
+#[inline(always)]
+pub fn entries(list: &[AtomicU32]) -> &[AtomicU32] {
+    &list[2..2 + list_len(list)]
+}
+
 /// The level stored in a slot's level-0 head.
 #[inline(always)]
 pub fn level_of(st: &Storage, slot: u32) -> usize {
@@ -93,7 +99,7 @@ pub fn restore_lists(st: &Storage, slot: u32, words: &[u32]) {
 pub fn mark_reachable(st: &Storage, n: u32, stack: &mut Vec<u32>, seen: &mut [bool]) {
     while let Some(s) = stack.pop() {
         let l0 = st.l0(s);
-        for e in &l0[2..2 + list_len(l0)] {
+        for e in entries(l0) {
             let nb = e.load(Relaxed);
             if nb < n && !seen[nb as usize] {
                 seen[nb as usize] = true;

@@ -73,7 +73,7 @@ impl Storage {
         if !cfg!(target_os = "linux") || self.is_memory() || n < SHADOW_MIN || !enabled() {
             return ShadowLists(None);
         }
-        // One shadow at a time: one whose batch never ended it (nothing can) holds nothing.
+        // One shadow at a time: one whose guard was never dropped (leaked) holds nothing.
         self.end_shadow(false);
         let bytes = n as usize * self.geo.l0_words * 4;
         let mut bufs = self.shadow.bufs.lock();
@@ -125,8 +125,8 @@ impl Storage {
 
 /// A batch's shadow of its level-0 lists (`Storage::shadow_lists`), ended on every way out of
 /// the batch: kept (copied to the file) by `keep`, thrown away by a drop without it.
-#[must_use = "dropping the guard throws the batch's lists away"]
 /// (None: the lists are written in place.)
+#[must_use = "dropping the guard throws the batch's lists away"]
 pub struct ShadowLists<'a>(Option<&'a Storage>);
 
 impl ShadowLists<'_> {
