@@ -37,6 +37,9 @@ memory it may use.
           and runs with CHASSIS_NAME_PAGES=0 alternate, --pairs pairs; medians and the median
           of the paired ratios.
 
+  beam    paired the same way: layer 0 expanding several candidates per round where pages are
+          named (the default, DiskANN's beam) against one at a time (CHASSIS_BEAM=1).
+
   commits paired: one add + flush() at a time (--adds of them) on a --commit-n x --dims index
           of the same generated data (float32, built once), runs with the redo log (the
           default) and with CHASSIS_REDO=0 alternating in fresh processes on fresh copies of
@@ -57,6 +60,7 @@ memory it may use.
     python benchmarks/bench_scale.py --only limit            # 1,000,000 x 384 (builds ~10 min)
     python benchmarks/bench_scale.py --only commits --pairs 4   # 100,000 x 384 (~3 min)
     python benchmarks/bench_scale.py --only naming --pairs 3
+    python benchmarks/bench_scale.py --only beam --pairs 3
     python benchmarks/bench_scale.py --n 200000 --json out.json
     python benchmarks/bench_scale.py --quick                 # smoke run, 20,000 x 384
 
@@ -306,27 +310,37 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def bench_naming(args: argparse.Namespace) -> dict[str, Any]:
-    """Paired: at a quarter of each file, runs with the pages named (the default) and with
-    CHASSIS_NAME_PAGES=0 alternate (on off, off on, ...), --pairs pairs per file."""
+# Paired comparisons at a quarter of each file: (label on, label off, environment of the off
+# runs). `naming`: the pages named (the default) against CHASSIS_NAME_PAGES=0; `beam`: layer 0
+# expanding several candidates per round (the default) against one at a time, CHASSIS_BEAM=1.
+PAIRED: dict[str, tuple[str, str, dict[str, str]]] = {
+    "naming": ("pages named", "not named", {"CHASSIS_NAME_PAGES": "0"}),
+    "beam": ("beam", "one at a time", {"CHASSIS_BEAM": "1"}),
+}
+
+
+def bench_paired(args: argparse.Namespace, what: str) -> dict[str, Any]:
+    """Paired: at a quarter of each file, runs of the default and runs with PAIRED[what]'s
+    environment alternate (on off, off on, ...), --pairs pairs per file."""
+    on_label, off_label, off_env = PAIRED[what]
     why = cgroup_problem()
     if why is not None:
-        log(f"  paired naming runs skipped: {why}")
+        log(f"  paired {what} runs skipped: {why}")
         return {"skipped": why}
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
     paths = {tag: build(base, workdir, tag, args.clusters, opts)[0] for tag, opts in FILES.items()}
     del base
-    out: dict[str, Any] = {"skipped": None, "files": {}}
+    out: dict[str, Any] = {"skipped": None, "labels": [on_label, off_label], "files": {}}
     for tag, path in paths.items():
         if tag not in ("float32", "int8"):
             continue
         limit = path.stat().st_size // 4
-        runs: dict[str, list[dict[str, Any]]] = {"named": [], "not named": []}
+        runs: dict[str, list[dict[str, Any]]] = {on_label: [], off_label: []}
         for i in range(args.pairs):
-            for mode in ("named", "not named") if i % 2 == 0 else ("not named", "named"):
-                env = {"CHASSIS_NAME_PAGES": "0"} if mode == "not named" else {}
+            for mode in (on_label, off_label) if i % 2 == 0 else (off_label, on_label):
+                env = off_env if mode == off_label else {}
                 r = limited_run(path, qf, gf, limit, args, "", env)
                 if "error" in r:
                     raise RuntimeError(f"{tag}, {mode}: {r['error'][-500:]}")
@@ -337,7 +351,7 @@ def bench_naming(args: argparse.Namespace) -> dict[str, Any]:
                     "run": r,
                 }
                 runs[mode].append(row)
-                log(f"  {tag}, {mode}: QPS {row['qps']:.0f}, batch {row['qps_batch']:.0f}")
+                log(f"  {tag}, {mode}: QPS {row['qps']}, batch {row['qps_batch']} (recall 0.95)")
         out["files"][tag] = runs
     return out
 
@@ -414,32 +428,43 @@ def print_commits(res: dict[str, Any]) -> None:
     print(f"paired ratio of add+flush medians (redo log / index file): {np.median(ratios):.2f}")
 
 
-def print_naming(res: dict[str, Any]) -> None:
+def print_paired(res: dict[str, Any], what: str) -> None:
     if res.get("skipped"):
-        print(f"paired naming runs skipped: {res['skipped']}")
+        print(f"paired {what} runs skipped: {res['skipped']}")
         return
     import statistics
 
+    on_label, off_label = res["labels"]
     rows = []
     for tag, runs in res["files"].items():
-        for key, what in (
+        for key, label in (
             ("qps", "QPS, one query at a time"),
             ("qps_batch", "QPS, batch on 2 threads"),
+            ("read_mib_per_query", "MiB read per query"),
         ):
-            on = [r[key] for r in runs["named"]]
-            off = [r[key] for r in runs["not named"]]
-            ratios = [a / b for a, b in zip(on, off)]
+            # A run whose recall missed 0.95 in the ef sweep (a block of unseen queries) counts
+            # out, with its pair.
+            pairs = [
+                (a[key], b[key])
+                for a, b in zip(runs[on_label], runs[off_label])
+                if a[key] is not None and b[key] is not None
+            ]
+            if not pairs:
+                rows.append([tag, label, "-", "-", "recall 0.95 not reached"])
+                continue
+            on, off = [p[0] for p in pairs], [p[1] for p in pairs]
+            ratios = [a / b for a, b in pairs]
             rows.append(
                 [
                     tag,
-                    what,
-                    f"{statistics.median(on):,.0f}",
-                    f"{statistics.median(off):,.0f}",
+                    label,
+                    f"{statistics.median(on):,.2f}",
+                    f"{statistics.median(off):,.2f}",
                     f"{statistics.median(ratios):.2f}",
                 ]
             )
     print("\nAt a quarter of the file, recall@10 = 0.95, pairs alternated; medians")
-    print(table(["file", "", "pages named", "not named", "paired ratio"], rows))
+    print(table(["file", "", on_label, off_label, "paired ratio"], rows))
 
 
 def print_limit(res: dict[str, Any]) -> None:
@@ -861,7 +886,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--only",
         default="peers,limit,naming,commits",
-        help="peers, limit, naming, commits, alone (comma-separated)",
+        help="peers, limit, naming, beam, commits, alone (comma-separated)",
     )
     ap.add_argument(
         "--engines", type=lambda s: s.split(","), default=PEERS.split(","), help="of --only peers"
@@ -893,7 +918,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--commit-n", type=int, default=100_000, help="index size of the commits runs")
     ap.add_argument("--adds", type=int, default=1000, help="add + flush calls per commits run")
-    ap.add_argument("--pairs", type=int, default=2, help="pairs of the naming comparison")
+    ap.add_argument("--pairs", type=int, default=2, help="pairs of the naming and beam comparisons")
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--dims", type=int, default=384)
     ap.add_argument("--nq", type=int, default=1000)
@@ -928,9 +953,10 @@ def main(argv: list[str] | None = None) -> int:
     if "limit" in only:
         res["limit"] = bench_limit(args)
         print_limit(res["limit"])
-    if "naming" in only:
-        res["naming"] = bench_naming(args)
-        print_naming(res["naming"])
+    for what in PAIRED:
+        if what in only:
+            res[what] = bench_paired(args, what)
+            print_paired(res[what], what)
     if "alone" in only:
         res["alone"] = bench_alone(args)
         res["alone"]["checks"] = print_alone(res["alone"])

@@ -180,9 +180,17 @@ def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quan
         ix.add_batch(base)
         ix.flush()
     size = os.path.getsize(path)
-    # The oracle: the same searches with the file in memory, in this process.
+    # The oracles: the exact top 10 (brute force in NumPy), and the recall of the same
+    # searches with the file in memory, in this process (one candidate at a time; the child,
+    # short of memory, expands several per round and may return other ids, never worse).
+    d2 = (queries**2).sum(1)[:, None] - 2 * queries @ base.T + (base**2).sum(1)[None, :]
+    exact = np.argsort(d2, axis=1)[:, :10]
     with chassis.IndexReader(path) as r:
         want = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
+
+    def recall(ids: list[list[int]]) -> float:
+        return float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, exact.tolist())]))
+
     evict(path)
     qfile = tmp_path / "q.npy"
     np.save(qfile, queries)
@@ -206,7 +214,9 @@ def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quan
     assert_child_ok(proc, "search under a memory limit")
     assert "oom_kill 0" in oom, oom
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["ids"] == want
+    assert all(len(set(a)) == 10 for a in out["ids"]), out["ids"]
+    assert recall(out["ids"]) >= recall(want) - 0.01, (recall(out["ids"]), recall(want))
+    assert recall(want) > 0.8, recall(want)
     # Larger than the memory it may use: read at random, pages named.
     assert out["naming"] is True and out["random"] and any(out["random"]), out
     assert sum(out["writer_random"]) > sum(out["random"]), out  # the writer's own are `rr`

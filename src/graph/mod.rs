@@ -5,7 +5,8 @@
 //! |---------------|-------------------------------------------------------------------------|
 //! | `mod.rs`      | [`Graph`], [`Start`], per-thread [`Scratch`], distances to stored vectors |
 //! |               | (or to a half-precision copy, or to 8-bit codes: `crate::quant`)        |
-//! | `search.rs`   | the search loop: greedy descent, layer search, k-NN, exact scans        |
+//! | `search.rs`   | the search loop: greedy descent, layer search (a beam of candidates per |
+//! |               | round where the index is short of memory), k-NN, exact scans            |
 //! | `insert.rs`   | insertion with the HNSW paper's neighbor heuristic; [`insert::Linker`]  |
 //! |               | links a batch on threads and repairs reachability                       |
 //! | `halfcopy.rs` | the half-precision copy a large batch is linked on, and when it pays    |
@@ -124,6 +125,8 @@ pub struct Scratch {
     /// Results so far, farthest on top.
     top: BinaryHeap<u64>,
     buf: Vec<u32>,
+    /// The nodes of a beam round (`search_beam`).
+    round: Vec<u32>,
     /// Nodes the current descent measured, as packed keys (see `Start`).
     seen: Vec<u64>,
     /// A decoded stored vector (f16 storage) for node-to-node distances.
@@ -161,6 +164,7 @@ impl Scratch {
             cand: BinaryHeap::new(),
             top: BinaryHeap::new(),
             buf: Vec::new(),
+            round: Vec::new(),
             seen: Vec::new(),
             vec_a: Vec::new(),
             vec_b: Vec::new(),
@@ -210,12 +214,25 @@ const GROUP_MIN_BYTES: usize = 1024;
 /// 0 groups every search, a large value none). Read once.
 fn group_min_bytes() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("CHASSIS_GROUP_MIN_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(GROUP_MIN_BYTES)
-    })
+    *V.get_or_init(|| env_count("CHASSIS_GROUP_MIN_BYTES").unwrap_or(GROUP_MIN_BYTES))
+}
+
+/// A count from the environment variable `name`, if set to one (measuring knobs).
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// Candidates a search short of memory expands per round on layer 0 (see `search_beam`).
+/// 1,000,000 x 384 float32 at a quarter of the file, paired against one at a time, one query
+/// at a time: 2 gave 1.03x, 4 1.36x, 8 1.63x, 16 1.70x but read 22% more pages (8: 10%), which
+/// a disk bound by its reads per second pays for (`docs/benchmarks.md`).
+const BEAM: usize = 8;
+
+/// BEAM, or `CHASSIS_BEAM` from the environment (1: one candidate at a time, as a search of an
+/// index in memory; for measuring). Read once.
+fn beam_width() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| env_count("CHASSIS_BEAM").unwrap_or(BEAM).clamp(1, 64))
 }
 
 thread_local! {
@@ -267,6 +284,9 @@ pub struct Graph<'a> {
     /// to the system before reading them.
     will_need: bool,
     lists_cold: bool,
+    /// Candidates layer 0 expands per round (`search_beam`): `beam_width()` while pages are
+    /// named, else 1 (one at a time, `search_layer`).
+    beam: usize,
     /// Linking a small batch: the nodes its links push out of level-0 lists are noted in the
     /// thread's `Scratch::dropped` (see `Linker::repair_around`).
     track_dropped: bool,
@@ -330,6 +350,7 @@ impl<'a> Graph<'a> {
             metric,
             will_need: false,
             lists_cold: false,
+            beam: 1,
             track_dropped: false,
         }
     }
@@ -340,6 +361,7 @@ impl<'a> Graph<'a> {
     pub fn naming_pages(mut self, rows: bool, lists: bool) -> Self {
         self.will_need = rows && self.copy.is_none() && self.codes.is_none();
         self.lists_cold = lists;
+        self.beam = if self.will_need || lists { beam_width() } else { 1 };
         self
     }
 

@@ -243,3 +243,54 @@ fn a_batch_with_few_connections_leaves_every_node_reachable() {
     assert_eq!(unreachable(&idx), 0, "nodes with no way in, of {n}");
     assert!(idx.check(&Control::default()).unwrap().unreachable.is_empty());
 }
+
+/// A search short of memory expands several candidates per round (`search_beam`). Oracle:
+/// brute-force k-NN over every vector. Its recall at each ef is at least that of one candidate
+/// at a time less 0.005 (it expands more nodes, never fewer), its results are distinct, in
+/// order, at their true distances, and a filter holds.
+#[test]
+fn beam_rounds_find_what_one_at_a_time_finds() {
+    let (d, n, k) = (24usize, 6000usize, 10usize);
+    let (idx, mut r) = random_index(d, n, 0x5eed_bea4_u64, 2);
+    let snap = idx.snap();
+    let one = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
+    let mut beam = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
+    beam.beam = 4;
+    let all = |_: u32| true;
+    let even = |s: u32| s.is_multiple_of(2);
+    for ef in [10usize, 24, 64] {
+        let (mut hits_one, mut hits_beam, mut hits_even) = (0, 0, 0);
+        for _ in 0..100 {
+            let q: Vec<f32> = (0..d).map(|_| r()).collect();
+            let mut exact: Vec<(f32, u32)> = (0..n as u32).map(|s| (one.dist(&q, s), s)).collect();
+            exact.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let want: Vec<u32> = exact[..k].iter().map(|e| e.1).collect();
+            let want_even: Vec<u32> =
+                exact.iter().map(|e| e.1).filter(|&s| even(s)).take(k).collect();
+            let run = |g: &Graph, accept: &dyn Fn(u32) -> bool| {
+                g.knn(&q, k, ef, snap.entry, snap.max_level, snap.slots as u32, &accept, None)
+            };
+            let a = run(&one, &all);
+            let b = run(&beam, &all);
+            let c = run(&beam, &even);
+            for got in [&b, &c] {
+                assert_eq!(got.len(), k);
+                assert!(got.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 != w[1].1));
+                for &(dd, s) in got.iter() {
+                    assert_eq!(dd.to_bits(), one.dist(&q, s).to_bits());
+                }
+            }
+            assert!(c.iter().all(|&(_, s)| even(s)));
+            hits_one += a.iter().filter(|e| want.contains(&e.1)).count();
+            hits_beam += b.iter().filter(|e| want.contains(&e.1)).count();
+            hits_even += c.iter().filter(|e| want_even.contains(&e.1)).count();
+        }
+        let (r1, rb, re) =
+            (hits_one as f64 / 1000.0, hits_beam as f64 / 1000.0, hits_even as f64 / 1000.0);
+        assert!(rb >= r1 - 0.005, "ef {ef}: beam recall {rb} against {r1} one at a time");
+        assert!(re >= r1 - 0.05, "ef {ef}: filtered beam recall {re} against {r1}");
+        if ef == 64 {
+            assert!(rb >= 0.9, "beam recall {rb} at ef 64");
+        }
+    }
+}

@@ -4,16 +4,17 @@
 //! A search that faults on a page of the file waits for that read before it knows what to read
 //! next: one disk round trip per page. Naming the pages of the neighbors it is about to measure
 //! (`Storage::will_need`, POSIX_FADV_WILLNEED: no wait) puts their reads in flight together, so
-//! a node's expansion waits about one round trip. The advice is a system call per page, about
-//! 0.3 us here on a page already in memory: more than a whole distance, so it is given only
-//! while the index is short of memory. Whether it is comes from sampling: at most once a
-//! second, the search that finds the last sample stale asks `mincore` about 64 pages picked at
-//! random in each area searches read (codes, vectors, graph: slot headers, lists and the upper
-//! layers), about 0.1 ms in all; an area with 2 or more of its 64 pages out of memory (about
-//! 3%) is cold. An index read in by `warm`, or one that fits and has been searched long enough,
-//! samples warm and searches as before. (ADR-0019 left paging in a node's neighbors from inside
-//! every search out, because it slowed the searches of a file already in memory: this is that,
-//! only where the file is not.)
+//! a node's expansion waits about one round trip; layer 0 then also expands several candidates
+//! per round (`Graph::naming_pages` sets the beam), so a round of them waits about one. The
+//! advice is a system call per page, about 0.3 us here on a page already in memory: more than
+//! a whole distance, so it is given only while the index is short of memory. Whether it is
+//! comes from sampling: at most once a second, the search that finds the last sample stale
+//! asks `mincore` about 64 pages picked at random in each area searches read (codes, vectors,
+//! graph: slot headers, lists and the upper layers), about 0.1 ms in all; an area with 2 or
+//! more of its 64 pages out of memory (about 3%) is cold. An index read in by `warm`, or one
+//! that fits and has been searched long enough, samples warm and searches as before. (ADR-0019
+//! left paging in a node's neighbors from inside every search out, because it slowed the
+//! searches of a file already in memory: this is that, only where the file is not.)
 //!
 //! The same sample first asks whether the index is larger than the memory it may use (more than
 //! 3/4 of MemAvailable, or of the process's cgroup limit where lower: `os::memory_available`).
