@@ -12,7 +12,7 @@
 //! and max of each dimension (quantile 1) did as well as 0.9999 or 0.999 with the rerank.
 //! Reranking fewer than the beam: the best 20 (2k) or half the beam lost no recall from ef 24 up
 //! and gained 3-15% QPS; half of a beam of 16 (10) lost 0.005. So the default to build:
-//! `min(ef, max(2k, ef / 2))`.
+//! `min(ef, max(2k, ef / 2))` (since `ef / 4`: `index::search::rerank_count`).
 
 use super::*;
 use crate::graph::Graph;
