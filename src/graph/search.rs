@@ -46,28 +46,19 @@ impl<'a> Graph<'a> {
     /// visited, their vectors prefetched, counted as measured.
     #[inline(always)]
     pub(super) fn gather(&self, list: &[AtomicU32], limit: u32, sc: &mut Scratch) {
-        let n = lists::list_len(list);
         sc.buf.clear();
-        for e in &list[2..2 + n] {
-            let nb = e.load(Relaxed);
-            if nb < limit && sc.visit(nb) {
-                self.prefetch_vector(nb);
-                sc.buf.push(nb);
-            }
-        }
+        self.gather_more(list, limit, sc);
         if self.will_need {
             sc.buf.iter().for_each(|&nb| self.name_row(nb));
         }
-        sc.dists += sc.buf.len() as u64;
     }
 
     /// `gather` for a beam round (`search_beam`): appends to `sc.buf`, names nothing (the
     /// round names the rows of all its lists at once).
     #[inline(always)]
     fn gather_more(&self, list: &[AtomicU32], limit: u32, sc: &mut Scratch) {
-        let n = lists::list_len(list);
         let from = sc.buf.len();
-        for e in &list[2..2 + n] {
+        for e in lists::entries(list) {
             let nb = e.load(Relaxed);
             if nb < limit && sc.visit(nb) {
                 self.prefetch_vector(nb);
@@ -114,22 +105,7 @@ impl<'a> Graph<'a> {
         sc: &mut Scratch,
         accept: &F,
     ) {
-        sc.new_epoch(self.limit as usize);
-        sc.top.clear();
-        sc.cand.clear();
-        for (d, e) in entries {
-            if e >= self.limit || !sc.visit(e) {
-                continue;
-            }
-            if accept(e) {
-                sc.top.push(pack(d, e));
-                if sc.top.len() > ef {
-                    sc.top.pop();
-                }
-            }
-            sc.cand.push(std::cmp::Reverse(pack(d, e)));
-        }
-        let mut bound = sc.top.peek().map(|t| unkey(*t)).unwrap_or(f32::INFINITY);
+        let mut bound = Self::begin_layer(entries, ef, self.limit, sc, accept);
         while let Some(std::cmp::Reverse(c)) = sc.cand.pop() {
             let cd = unkey(c);
             if cd > bound && sc.top.len() >= ef {
@@ -210,10 +186,12 @@ impl<'a> Graph<'a> {
     /// The same results rule as `search_layer` (the `ef` nearest accepted); it expands more
     /// nodes than one at a time would (a round's later nodes are not held back by what its
     /// first finds), which costs distances, not recall.
-    /// Apart from `search_layer` (`begin_layer` and `offer` are its steps, which that loop
-    /// keeps inline): one function for both, dispatching on the width, made a 1-thread MiniLM
-    /// `search_batch` in memory 0.93-0.99x as fast (5 pairs of processes, the build before and
-    /// this one alternating; median 0.95x); apart, 0.96-1.04x (6 pairs, median 1.01x).
+    /// Apart from `search_layer`, which shares its start (`begin_layer`) and its gathering
+    /// (`gather_more`) but keeps `offer` inline in its own loop: one function for both,
+    /// dispatching on the width, made a 1-thread MiniLM `search_batch` in memory 0.93-0.99x as
+    /// fast (5 pairs of processes, the build before and this one alternating; median 0.95x);
+    /// apart, 0.96-1.04x (6 pairs, median 1.01x); with the shared start and gathering,
+    /// 0.96-1.08x (6 pairs, median 1.00x), identical ids.
     #[inline(never)]
     fn search_beam<F: Fn(u32) -> bool>(
         &self,
