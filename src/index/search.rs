@@ -305,6 +305,9 @@ impl Index {
                         });
                         let name = |s: u32| st.will_need(s, Area::Vector);
                         let name = cold.vectors.then_some(&name as &dyn Fn(u32));
+                        // The first k + 2 (about what a rerank measures on MiniLM) come
+                        // in together; see `Graph::prefetch_rows`.
+                        exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
                         rerank_found(&found, k, rerank.is_none(), name, |s| exact.dist(q, s))
                     }
                     None => Graph::new(st, self.metric(), limit)
