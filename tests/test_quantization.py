@@ -88,6 +88,14 @@ def test_codes_keep_the_float_recall_and_return_exact_distances(tmp_path, data, 
         rdist, exact_distances(data, rid, queries, metric), rtol=1e-4, atol=1e-4
     )
     assert 0.85 <= recall_at_k(rid, true_ids) <= recall_at_k(cid, true_ids)
+    # the default stops measuring once the rest cannot enter the k nearest: it finds what
+    # measuring the whole beam again finds (k = 1, 10 and 50; one query's worth of margin)
+    for k, ef in ((1, 32), (K, 64), (50, 128)):
+        t_ids, _ = brute_force_knn(data, queries, k, metric)
+        aid, _ = coded.search_batch(queries, k, ef=ef)
+        wid, _ = coded.search_batch(queries, k, ef=ef, rerank=ef)
+        ra, rw = recall_at_k(aid, t_ids), recall_at_k(wid, t_ids)
+        assert ra >= rw - 1 / len(queries), f"k {k}: {ra:.3f} by default, {rw:.3f} all measured"
 
 
 def test_training_waits_for_1000_rows_and_a_sample_can_come_first(tmp_path, data, queries):
