@@ -3,7 +3,9 @@
 //! its `step`), `dot(q, code, n) = sum q[i] * code[i]` (the query's `w = q * step`).
 //!
 //! Each code is widened to f32 and met by one fused multiply-add (dot), or two (l2): the
-//! arithmetic of a float distance on a quarter of the bytes. One set is chosen at run time, as
+//! arithmetic of a float distance on a quarter of the bytes. On AVX-512 the grouped kernels
+//! interleave four codes (a search measures every code four at a time: see
+//! `graph::code_group_min_bytes`); elsewhere they are four calls. One set is chosen at run time, as
 //! for float vectors (`crate::distance`), and `CHASSIS_KERNEL` forces a lower level.
 
 use crate::distance::{Kernel, Kernel4};
@@ -197,8 +199,6 @@ mod x86 {
         _mm512_reduce_add_epi32(_mm512_add_epi32(a[0], a[1])) as f32
     }
 
-    four_calls!(l2_avx512_x4, l2_avx512);
-    four_calls!(dot_avx512_x4, dot_avx512);
     four_calls!(l2_avx2_x4, l2_avx2);
     four_calls!(dot_avx2_x4, dot_avx2);
 
@@ -281,6 +281,75 @@ mod x86 {
     }
     avx512_codes!(l2_avx512, l2_step512);
     avx512_codes!(dot_avx512, dot_step512);
+
+    /// `avx512_codes` over four codes at once: per code the same steps into the same
+    /// accumulators in the same order, with the same fused operations on the same values (so
+    /// each result is bitwise the single kernel's), the query's chunks loaded once for all
+    /// four, and the four codes' loads interleaved so their misses overlap. 16 accumulators,
+    /// two query chunks and the widened codes fit AVX-512's 32 registers.
+    macro_rules! avx512_codes4 {
+        ($name:ident, $step:ident, $steps:expr) => {
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+            unsafe fn $name(q: *const f32, c: &[*const u8; 4], n: usize) -> [f32; 4] {
+                // The query's chunk at `i` (masked by `m`), and its steps' chunk where the
+                // query has them (`$steps`: l2's query is `2n` values, a dot's `n`).
+                let load = |i: usize, m: __mmask16| {
+                    let x = q16(q, i, m);
+                    (x, if $steps { q16(q.add(n), i, m) } else { x })
+                };
+                let mut a = [[_mm512_setzero_ps(); 4]; 4];
+                let mut i = 0;
+                while i + 64 <= n {
+                    for j in 0..4 {
+                        let at = i + 16 * j;
+                        let (x, y) = load(at, 0xffff);
+                        for t in 0..4 {
+                            a[t][j] = $step(x, y, codes16(c[t], at, 0xffff), a[t][j]);
+                        }
+                    }
+                    i += 64;
+                }
+                for j in 0..3 {
+                    if i + 16 <= n {
+                        let (x, y) = load(i, 0xffff);
+                        for t in 0..4 {
+                            a[t][j] = $step(x, y, codes16(c[t], i, 0xffff), a[t][j]);
+                        }
+                        i += 16;
+                    }
+                }
+                if i < n {
+                    let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
+                    let (x, y) = load(i, m);
+                    for t in 0..4 {
+                        a[t][3] = $step(x, y, codes16(c[t], i, m), a[t][3]);
+                    }
+                }
+                let mut out = [0f32; 4];
+                for t in 0..4 {
+                    let b = &a[t];
+                    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(
+                        _mm512_add_ps(b[0], b[1]),
+                        _mm512_add_ps(b[2], b[3]),
+                    ));
+                }
+                out
+            }
+        };
+    }
+    /// `l2_step512` on chunks already loaded: `x` of `b`, `y` of the steps.
+    #[inline(always)]
+    unsafe fn l2_step512_x(x: __m512, y: __m512, code: __m512, acc: __m512) -> __m512 {
+        let d = _mm512_fnmadd_ps(y, code, x);
+        _mm512_fmadd_ps(d, d, acc)
+    }
+    /// `dot_step512` on a chunk already loaded (`y` unused).
+    #[inline(always)]
+    unsafe fn dot_step512_x(x: __m512, _y: __m512, code: __m512, acc: __m512) -> __m512 {
+        _mm512_fmadd_ps(x, code, acc)
+    }
+    avx512_codes4!(l2_avx512_x4, l2_step512_x, true);
+    avx512_codes4!(dot_avx512_x4, dot_step512_x, false);
 
     /// 8 codes from `c + i` as f32.
     #[inline(always)]
