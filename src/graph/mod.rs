@@ -222,7 +222,9 @@ fn group_min_bytes() -> usize {
 /// codes' loads and conversions in flight together beat one at a time even where a code is
 /// whole in the prefetched lines. MiniLM (384 bytes a code), a process per variant,
 /// alternating, one thread: `search_batch` 1.08-1.14x (4 pairs), a `search` loop 1.07-1.14x
-/// (2 pairs); clustered 128-d (128 bytes) 1.00-1.09x (3 pairs); identical ids.
+/// (2 pairs); clustered 128-d (128 bytes) 1.00-1.09x (3 pairs); identical ids. Where the
+/// grouped kernels are four plain calls (AVX2, forced with `CHASSIS_KERNEL=avx2`, MiniLM, 3
+/// pairs) 0.99-1.05x: no loss.
 /// `CHASSIS_CODE_GROUP_MIN_BYTES` sets a floor instead (for measuring). Read once.
 fn code_group_min_bytes() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
