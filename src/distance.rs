@@ -233,7 +233,7 @@ pub mod scalar {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::KernelSet;
     use std::arch::x86_64::*;
 
@@ -323,6 +323,17 @@ mod x86 {
     four_calls!(l2_f16_avx2_x4, l2_f16_avx2);
     four_calls!(dot_f16_avx2_x4, dot_f16_avx2);
 
+    /// The sum of four accumulators' lanes, in the one order every AVX-512 kernel here and in
+    /// `quant::kernels` ends with: a grouped kernel is bitwise its single kernel because both
+    /// end in this call.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F (the callers' own `target_feature`, into which it inlines).
+    #[inline(always)]
+    pub(crate) unsafe fn sum512(a: &[__m512; 4]) -> f32 {
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])))
+    }
+
     /// AVX-512: 16 lanes, four accumulators, and a masked load for the tail (no scalar loop).
     macro_rules! avx512_kernel {
         ($name:ident, $load:ident, $op:ident) => {
@@ -354,10 +365,7 @@ mod x86 {
                     let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
                     a[3] = $op(_mm512_maskz_loadu_ps(m, q.add(i)), $load(v, i, m), a[3]);
                 }
-                _mm512_reduce_add_ps(_mm512_add_ps(
-                    _mm512_add_ps(a[0], a[1]),
-                    _mm512_add_ps(a[2], a[3]),
-                ))
+                sum512(&a)
             }
         };
     }
@@ -427,15 +435,7 @@ mod x86 {
                         a[t][3] = $op(x, $load(v[t], i, m), a[t][3]);
                     }
                 }
-                let mut out = [0f32; 4];
-                for t in 0..4 {
-                    let b = &a[t];
-                    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(
-                        _mm512_add_ps(b[0], b[1]),
-                        _mm512_add_ps(b[2], b[3]),
-                    ));
-                }
-                out
+                [sum512(&a[0]), sum512(&a[1]), sum512(&a[2]), sum512(&a[3])]
             }
         };
     }

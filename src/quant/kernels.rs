@@ -156,6 +156,7 @@ pub fn dot_i16_best() -> Kernel {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::CodeKernels;
+    use crate::distance::x86::sum512;
     use std::arch::x86_64::*;
 
     pub const AVX512: CodeKernels = CodeKernels {
@@ -248,10 +249,7 @@ mod x86 {
                     let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
                     a[3] = $step(q, c, n, i, m, a[3]);
                 }
-                _mm512_reduce_add_ps(_mm512_add_ps(
-                    _mm512_add_ps(a[0], a[1]),
-                    _mm512_add_ps(a[2], a[3]),
-                ))
+                sum512(&a)
             }
         };
     }
@@ -325,15 +323,7 @@ mod x86 {
                         a[t][3] = $step(x, y, codes16(c[t], i, m), a[t][3]);
                     }
                 }
-                let mut out = [0f32; 4];
-                for t in 0..4 {
-                    let b = &a[t];
-                    out[t] = _mm512_reduce_add_ps(_mm512_add_ps(
-                        _mm512_add_ps(b[0], b[1]),
-                        _mm512_add_ps(b[2], b[3]),
-                    ));
-                }
-                out
+                [sum512(&a[0]), sum512(&a[1]), sum512(&a[2]), sum512(&a[3])]
             }
         };
     }
