@@ -28,8 +28,9 @@ memory it may use.
           the first query, two warm-up blocks (at the lowest and highest ef), then per ef a block
           one query at a time on one thread (QPS, p50 / p99 latency, recall@10, MiB read from
           the disk per query by /proc/self/io read_bytes) and a block by search_batch on 2
-          threads. Variants: each file as it is, and after warm(vectors=False) (all but the full
-          vectors read in first). Whether the kernel killed the
+          threads (--settle N: N more blocks at the first ef before those, each reported, for a
+          reader that has run a while). Variants (--variants to choose): each file as it is, and
+          after warm(vectors=False) (all but the full vectors read in first). Whether the kernel killed the
           process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
           (/sys/fs/cgroup/memory); without them only the unlimited runs are made, and it says so.
 
@@ -217,6 +218,7 @@ def limited_run(
         ",".join(map(str, args.efs)),
         "2",
         warm,
+        str(args.settle),
     ]
     env = {**os.environ, **(env or {})}
     if limit is None:
@@ -282,6 +284,8 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
     if why is not None:
         log(f"  memory-limited runs skipped: {why}")
     for name, (tag, warm, env) in VARIANTS.items():
+        if args.variants and name not in args.variants:
+            continue
         path = paths[tag]
         size = path.stat().st_size
         limits: list[int | None] = [None]
@@ -306,6 +310,10 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
                     for p in r["loop"]
                 ]
                 log(f"  {name}, limit {lim}: (ef, recall, QPS, MiB/query) {pts}")
+                if r.get("settle"):
+                    qps = [round(b["qps"]) for b in r["settle"]]
+                    mib = [round(b["read_mib_per_query"], 2) for b in r["settle"]]
+                    log(f"    settling at ef {args.efs[0]}: QPS {qps}, MiB/query {mib}")
         out["variants"][name] = v
     return out
 
@@ -926,6 +934,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--block", type=int, default=100, help="queries per measured block")
     ap.add_argument("--efs", type=lambda s: [int(x) for x in s.split(",")], default=[64, 128, 256])
     ap.add_argument("--fractions", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
+    ap.add_argument(
+        "--settle",
+        type=int,
+        default=0,
+        help="limit: this many more blocks at the first ef before the measured ones, each reported",
+    )
+    ap.add_argument(
+        "--variants",
+        type=lambda s: [x.strip() for x in s.split(";")],
+        default=[],
+        help="limit: only these variants (';'-separated names, as in VARIANTS: 'int8;half')",
+    )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument(
         "--workdir",

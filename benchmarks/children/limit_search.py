@@ -2,15 +2,18 @@
 (which the parent has put in a cgroup with a memory limit, the file evicted first) and search
 blocks of queries, each block new to the process; print one JSON line.
 
-    python benchmarks/children/limit_search.py PATH QUERIES.npy GT.npy K BLOCK EFS THREADS2 [WARM]
+    python benchmarks/children/limit_search.py PATH QUERIES.npy GT.npy K BLOCK EFS THREADS2 [WARM [SETTLE]]
 
 First the open, then one query alone (the first query on an evicted file), then a block of
 BLOCK queries at the first ef (warm-up, reported apart), then per ef in EFS (comma-separated)
 one block searched one query at a time on one thread (QPS, p50 / p99 latency, recall@K, bytes
 read from the disk per query by /proc/self/io read_bytes), and one block by search_batch on
 THREADS2 threads. WARM "walk": before the first query, warm(vectors=False) reads in all but the
-full vectors, and the time it took is reported. Queries are never repeated: a block's pages are not already in memory
-because an earlier block asked for them.
+full vectors, and the time it took is reported. SETTLE: that many more blocks at
+the first ef after the warm-up, each reported (QPS, MiB read per query, recall, and what of the
+codes, vectors and graph is in memory after it), before the measured blocks: how a
+long-running process settles as the memory it may use fills. Queries are never repeated: a
+block's pages are not already in memory because an earlier block asked for them.
 """
 
 import json
@@ -39,6 +42,7 @@ def main() -> None:
     efs = [int(e) for e in sys.argv[6].split(",")]
     threads2 = int(sys.argv[7])
     warm = sys.argv[8] if len(sys.argv) > 8 else ""
+    settle = int(sys.argv[9]) if len(sys.argv) > 9 else 0
     queries, gt = np.load(qfile), np.load(gtfile)
     import chassis
 
@@ -87,6 +91,13 @@ def main() -> None:
 
     out["warmup"] = loop(efs[0])
     out["warmup2"] = loop(efs[-1])
+    out["settle"] = []
+    for _ in range(settle):
+        b = loop(efs[0])
+        st = index.memory_stats()
+        for key in ("code", "vector", "graph"):
+            b[f"resident_{key}_mib"] = st[f"resident_{key}_bytes"] / 2**20
+        out["settle"].append(b)
     out["loop"] = [loop(ef) for ef in efs]
     batch = []
     for ef in efs:
