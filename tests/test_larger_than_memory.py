@@ -75,6 +75,46 @@ def test_an_index_that_fits_keeps_read_around_and_names_no_pages(tmp_path, quant
         assert cold == [[h.id for h in r.search(q, 10, ef=64)] for q in queries]
 
 
+OPEN_CHILD = r"""
+import json, sys
+import chassis
+def read_bytes():
+    for line in open("/proc/self/io"):
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+before = read_bytes()
+r = chassis.IndexReader(sys.argv[1])
+read = read_bytes() - before
+q = [float(x) for x in sys.argv[2].split(",")]
+print(json.dumps({"read": read, "top": r.search(q, 1)[0].id, "quantization": r.quantization}))
+"""
+
+
+@linux
+@pytest.mark.parametrize("quantization", [None, "int8"])
+def test_opening_an_evicted_index_reads_its_headers_and_nothing_around_them(tmp_path, quantization):
+    # Oracle: the kernel's count of bytes this fresh process read from the disk
+    # (/proc/self/io). An open reads the two header copies' first pages, and the quantizer's
+    # page with codes; a fault on a mapping there would read the kernel's read-around (128 KiB
+    # by default, up to read_ahead_kb). Then brute force: the reader finds a stored vector.
+    path = str(tmp_path / "a.chassis")
+    base, _ = datasets.clustered(30_000, 64, 1, seed=9)
+    with chassis.VectorIndex(path, 64, chassis.IndexOptions(quantization=quantization)) as ix:
+        ix.add_batch(base)
+        ix.flush()
+    evict(path)
+    q = base[1234]
+    nearest = int(np.argmin(((base - q) ** 2).sum(1)))
+    proc = run_python(OPEN_CHILD, path, ",".join(map(str, q.tolist())))
+    assert_child_ok(proc, "open of an evicted index")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["quantization"] == quantization
+    assert out["top"] == nearest
+    if out["read"] == 0:
+        pytest.skip("this kernel does not count the process's reads (/proc/self/io)")
+    assert out["read"] <= 32 * 1024, f"the open read {out['read']} bytes"
+
+
 @linux
 @pytest.mark.parametrize("quantization", [None, "int8"])
 def test_warm_without_vectors_reads_what_searches_walk(tmp_path, quantization):

@@ -72,7 +72,11 @@ pub struct VectorIndex {
     /// None once closed. The lock is held only to clone or take the Arc: calls run on their
     /// own clone, without it.
     inner: RwLock<Option<Arc<Index>>>,
-    path: Py<PyAny>,
+    /// `os.fspath` of the path the index was opened with; None in memory.
+    fspath: Py<PyAny>,
+    /// `fspath` as a `pathlib.Path`, made when first asked for (importing pathlib took 3.9
+    /// ms of a fresh process's first open).
+    path: std::sync::OnceLock<Py<PyAny>>,
     dims: usize,
     metric: Metric,
     precision: Precision,
@@ -113,7 +117,7 @@ impl VectorIndex {
         out
     }
 
-    fn wrap(py: Python<'_>, idx: Index, path: Py<PyAny>, read_only: bool) -> PyResult<Self> {
+    fn wrap(py: Python<'_>, idx: Index, fspath: Py<PyAny>, read_only: bool) -> PyResult<Self> {
         for w in &idx.warnings {
             let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
             PyErr::warn(py, &cat, &std::ffi::CString::new(w.as_str()).unwrap_or_default(), 1)?;
@@ -125,7 +129,8 @@ impl VectorIndex {
             precision: idx.precision(),
             quantization: idx.quantization(),
             read_only,
-            path,
+            fspath,
+            path: std::sync::OnceLock::new(),
             inner: RwLock::new(Some(Arc::new(idx))),
         })
     }
@@ -215,8 +220,7 @@ impl VectorIndex {
         let idx = py
             .detach(|| Index::open(&p, dims, opts.as_ref().map(|o| &o.0), mode))
             .map_err(to_py)?;
-        let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
-        Self::wrap(py, idx, pathobj, read_only)
+        Self::wrap(py, idx, fspath.unbind(), read_only)
     }
 
     /// Copy an index file into memory, or open it as a writer.
@@ -269,8 +273,7 @@ impl VectorIndex {
             let idx = py
                 .detach(|| Index::open(&p, None, opts.as_ref().map(|o| &o.0), Mode::Write))
                 .map_err(to_py)?;
-            let pathobj = py.import("pathlib")?.getattr("Path")?.call1((fspath,))?.unbind();
-            return Self::wrap(py, idx, pathobj, false);
+            return Self::wrap(py, idx, fspath.unbind(), false);
         }
         let threads = opt_count(threads, "threads", 1024)?;
         let total = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
@@ -952,8 +955,15 @@ impl VectorIndex {
     }
     /// The index file as a ``pathlib.Path``; None for an index in memory.
     #[getter]
-    fn path(&self, py: Python<'_>) -> Py<PyAny> {
-        self.path.clone_ref(py)
+    fn path(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        if self.fspath.is_none(py) {
+            return Ok(py.None());
+        }
+        if let Some(p) = self.path.get() {
+            return Ok(p.clone_ref(py));
+        }
+        let p = py.import("pathlib")?.getattr("Path")?.call1((self.fspath.bind(py),))?.unbind();
+        Ok(self.path.get_or_init(|| p).clone_ref(py))
     }
     /// True when opened for searching only (``read_only=True`` or ``IndexReader``).
     #[getter]
@@ -983,11 +993,13 @@ impl VectorIndex {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let path = self.path.bind(py);
-        let path = if path.is_none() {
-            "None (in memory)".to_string()
-        } else {
-            format!("{:?}", path.str().map(|s| s.to_string()).unwrap_or_default())
+        let path = match self.path(py) {
+            Ok(p) if p.is_none(py) => "None (in memory)".to_string(),
+            Ok(p) => format!("{:?}", p.bind(py).str().map(|s| s.to_string()).unwrap_or_default()),
+            Err(_) => format!(
+                "{:?}",
+                self.fspath.bind(py).str().map(|s| s.to_string()).unwrap_or_default()
+            ),
         };
         // Clone the Arc first: the read guard must be gone before detaching, or a `close()`
         // in another thread (waiting for the write lock while it holds the GIL) and this
