@@ -30,8 +30,8 @@ memory it may use.
           the disk per query by /proc/self/io read_bytes) and a block by search_batch on 2
           threads (--settle N: N more blocks at the first ef before those, each reported, for a
           reader that has run a while). Variants (--variants to choose): each file as it is, and
-          after warm(vectors=False) (all but the full vectors read in first). Whether the kernel killed the
-          process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
+          after warm(vectors=False) (all but the full vectors read in first). Whether the kernel
+          killed the process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
           (/sys/fs/cgroup/memory); without them only the unlimited runs are made, and it says so.
 
   naming  paired: at a quarter of each file, runs that name their next pages (the default)
@@ -957,6 +957,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true")
     add_json_option(ap)
     args = ap.parse_args(argv)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"--variants: no variant named {unknown}; the variants are {list(VARIANTS)}")
     if args.quick:
         args.n, args.nq, args.block, args.clusters = 20_000, 500, 50, 64
         args.commit_n, args.adds = 20_000, 200

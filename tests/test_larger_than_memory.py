@@ -35,6 +35,23 @@ linux = pytest.mark.skipif(sys.platform != "linux", reason="smaps, fadvise and c
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
 
+def read_bytes() -> int:
+    """Bytes this process has read from the disk (/proc/self/io)."""
+    for line in open("/proc/self/io"):
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+def write_index(path: str, base: np.ndarray, quantization: str | None) -> None:
+    """`base` (ids 0..n) added to a new index at `path` in one batch, flushed, closed."""
+    with chassis.VectorIndex(
+        path, base.shape[1], chassis.IndexOptions(quantization=quantization)
+    ) as ix:
+        ix.add_batch(base)
+        ix.flush()
+
+
 def vm_flags(path: str) -> list[set[str]]:
     """VmFlags of every mapping of the file at `path` in this process (by inode: a new
     index's mappings were made under the name it was created with)."""
@@ -78,16 +95,13 @@ def test_an_index_that_fits_keeps_read_around_and_names_no_pages(tmp_path, quant
 OPEN_CHILD = r"""
 import json, sys
 import chassis
-def read_bytes():
-    for line in open("/proc/self/io"):
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
 before = read_bytes()
 r = chassis.IndexReader(sys.argv[1])
 read = read_bytes() - before
 q = [float(x) for x in sys.argv[2].split(",")]
 print(json.dumps({"read": read, "top": r.search(q, 1)[0].id, "quantization": r.quantization}))
 """
+OPEN_CHILD = inspect.getsource(read_bytes) + OPEN_CHILD
 
 
 @linux
@@ -99,9 +113,7 @@ def test_opening_an_evicted_index_reads_its_headers_and_nothing_around_them(tmp_
     # by default, up to read_ahead_kb). Then brute force: the reader finds a stored vector.
     path = str(tmp_path / "a.chassis")
     base, _ = datasets.clustered(30_000, 64, 1, seed=9)
-    with chassis.VectorIndex(path, 64, chassis.IndexOptions(quantization=quantization)) as ix:
-        ix.add_batch(base)
-        ix.flush()
+    write_index(path, base, quantization)
     evict(path)
     q = base[1234]
     nearest = int(np.argmin(((base - q) ** 2).sum(1)))
@@ -186,10 +198,6 @@ queries = np.load(sys.argv[5])
 usage = int(open(os.path.join(cg, "memory.usage_in_bytes")).read())
 with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
     f.write(str(usage + budget))
-def read_bytes():
-    for line in open("/proc/self/io"):
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
 r = chassis.IndexReader(path)
 before = read_bytes()
 ids = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
@@ -207,7 +215,7 @@ print(json.dumps({"read": read, "ids": ids, "naming": naming, "random": flags,
 
 
 # The child reads its mappings' flags with the same function as this process.
-CHILD = inspect.getsource(vm_flags) + CHILD
+CHILD = inspect.getsource(vm_flags) + inspect.getsource(read_bytes) + CHILD
 
 
 @pytest.mark.skipif(cgroup_problem() is not None, reason=str(cgroup_problem()))
@@ -216,9 +224,7 @@ def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quan
     n, dims, ef = 40_000, 128, 32
     base, queries = datasets.clustered(n, dims, 60, seed=11)
     path = str(tmp_path / "big.chassis")
-    with chassis.VectorIndex(path, dims, chassis.IndexOptions(quantization=quantization)) as ix:
-        ix.add_batch(base)
-        ix.flush()
+    write_index(path, base, quantization)
     size = os.path.getsize(path)
     # The oracles: the exact top 10 (brute force in NumPy), and the recall of the same
     # searches with the file in memory, in this process (one candidate at a time; the child,

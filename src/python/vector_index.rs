@@ -993,13 +993,12 @@ impl VectorIndex {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let path = match self.path(py) {
-            Ok(p) if p.is_none(py) => "None (in memory)".to_string(),
-            Ok(p) => format!("{:?}", p.bind(py).str().map(|s| s.to_string()).unwrap_or_default()),
-            Err(_) => format!(
-                "{:?}",
-                self.fspath.bind(py).str().map(|s| s.to_string()).unwrap_or_default()
-            ),
+        let path = if self.fspath.is_none(py) {
+            "None (in memory)".to_string()
+        } else {
+            // The path as `path` gives it (normalised by pathlib), else as it was passed.
+            let p = self.path(py).unwrap_or_else(|_| self.fspath.clone_ref(py));
+            format!("{:?}", p.bind(py).str().map(|s| s.to_string()).unwrap_or_default())
         };
         // Clone the Arc first: the read guard must be gone before detaching, or a `close()`
         // in another thread (waiting for the write lock while it holds the GIL) and this

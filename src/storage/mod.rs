@@ -585,8 +585,7 @@ impl Storage {
             return Ok(Some(d.clone()));
         }
         let used = Quantizer::stored_len(self.geo.dims).min(q.len as usize);
-        let read: Vec<u8>;
-        let bytes: &[u8] = match &self.file {
+        let bytes: std::borrow::Cow<'_, [u8]> = match &self.file {
             // Read, not touched through the mapping: a fault there reads the kernel's
             // read-around (up to read_ahead_kb, 8 MiB here) of what lies beside the region,
             // which made every open of an evicted int8 index read 1.6 MiB (1M x 384, 2.4-2.9
@@ -595,14 +594,13 @@ impl Storage {
                 let mut buf = vec![0u8; used];
                 os::read_exact_at(file, &mut buf, q.offset)
                     .map_err(|e| Error::io(e, "reading the quantizer of", &self.path))?;
-                read = buf;
-                &read
+                buf.into()
             }
             // SAFETY: the mapping covers `len` bytes and lives as long as `q`; a quantizer
             // region is written once, before any header names it, and never after.
-            None => unsafe { std::slice::from_raw_parts(q.map.as_ptr(), used) },
+            None => unsafe { std::slice::from_raw_parts(q.map.as_ptr(), used) }.into(),
         };
-        let decoded = Quantizer::from_bytes(bytes, self.geo.dims).map_err(|e| {
+        let decoded = Quantizer::from_bytes(&bytes, self.geo.dims).map_err(|e| {
             Error::corrupt(format!(
                 "{}: the quantizer is damaged ({})",
                 self.path.display(),
