@@ -20,7 +20,7 @@ memory it may use.
           ef 128 at a million; the default 64 clusters of 15,600 points in 384 isotropic
           dimensions need ef 512), exact top-100 of 1,000 queries, built once by add_batch on 2
           threads (M=16, ef_construction=200, cached in --workdir): float32, and with 8-bit
-          codes (quantization="int8"), and in half precision (precision="half"). Per variant and memory limit (none, then 1/2, 1/4 and 1/8
+          codes (quantization="int8"), with 4-bit codes ("int4"), and in half precision (precision="half"). Per variant and memory limit (none, then 1/2, 1/4 and 1/8
           of the file's size): the file is evicted from the page cache (fsync + fadvise
           DONTNEED, checked with mincore), and a fresh process, placed in a cgroup-v1 memory
           cgroup with that limit (the page cache it faults in is charged to it), opens it as an
@@ -265,8 +265,15 @@ VARIANTS: dict[str, tuple[str, str, dict[str, str]]] = {
     "int8": ("int8", "", {}),
     "int8, warm(vectors=False)": ("int8", "walk", {}),
     "half": ("half", "", {}),
+    "int4": ("int4", "", {}),
+    "int4, warm(vectors=False)": ("int4", "walk", {}),
 }
-FILES = {"float32": {}, "int8": {"quantization": "int8"}, "half": {"precision": "half"}}
+FILES = {
+    "float32": {},
+    "int8": {"quantization": "int8"},
+    "half": {"precision": "half"},
+    "int4": {"quantization": "int4"},
+}
 
 
 def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
@@ -276,7 +283,11 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
     base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
     out: dict[str, Any] = {"skipped": why, "files": {}, "variants": {}}
     paths = {}
+    # Only the files the chosen variants search are built.
+    tags = {t for v, (t, _, _) in VARIANTS.items() if not args.variants or v in args.variants}
     for tag, opts in FILES.items():
+        if tag not in tags:
+            continue
         path, secs = build(base, workdir, tag, args.clusters, opts)
         paths[tag] = path
         out["files"][tag] = {"file_mib": path.stat().st_size / MiB, "build_s": secs}
@@ -338,12 +349,14 @@ def bench_paired(args: argparse.Namespace, what: str) -> dict[str, Any]:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
-    paths = {tag: build(base, workdir, tag, args.clusters, opts)[0] for tag, opts in FILES.items()}
+    paths = {
+        tag: build(base, workdir, tag, args.clusters, opts)[0]
+        for tag, opts in FILES.items()
+        if tag in ("float32", "int8")
+    }
     del base
     out: dict[str, Any] = {"skipped": None, "labels": [on_label, off_label], "files": {}}
     for tag, path in paths.items():
-        if tag not in ("float32", "int8"):
-            continue
         limit = path.stat().st_size // 4
         runs: dict[str, list[dict[str, Any]]] = {on_label: [], off_label: []}
         for i in range(args.pairs):

@@ -82,6 +82,7 @@ extern "C" {
 #define CHASSIS_PRECISION_INT8 3       /* 8-bit codes only: distances are the codes' */
 #define CHASSIS_QUANTIZATION_NONE 0
 #define CHASSIS_QUANTIZATION_INT8 1    /* 8-bit codes beside the vectors, reranked on them */
+#define CHASSIS_QUANTIZATION_INT4 2    /* 4-bit codes beside the vectors, reranked further */
 #define CHASSIS_HUGE_PAGES_AUTO (-1)   /* ADR-0016: let chassis_warm decide */
 #define CHASSIS_HUGE_PAGES_ON 1
 #define CHASSIS_HUGE_PAGES_OFF 2

@@ -167,13 +167,17 @@ impl Precision {
     }
 }
 
-/// Whether an index keeps 8-bit codes of its vectors (`crate::quant`). Fixed at creation.
+/// Whether an index keeps 8-bit (or 4-bit) codes of its vectors (`crate::quant`). Fixed at
+/// creation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Quantization {
     None = 0,
     /// An 8-bit code per dimension beside the full vectors: searches walk the codes and
     /// rerank their best candidates on the vectors.
     Int8 = 1,
+    /// A 4-bit code per dimension beside the full (or half) vectors, as `Int8` otherwise
+    /// (`quant/nibbles.rs`). Builds before it refuse the file (an unknown quantization).
+    Int4 = 2,
 }
 
 impl Quantization {
@@ -181,22 +185,34 @@ impl Quantization {
         match self {
             Quantization::None => None,
             Quantization::Int8 => Some("int8"),
+            Quantization::Int4 => Some("int4"),
         }
     }
     pub fn parse(s: Option<&str>) -> Result<Quantization> {
         match s {
             None | Some("none") => Ok(Quantization::None),
             Some("int8" | "i8" | "sq8" | "scalar") => Ok(Quantization::Int8),
+            Some("int4" | "i4" | "sq4") => Ok(Quantization::Int4),
             Some(s) => Err(Error::invalid(
                 format!("unknown quantization {s:?}"),
-                "use \"int8\" (8-bit codes, reranked with the full vectors) or None",
+                "use \"int8\" (8-bit codes, reranked with the full vectors), \"int4\" (4-bit \
+                 codes, half their size, reranked further) or None",
             )),
+        }
+    }
+    /// Bits of a code: 8, 4, or 0 without codes.
+    pub fn bits(self) -> u32 {
+        match self {
+            Quantization::None => 0,
+            Quantization::Int8 => 8,
+            Quantization::Int4 => 4,
         }
     }
     fn from_u8(v: u8) -> Option<Quantization> {
         match v {
             0 => Some(Quantization::None),
             1 => Some(Quantization::Int8),
+            2 => Some(Quantization::Int4),
             _ => None,
         }
     }
@@ -255,7 +271,7 @@ impl Header {
         if self.quantization == Quantization::None || self.precision == Precision::Int8 {
             g
         } else {
-            g.with_codes()
+            g.with_codes(self.quantization.bits())
         }
     }
 
@@ -562,9 +578,13 @@ pub struct Geometry {
     /// Slots in a full segment (a power of two, at least 1024).
     pub cap_slots: u64,
     cap_log2: u32,
-    /// Distance between consecutive 8-bit codes in a segment's codes area (whole 64-byte
-    /// lines), or 0 for an index without codes (`crate::quant`; `with_codes`).
+    /// Distance between consecutive codes in a segment's codes area (whole 64-byte lines), or
+    /// 0 for an index without codes (`crate::quant`; `with_codes`).
     pub code_stride: usize,
+    /// Bytes of one code (`dims` for 8-bit codes, a codes-only index's included; half that,
+    /// in blocks of 16 bytes, for 4-bit ones), and bits of one value of it (8 or 4).
+    pub code_len: usize,
+    pub code_bits: u32,
 }
 
 impl Geometry {
@@ -588,6 +608,8 @@ impl Geometry {
             cap_slots: 1 << cap_log2,
             cap_log2,
             code_stride: 0,
+            code_len: if precision == Precision::Int8 { dims } else { 0 },
+            code_bits: 8,
         }
     }
 
@@ -596,10 +618,12 @@ impl Geometry {
         self.code_stride > 0 || self.precision == Precision::Int8
     }
 
-    /// This geometry with a codes area in every segment: one 8-bit code per dimension, rows
-    /// of whole 64-byte lines. Segment sizes stay those of the vectors.
-    pub fn with_codes(mut self) -> Geometry {
-        self.code_stride = self.dims.div_ceil(64).max(1) * 64;
+    /// This geometry with a codes area in every segment: one code of `bits` bits (8 or 4)
+    /// per dimension, rows of whole 64-byte lines. Segment sizes stay those of the vectors.
+    pub fn with_codes(mut self, bits: u32) -> Geometry {
+        self.code_bits = bits;
+        self.code_len = crate::quant::quantizer::code_len(self.dims, bits);
+        self.code_stride = self.code_len.div_ceil(64).max(1) * 64;
         self
     }
 
@@ -1164,7 +1188,13 @@ mod tests {
             (100, Precision::Full),
         ] {
             let plain = Geometry::new(dims, precision, 16);
-            let coded = plain.with_codes();
+            // 4-bit codes: 16 bytes per 32 dimensions, in whole lines
+            let half = plain.with_codes(4);
+            assert_eq!((half.code_len, half.code_bits), (16 * dims.div_ceil(32), 4));
+            assert!(half.code_stride.is_multiple_of(64) && half.code_stride >= half.code_len);
+            assert!(half.code_stride < half.code_len + 64);
+            let coded = plain.with_codes(8);
+            assert_eq!((coded.code_len, coded.code_bits), (dims, 8));
             assert_eq!(coded.code_stride % 64, 0);
             assert!(coded.code_stride >= dims && coded.code_stride < dims + 64);
             for k in 0..12 {

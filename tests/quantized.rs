@@ -1,6 +1,6 @@
-//! Indexes with 8-bit codes (`quantization = Int8`) through the public Rust API. Oracles: exact
-//! k-NN and exact distances computed here in f64, the same data in a float index, the same
-//! file reopened by a fresh `Index`, and bytes damaged on disk.
+//! Indexes with 8-bit codes (`quantization = Int8`; 4-bit `Int4` where named) through the
+//! public Rust API. Oracles: exact k-NN and exact distances computed here in f64, the same data
+//! in a float index, the same file reopened by a fresh `Index`, and bytes damaged on disk.
 
 mod common;
 
@@ -156,30 +156,31 @@ fn a_rolled_back_training_is_forgotten_and_a_later_one_commits() {
 fn a_damaged_code_is_reported_by_check_and_never_changes_a_distance() {
     let (n, d) = (1200, 32);
     let data = clustered(n, d, 4);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("q");
-    let idx = Index::open(
-        &path,
-        Some(d),
-        Some(&opts(Metric::Euclidean, Quantization::Int8)),
-        Mode::Write,
-    )
-    .unwrap();
-    idx.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
-    idx.flush().unwrap();
-    drop(idx);
-    // The first segment starts at 128 KiB with its codes area (rows of 64 bytes at 32 dims).
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = 128 * 1024 + 5 * 64 + 3;
-    bytes[at] ^= 0x80;
-    std::fs::write(&path, &bytes).unwrap();
-    let idx = Index::open(&path, None, None, Mode::Read).unwrap();
-    assert_eq!(idx.check(&Control::default()).unwrap().corrupt, vec![5]);
-    let q = &data[5 * d..6 * d];
-    let hits = idx.search(q, 5, Some(64)).unwrap();
-    for h in hits {
-        let row = &data[h.id as usize * d..(h.id as usize + 1) * d];
-        assert!((h.distance as f64 - exact(Metric::Euclidean, q, row)).abs() < 1e-4);
+    // 8-bit and 4-bit codes (16 bytes at 32 dims: byte 3's high nibble is dimension 19).
+    for quantization in [Quantization::Int8, Quantization::Int4] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q");
+        let idx =
+            Index::open(&path, Some(d), Some(&opts(Metric::Euclidean, quantization)), Mode::Write)
+                .unwrap();
+        idx.add_batch(&data, n, None, Some(1), &Control::default()).unwrap();
+        idx.flush().unwrap();
+        drop(idx);
+        // The first segment starts at 128 KiB with its codes area (rows of 64 bytes).
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = 128 * 1024 + 5 * 64 + 3;
+        bytes[at] ^= 0x80;
+        std::fs::write(&path, &bytes).unwrap();
+        let idx = Index::open(&path, None, None, Mode::Read).unwrap();
+        assert_eq!(idx.quantization(), quantization);
+        assert_eq!(idx.check(&Control::default()).unwrap().corrupt, vec![5], "{quantization:?}");
+        let q = &data[5 * d..6 * d];
+        let hits = idx.search(q, 5, Some(64)).unwrap();
+        assert_eq!(hits[0].id, 5, "{quantization:?}: the row itself is still found first");
+        for h in hits {
+            let row = &data[h.id as usize * d..(h.id as usize + 1) * d];
+            assert!((h.distance as f64 - exact(Metric::Euclidean, q, row)).abs() < 1e-4);
+        }
     }
 }
 

@@ -76,7 +76,7 @@ class Header:
     top: int
     user_version: int
     regions: list = field(default_factory=list)  # (kind, used, offset, length)
-    quantization: int = 0  # byte 30 (version 2): 1 = int8 codes
+    quantization: int = 0  # byte 30 (version 2): 1 = int8 codes, 2 = int4
     quantizer: int = 0  # bytes 96..104: file offset of the quantizer region in effect
 
 
@@ -112,8 +112,9 @@ class Layout:
         self.h = h
         self.segments = [r for r in h.regions if r[0] == 1]
         self.heaps = [r for r in h.regions if r[0] == 2]
-        # 8-bit codes: a codes area of 64-byte rows (16 codes each) ahead of the vectors
-        self.codes = h.quantization == 1
+        # 8-bit codes (or 4-bit: 32 bytes at these dimensions, in the same 64-byte rows): a
+        # codes area ahead of the vectors
+        self.codes = h.quantization in (1, 2)
         self.code_stride = 64 if self.codes else 0
 
     @staticmethod
@@ -157,7 +158,7 @@ class Layout:
 
 
 # --------------------------------------------------------------------------- the pristine index
-VARIANTS = ["plain", "int8"]  # an index without codes, and one with 8-bit codes
+VARIANTS = ["plain", "int8", "int4"]  # an index without codes, with 8-bit and 4-bit codes
 
 
 @pytest.fixture(scope="module")
@@ -233,18 +234,33 @@ def test_layout_arithmetic(pristine):
             assert 0 < ucount <= M
     assert upper_node(pristine) is not None
     if lay.codes:
-        # The quantizer region: "CHQ8", dims, then (offset, step) per dimension. Each stored
-        # code stands for its vector to within half a step (values inside the range).
+        # The quantizer region: "CHQ8" ("CHQ4"), dims, then (offset, step) per dimension.
+        # Each stored code stands for its vector to within half a step (values inside the
+        # range). 4-bit codes: dimension 32b + j in the low nibble of byte 16b + j, 32b + 16 + j
+        # in its high one.
+        four = cur.quantization == 2
         q = cur.quantizer
         assert any(r[0] == 3 and r[2] == q for r in cur.regions), "the quantizer region"
-        assert b[q : q + 4] == b"CHQ8" and struct.unpack_from("<I", b, q + 4)[0] == DIMS
+        magic = b"CHQ4" if four else b"CHQ8"
+        assert b[q : q + 4] == magic and struct.unpack_from("<I", b, q + 4)[0] == DIMS
         pairs = np.frombuffer(b, np.float32, 2 * DIMS, q + 8).reshape(DIMS, 2)
         offset, step = pairs[:, 0], pairs[:, 1]
+        top = 15 if four else 255
         for s in [0, 5, 1023, 1024, 2999]:
-            codes = np.frombuffer(b, np.uint8, DIMS, lay.code(s)).astype(np.float64)
+            if four:
+                raw = np.frombuffer(b, np.uint8, 16 * -(-DIMS // 32), lay.code(s))
+                i = np.arange(DIMS)
+                at = 16 * (i // 32) + i % 16
+                codes = np.where(i % 32 < 16, raw[at] & 15, raw[at] >> 4).astype(np.float64)
+            else:
+                codes = np.frombuffer(b, np.uint8, DIMS, lay.code(s)).astype(np.float64)
             sid = id_of[s]
             err = np.abs(offset + step * codes - data[sid])
-            inside = (data[sid] >= offset) & (data[sid] <= offset + 255 * step)
+            inside = (data[sid] >= offset) & (data[sid] <= offset + top * step)
+            # values beyond the range (4-bit ranges end at the 0.99 quantiles) clipped to its ends
+            x = data[sid]
+            assert (codes[x < offset - step / 2] == 0).all(), f"slot {s}: clipped low"
+            assert (codes[x > offset + (top + 0.5) * step] == top).all(), f"slot {s}: clipped high"
             assert (err[inside] <= step[inside] * 0.5 + 1e-6).all(), f"codes of slot {s}"
 
 

@@ -21,9 +21,9 @@ class Check:
         Slot numbers (beyond chassisdb) whose stored vector, slot header, delete marker or
         neighbor lists fail their checksums or refer outside the index. These are slots, not
         ids, since a damaged header may not hold a trustworthy id. Searches skip such slots.
-        With 8-bit codes, a slot whose code is not the encoding of its vector is corrupt too.
+        With codes, a slot whose code is not the encoding of its vector is corrupt too.
     clipped : int, default: 0
-        With 8-bit codes: how many stored values lie outside the quantizer's range (their
+        With codes: how many stored values lie outside the quantizer's range (their
         codes are clipped to its ends). Information, not damage: it does not affect `ok`.
         ``compact()`` learns the range again from the live vectors.
 

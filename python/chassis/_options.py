@@ -18,7 +18,16 @@ _METRICS = {
     "ip": "inner_product",
     "dot": "inner_product",
 }
-_QUANTIZATIONS = {"int8": "int8", "i8": "int8", "sq8": "int8", "scalar": "int8", "none": "none"}
+_QUANTIZATIONS = {
+    "int8": "int8",
+    "i8": "int8",
+    "sq8": "int8",
+    "scalar": "int8",
+    "int4": "int4",
+    "i4": "int4",
+    "sq4": "int4",
+    "none": "none",
+}
 _PRECISIONS = {
     "full": "full",
     "f32": "full",
@@ -87,13 +96,16 @@ class IndexOptions:
         that pages spread over the nodes, ``"local"`` writes from the calling thread only.
         It changes where memory lies, never what a search returns, and does nothing for a
         file (whose pages belong to the page cache).
-    quantization : {None, "int8"}, default: None
+    quantization : {None, "int8", "int4"}, default: None
         ``"int8"`` keeps an 8-bit code per dimension beside each vector (a quarter of its
         bytes): searches walk the codes and measure their best candidates again on the
         vectors (``rerank``), so the distances returned stay the vectors' own. The codes'
         ranges are learned from the first 1,000 rows (or by ``VectorIndex.train``). The
-        aliases ``"i8"``, ``"sq8"`` and ``"scalar"`` are accepted. Fixed when the file is
-        created.
+        aliases ``"i8"``, ``"sq8"`` and ``"scalar"`` are accepted. ``"int4"`` keeps 4-bit
+        codes (an eighth of the bytes, ``"i4"`` and ``"sq4"`` too): coarser, so searches
+        rerank more candidates; for an index larger than memory, whose codes must stay in
+        memory for searches not to wait on the disk. Not with ``precision="int8"``. Fixed
+        when the file is created.
     **unknown
         Not accepted: any other keyword raises `ArgumentTypeError` naming the valid options
         (it is there to give that message rather than Python's own `TypeError`).
@@ -227,16 +239,23 @@ class IndexOptions:
                 raise _fail(
                     _chassis.ArgumentTypeError,
                     f"quantization={self.quantization!r} is not a str",
-                    'pass "int8" or None',
+                    'pass "int8", "int4" or None',
                 )
             q = _QUANTIZATIONS.get(self.quantization.strip().lower(), "")
             if not q:
                 raise _fail(
                     _chassis.InvalidArgumentError,
                     f"unknown quantization {self.quantization!r}",
-                    'use "int8" (8-bit codes, reranked with the vectors) or None',
+                    'use "int8" (8-bit codes, reranked with the vectors), "int4" (4-bit codes, '
+                    "reranked further) or None",
                 )
             self.quantization = None if q == "none" else q
+        if self.precision == "int8" and self.quantization == "int4":
+            raise _fail(
+                _chassis.InvalidArgumentError,
+                'precision="int8" keeps 8-bit codes only, and quantization="int4" asks for 4-bit',
+                'use precision="full" or "half" with quantization="int4", or drop quantization',
+            )
         if self.huge_pages is not None and not isinstance(self.huge_pages, bool):
             raise _fail(
                 _chassis.ArgumentTypeError,

@@ -24,7 +24,7 @@ pub struct COptions {
     pub metric: u32,
     /// `CHASSIS_PRECISION_*`: 1 full (float32), 2 half, 3 int8 (codes only).
     pub precision: u32,
-    /// `CHASSIS_QUANTIZATION_*`: 0 none, 1 int8 (codes beside the vectors, reranked).
+    /// `CHASSIS_QUANTIZATION_*`: 0 none, 1 int8 (codes beside the vectors, reranked), 2 int4.
     pub quantization: u32,
     pub max_connections: u32,
     pub ef_construction: u32,
@@ -75,6 +75,7 @@ impl COptions {
         let quantization = match self.quantization {
             0 => Quantization::None,
             1 => Quantization::Int8,
+            2 => Quantization::Int4,
             q => return bad("quantization", q as i64, "a CHASSIS_QUANTIZATION_ value"),
         };
         let huge_pages = match self.huge_pages {

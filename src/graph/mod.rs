@@ -400,7 +400,7 @@ impl<'a> Graph<'a> {
         codes: &'a CodeTable,
     ) -> Graph<'a> {
         let mut g = Self::reading(st, metric, limit.min(codes.slots()), &st.geo, None)
-            .measuring_codes(metric, codes.stride());
+            .measuring_codes(metric, codes.stride(), 8);
         g.codes = Some(codes);
         g
     }
@@ -409,8 +409,11 @@ impl<'a> Graph<'a> {
     /// quantizer is trained: every slot a walk can reach has its code written).
     pub fn on_stored_codes(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
         assert!(st.geo.has_codes(), "a storage without codes");
-        let mut g = Self::reading(st, metric, limit, &st.geo, None)
-            .measuring_codes(metric, st.geo.code_stride);
+        let mut g = Self::reading(st, metric, limit, &st.geo, None).measuring_codes(
+            metric,
+            st.geo.code_stride,
+            st.geo.code_bits,
+        );
         g.stored_codes = true;
         g
     }
@@ -445,9 +448,9 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// The code kernels and their query form for rows `stride` bytes apart.
-    fn measuring_codes(mut self, metric: format::Metric, stride: usize) -> Self {
-        let k = crate::quant::code_kernels();
+    /// The code kernels of `bits`-bit codes and their query form for rows `stride` bytes apart.
+    fn measuring_codes(mut self, metric: format::Metric, stride: usize, bits: u32) -> Self {
+        let k = crate::quant::code_kernels_bits(bits);
         let l2 = metric == format::Metric::Euclidean;
         (self.kernel, self.kernel4) = if l2 { (k.l2, k.l2_x4) } else { (k.dot, k.dot_x4) };
         (self.bias, self.sign) = (0.0, if l2 { 1.0 } else { -1.0 });

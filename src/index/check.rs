@@ -79,7 +79,7 @@ impl Index {
                     let v = g.vector_f32(s, buf);
                     let finite = v.iter().all(|x| x.is_finite());
                     if let Some(q) = &snap.quant {
-                        codes.resize(v.len(), 0u8);
+                        codes.resize(q.code_len(), 0u8);
                         clipped.fetch_add(q.encode(v, codes) as u64, Relaxed);
                         if codes[..] != *st.code_bytes(s) {
                             return (Some(s), None);

@@ -90,6 +90,12 @@ impl Options {
     }
 
     pub fn validate(&self) -> Result<()> {
+        if self.precision == Precision::Int8 && self.quantization == Quantization::Int4 {
+            return Err(Error::invalid(
+                "precision=\"int8\" keeps 8-bit codes only, and quantization=\"int4\" asks for 4-bit",
+                "use precision=\"full\" or \"half\" with quantization=\"int4\", or drop quantization",
+            ));
+        }
         if !(2..=format::MAX_M).contains(&self.max_connections) {
             return Err(Error::invalid(
                 format!("max_connections={} is out of range", self.max_connections),

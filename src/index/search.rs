@@ -22,8 +22,21 @@ const ORDER_MIN: usize = 32;
 /// four places, k=10) on MiniLM, on generated clustered 128-d data (100,000) and 384-d data
 /// (1,000,000); a quarter of the beam beyond that is a margin for data whose codes are coarser.
 /// It was `ef / 2`: a search short of memory reads each reranked vector from the disk.
-pub fn rerank_count(k: usize, ef: usize, rerank: Option<usize>) -> usize {
-    rerank.unwrap_or_else(|| ef.min((2 * k).max(ef / 4))).max(k)
+/// With 4-bit codes (`coarse`) at most `min(ef, max(8k, ef / 2))`: they rank coarsely on some
+/// data, and `rerank_found` stops well before that where they rank finely (MiniLM: recall
+/// within 0.003 of 8-bit codes at every ef from 16 to 64). On 1,000,000 x 384 generated
+/// clustered vectors at ef 128, reranking the best 20 / 40 / 80 / 120 gave recall 0.840 /
+/// 0.931 / 0.949 / 0.952. The whole beam as the ceiling read 1.24 MiB per query at recall 0.95
+/// under a memory limit of a quarter of the file, against 0.80-0.91.
+pub fn rerank_count(k: usize, ef: usize, rerank: Option<usize>, coarse: bool) -> usize {
+    let default = |ef: usize| {
+        if coarse {
+            ef.min((8 * k).max(ef / 2))
+        } else {
+            ef.min((2 * k).max(ef / 4))
+        }
+    };
+    rerank.unwrap_or_else(|| default(ef)).max(k)
 }
 
 /// How far past the widest code error seen a default rerank still looks (see `rerank_found`).
@@ -288,7 +301,7 @@ impl Index {
                     // Walk the codes, then measure the best candidates on the vectors: the
                     // distances returned are the vectors' own.
                     Some(quantizer) => {
-                        let r = rerank_count(k, ef, rerank);
+                        let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
                         let walk = Graph::on_stored_codes(st, self.metric(), limit)
                             .naming_pages(cold.walk, cold.lists);
                         let found = with_prepared(quantizer, self.metric(), q, |values, _| {

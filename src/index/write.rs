@@ -30,7 +30,7 @@ fn encode_stored(
     codes: &mut Vec<u8>,
 ) -> usize {
     values.resize(q.dims(), 0.0);
-    codes.resize(q.dims(), 0);
+    codes.resize(q.code_len(), 0);
     format::decode_vector(bytes, precision, values);
     q.encode(values, codes)
 }
@@ -385,12 +385,19 @@ impl Index {
         let d = self.dims();
         let take = slots.min(TRAIN_SAMPLE);
         let spread = move |i: u64| (i * slots / take) as u32;
+        // 8-bit codes cover each dimension's whole range; 4-bit ones give up its rarest
+        // values for a finer step (`QUANTILE_4BIT`). A codes-only index's are 8-bit.
+        let bits = self.geo.code_bits;
+        let quantile = if bits == 4 { crate::quant::quantizer::QUANTILE_4BIT } else { 1.0 };
         let q = match sample {
-            Some(s) => Quantizer::train(d, s.chunks_exact(d), 1.0)?,
+            Some(s) => Quantizer::train_bits(d, s.chunks_exact(d), quantile, bits)?,
             // Full precision: the stored rows as they are, no copy.
-            None if self.precision() == Precision::Full => {
-                Quantizer::train(d, (0..take).map(|i| st.vector_f32(spread(i))), 1.0)?
-            }
+            None if self.precision() == Precision::Full => Quantizer::train_bits(
+                d,
+                (0..take).map(|i| st.vector_f32(spread(i))),
+                quantile,
+                bits,
+            )?,
             None => {
                 let rows: Vec<f32> = (0..take)
                     .into_par_iter()
@@ -400,7 +407,7 @@ impl Index {
                         v
                     })
                     .collect();
-                Quantizer::train(d, rows.chunks_exact(d), 1.0)?
+                Quantizer::train_bits(d, rows.chunks_exact(d), quantile, bits)?
             }
         };
         let offset = st.write_quantizer(&q)?;

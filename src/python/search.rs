@@ -108,7 +108,7 @@ pub struct SearchArgs {
     filter: Option<Filter>,
     /// search_batch: one filter per query.
     per_query: Option<Vec<Filter>>,
-    /// 8-bit codes: candidates measured again on the full vectors.
+    /// With codes: candidates measured again on the full vectors.
     rerank: Option<usize>,
 }
 

@@ -757,7 +757,7 @@ impl VectorIndex {
     /// ----------
     /// vectors : bool, default: True
     ///     False reads all but the full-precision vectors: the lists, the upper layers and
-    ///     the 8-bit codes, which is what a search walks. For an index larger than memory:
+    ///     the codes, which is what a search walks. For an index larger than memory:
     ///     with codes, searches then read only the few vectors they rerank.
     /// wait : bool, default: False
     ///     Return only when the reading is done.
@@ -788,7 +788,7 @@ impl VectorIndex {
     /// dict
     ///     ``mapped_bytes``, ``written_bytes`` and ``resident_bytes`` of the mappings;
     ///     ``vector_bytes`` and ``resident_vector_bytes``; ``code_bytes`` and
-    ///     ``resident_code_bytes`` of the 8-bit codes (0 without them); ``graph_bytes`` and
+    ///     ``resident_code_bytes`` of the codes (0 without them); ``graph_bytes`` and
     ///     ``resident_graph_bytes`` (slot headers, lists, upper layers); ``naming_pages``
     ///     (searches name their next pages to the system: the index was short of memory at
     ///     the last sample); ``vector_huge_bytes`` (vectors and codes), ``graph_huge_bytes`` and ``huge_bytes``
@@ -889,12 +889,14 @@ impl VectorIndex {
     fn precision(&self) -> &'static str {
         self.precision.name()
     }
-    /// ``"int8"`` for an index that keeps 8-bit codes beside its vectors, else None.
+    /// ``"int8"`` or ``"int4"`` for an index that keeps codes beside its vectors, else None.
+    ///
+    /// 8-bit or 4-bit codes, fixed when the file was created (``IndexOptions.quantization``).
     #[getter]
     fn quantization(&self) -> Option<&'static str> {
         self.quantization.name()
     }
-    /// Whether searches walk 8-bit codes now.
+    /// Whether searches walk the codes now.
     ///
     /// True for a quantized index whose quantizer is learned (from its first 1,000 rows, or by
     /// ``train``); False before that, and always for an index without codes.

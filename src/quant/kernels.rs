@@ -71,6 +71,17 @@ pub fn code_kernels() -> &'static CodeKernels {
     })
 }
 
+/// The set in use for codes of `bits` bits: `code_kernels()` for 8, the 4-bit set of the same
+/// level for 4 (`nibbles.rs`; scalar where it has none).
+pub fn code_kernels_bits(bits: u32) -> &'static CodeKernels {
+    static K4: OnceLock<CodeKernels> = OnceLock::new();
+    if bits == 4 {
+        K4.get_or_init(|| super::nibbles::for_level(code_kernels().level))
+    } else {
+        code_kernels()
+    }
+}
+
 pub mod scalar {
     //! The reference: plain loops, four accumulators, no intrinsics.
 

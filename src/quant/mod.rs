@@ -1,5 +1,5 @@
-//! Scalar quantization: an 8-bit code per dimension, the distances of a float query to codes,
-//! and the query's preparation for them.
+//! Scalar quantization: an 8-bit (or 4-bit) code per dimension, the distances of a float query
+//! to codes, and the query's preparation for them.
 //!
 //! Why: a search is bound by the bytes it reads. At recall 0.95 on MiniLM a query measures
 //! about 413 stored vectors of 1,536 bytes; as 8-bit codes they are 384 bytes each (6 cache
@@ -11,10 +11,11 @@
 //! | `mod.rs`       | this table; [`Prepared`]: a query made ready for codes                |
 //! | `quantizer.rs` | [`Quantizer`]: per-dimension offset and step learned from data, encode |
 //! | `kernels.rs`   | distances of a prepared query to codes: scalar, AVX2, AVX-512, NEON    |
+//! | `nibbles.rs`   | 4-bit codes: their layout, and their kernels (scalar, AVX2, AVX-512)   |
 //! | `table.rs`     | [`CodeTable`]: the codes of a storage's vectors, in memory              |
 //!
 //! The model: dimension `i` of a vector is `offset[i] + step[i] * code[i]`, `code[i]` in
-//! `0..=255`. For a query `q`:
+//! `0..=255` (`0..=15` for 4-bit codes, whose prepared queries are the same). For a query `q`:
 //! * squared L2: `sum (q[i] - offset[i] - step[i] * code[i])^2`: the kernel reads
 //!   `b = q - offset` and `step` (one fused multiply-add and one square per value);
 //! * dot product: `sum q[i] * offset[i] + sum (q[i] * step[i]) * code[i]`: the first sum is a
@@ -25,11 +26,13 @@
 //!
 //! What is decided and what is left to build: `docs/design/quantization.md`.
 
+#[macro_use]
 pub mod kernels;
+pub mod nibbles;
 pub mod quantizer;
 pub mod table;
 
-pub use kernels::{code_kernels, CodeKernels};
+pub use kernels::{code_kernels, code_kernels_bits, CodeKernels};
 pub use quantizer::Quantizer;
 pub use table::CodeTable;
 

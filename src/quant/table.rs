@@ -31,7 +31,11 @@ impl CodeTable {
     /// capacity), or None if the memory cannot be had or the storage is not full precision.
     pub fn new(st: &Storage, quantizer: &Quantizer, slots: u32) -> Option<CodeTable> {
         let dims = st.geo.dims;
-        if st.geo.precision != Precision::Full || quantizer.dims() != dims || slots == 0 {
+        if st.geo.precision != Precision::Full
+            || quantizer.dims() != dims
+            || quantizer.bits() != 8
+            || slots == 0
+        {
             return None;
         }
         let stride = Self::stride_for(dims);

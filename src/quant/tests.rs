@@ -57,22 +57,33 @@ fn every_available_code_kernel_matches_exact_math_at_every_length() {
     }
 }
 
-#[test]
-fn grouped_code_kernels_give_bitwise_the_single_kernels_distances() {
-    for k in available() {
-        for n in [1, 15, 16, 17, 64, 100, 384, 385] {
+/// Each grouped kernel of `sets` against four calls of its single kernel, bitwise, at each of
+/// `lengths`; `code(n, seed)` makes a code of `n` dimensions, `step` bounds the query's steps.
+fn grouped_match_singles(
+    sets: &[CodeKernels],
+    lengths: &[usize],
+    code: impl Fn(usize, u64) -> Vec<u8>,
+    step: f32,
+) {
+    for k in sets {
+        for &n in lengths {
             let mut q = data(n, 9 + n as u64, -1.0, 1.0);
-            q.extend(data(n, 90 + n as u64, 0.0, 0.01));
-            let cs: Vec<Vec<u8>> = (0..4).map(|t| codes(n, 100 * t + n as u64)).collect();
+            q.extend(data(n, 90 + n as u64, 0.0, step));
+            let cs: Vec<Vec<u8>> = (0..4).map(|t| code(n, 100 * t + n as u64)).collect();
             let p: [*const u8; 4] = std::array::from_fn(|t| cs[t].as_ptr());
             for (one, four) in [(k.l2, k.l2_x4), (k.dot, k.dot_x4)] {
-                // SAFETY: as above, for each of four codes.
+                // SAFETY: the query holds 2n f32s and each code what its kernels read for n.
                 let (got, want) =
                     unsafe { (four(q.as_ptr(), &p, n), p.map(|c| one(q.as_ptr(), c, n))) };
                 assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{} n={n}", k.level);
             }
         }
     }
+}
+
+#[test]
+fn grouped_code_kernels_give_bitwise_the_single_kernels_distances() {
+    grouped_match_singles(&available(), &[1, 15, 16, 17, 64, 100, 384, 385], codes, 0.01);
 }
 
 #[test]
@@ -253,7 +264,7 @@ fn a_stored_quantizer_reads_back_bitwise_and_damage_is_refused() {
     let q = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
     let b = q.to_bytes();
     assert_eq!(b.len(), Quantizer::stored_len(dims));
-    let back = Quantizer::from_bytes(&b, dims).unwrap();
+    let back = Quantizer::from_bytes(&b, dims, 8).unwrap();
     assert_eq!(
         back.offset().iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
         q.offset().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
@@ -265,21 +276,21 @@ fn a_stored_quantizer_reads_back_bitwise_and_damage_is_refused() {
     for i in 0..b.len() {
         let mut d = b.clone();
         d[i] ^= 0x40;
-        let e = Quantizer::from_bytes(&d, dims).unwrap_err();
+        let e = Quantizer::from_bytes(&d, dims, 8).unwrap_err();
         assert_eq!(e.kind, crate::error::ErrorKind::CorruptIndex, "byte {i}");
         assert!(e.message.contains("stored quantizer"), "{}", e.message);
     }
     for n in 0..b.len() {
-        assert!(Quantizer::from_bytes(&b[..n], dims).is_err(), "truncated to {n}");
+        assert!(Quantizer::from_bytes(&b[..n], dims, 8).is_err(), "truncated to {n}");
     }
-    assert!(Quantizer::from_bytes(&b, dims + 1).is_err());
+    assert!(Quantizer::from_bytes(&b, dims + 1, 8).is_err());
     // A crafted form with a valid checksum but a negative step is refused too.
     let mut crafted = Quantizer::from_parts(vec![0.0; 2], vec![1.0; 2]).unwrap().to_bytes();
     crafted[STORED_STEP0..STORED_STEP0 + 4].copy_from_slice(&(-1.0f32).to_le_bytes());
     let body = crafted.len() - 8;
     let crc = xxhash_rust::xxh3::xxh3_64(&crafted[..body]);
     crafted[body..].copy_from_slice(&crc.to_le_bytes());
-    let e = Quantizer::from_bytes(&crafted, 2).unwrap_err();
+    let e = Quantizer::from_bytes(&crafted, 2, 8).unwrap_err();
     assert!(e.message.contains("step"), "{}", e.message);
 }
 
@@ -302,4 +313,123 @@ fn the_full_range_kept_as_rows_stream_equals_the_selected_extremes() {
     assert_eq!(streamed, selected);
     assert_eq!(streamed.offset()[2], -40.0);
     assert!(streamed.decode_one(36, 255) >= 1e6);
+}
+
+/// Every 4-bit kernel set this CPU can run (the level of each 8-bit set, scalar where
+/// `nibbles.rs` has none).
+fn nibble_sets() -> Vec<CodeKernels> {
+    available().iter().map(|k| nibbles::for_level(k.level)).collect()
+}
+
+/// `n` 4-bit codes (0..=15) and their packed form, packed here dimension by dimension from the
+/// layout's rule (byte `16 (i / 32) + i % 16`, high nibble where `i % 32 >= 16`).
+fn nibble_codes(n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let values: Vec<u8> = data(n, seed, 0.0, 16.0).into_iter().map(|x| x as u8).collect();
+    let mut packed = vec![0u8; nibbles::code_len(n)];
+    for (i, &v) in values.iter().enumerate() {
+        let byte = 16 * (i / 32) + i % 16;
+        packed[byte] |= if i % 32 >= 16 { v << 4 } else { v };
+    }
+    (values, packed)
+}
+
+#[test]
+fn every_4bit_kernel_matches_exact_math_at_every_length() {
+    for k in nibble_sets() {
+        for n in (0..=70).chain(LENGTHS) {
+            let (c, packed) = nibble_codes(n, 5 + n as u64);
+            let mut q = data(n, 2 + n as u64, -2.0, 2.0);
+            q.extend(data(n, 60 + n as u64, 0.0, 0.3));
+            let exact_l2: f64 =
+                (0..n).map(|i| (q[i] as f64 - q[n + i] as f64 * c[i] as f64).powi(2)).sum();
+            let exact_dot: f64 = (0..n).map(|i| q[i] as f64 * c[i] as f64).sum();
+            // SAFETY: the query holds 2n f32s, the code code_len(n) bytes.
+            let (l2, dot) = unsafe {
+                (
+                    (k.l2)(q.as_ptr(), packed.as_ptr(), n) as f64,
+                    (k.dot)(q.as_ptr(), packed.as_ptr(), n) as f64,
+                )
+            };
+            let scale: f64 = (0..n).map(|i| (q[i] as f64 * c[i] as f64).abs()).sum();
+            let tol = |x: f64, scale: f64| 1e-5 * (1.0 + x.abs() + scale);
+            assert!((l2 - exact_l2).abs() < tol(exact_l2, 0.0), "{} l2 n={n}", k.level);
+            assert!((dot - exact_dot).abs() < tol(exact_dot, scale), "{} dot n={n}", k.level);
+        }
+    }
+}
+
+#[test]
+fn grouped_4bit_kernels_give_bitwise_the_single_kernels_distances() {
+    let lengths = [1, 15, 16, 17, 31, 32, 33, 100, 384, 385];
+    grouped_match_singles(&nibble_sets(), &lengths, |n, seed| nibble_codes(n, seed).1, 0.1);
+}
+
+#[test]
+fn a_4bit_code_is_within_half_a_step_inside_the_range_and_a_prepared_query_measures_it() {
+    // Oracles: the value each code stands for, recomputed from offset and step; the float
+    // distance from the query to the decoded vector.
+    for dims in [1, 31, 33, 77, 384] {
+        let rows: Vec<Vec<f32>> = (0..400).map(|r| data(dims, 3000 + r, -0.3, 0.5)).collect();
+        let z = Quantizer::train_bits(dims, rows.iter().map(|r| r.as_slice()), 0.99, 4).unwrap();
+        assert_eq!((z.bits(), z.code_len()), (4, nibbles::code_len(dims)));
+        let mut code = vec![0u8; z.code_len()];
+        let mut back = vec![0f32; dims];
+        let (mut clipped, mut counted) = (0, 0);
+        for row in &rows {
+            clipped += z.encode(row, &mut code);
+            z.decode(&code, &mut back);
+            for i in 0..dims {
+                let c = z.code_at(&code, i);
+                assert!(c <= 15);
+                assert_eq!(back[i], z.offset()[i] + z.step()[i] * c as f32);
+                let t = (row[i] - z.offset()[i]) / z.step()[i];
+                if (-0.5..=15.5).contains(&t) {
+                    assert!((row[i] - back[i]).abs() <= z.step()[i] * 0.5 + 1e-6, "dim {i}");
+                } else {
+                    counted += 1;
+                }
+            }
+        }
+        // Values given up at the ends (quantile 0.99) are counted as clipped, and only they.
+        assert_eq!(clipped, counted);
+        let q = data(dims, 7, -0.4, 0.4);
+        let k = nibbles::for_level(code_kernels().level);
+        for metric in [Metric::Euclidean, Metric::Cosine, Metric::InnerProduct] {
+            let p = Prepared::new(&z, metric, &q);
+            for row in rows.iter().take(10) {
+                z.encode(row, &mut code);
+                z.decode(&code, &mut back);
+                let ip: f64 = q.iter().zip(&back).map(|(a, b)| *a as f64 * *b as f64).sum();
+                let want = match metric {
+                    Metric::Euclidean => {
+                        q.iter().zip(&back).map(|(a, b)| (*a as f64 - *b as f64).powi(2)).sum()
+                    }
+                    Metric::Cosine => 1.0 - ip,
+                    Metric::InnerProduct => -ip,
+                };
+                let kernel = if metric == Metric::Euclidean { k.l2 } else { k.dot };
+                // SAFETY: the prepared values are 2 x dims or dims f32s; the code code_len.
+                let got =
+                    p.bias + p.sign * unsafe { kernel(p.values.as_ptr(), code.as_ptr(), dims) };
+                assert!(
+                    (got as f64 - want).abs() < 1e-4,
+                    "{metric:?} dims {dims}: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stored_4bit_quantizer_reads_back_and_is_refused_as_8bit() {
+    let dims = 50;
+    let rows: Vec<Vec<f32>> = (0..100).map(|r| data(dims, 40 + r, -1.0, 1.0)).collect();
+    let z = Quantizer::train_bits(dims, rows.iter().map(|r| r.as_slice()), 1.0, 4).unwrap();
+    let b = z.to_bytes();
+    assert_eq!(Quantizer::from_bytes(&b, dims, 4).unwrap(), z);
+    let e = Quantizer::from_bytes(&b, dims, 8).unwrap_err();
+    assert!(e.message.contains("8-bit"), "{}", e.message);
+    let z8 = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
+    assert!(Quantizer::from_bytes(&z8.to_bytes(), dims, 4).is_err());
+    assert!(Quantizer::train_bits(dims, rows.iter().map(|r| r.as_slice()), 1.0, 5).is_err());
 }

@@ -74,14 +74,14 @@ impl Storage {
     #[inline(always)]
     pub fn code_bytes(&self, slot: u32) -> &[u8] {
         // SAFETY: as for `vector_bytes`; the range lies inside the mapping.
-        unsafe { std::slice::from_raw_parts(self.code_ptr(slot), self.geo.dims) }
+        unsafe { std::slice::from_raw_parts(self.code_ptr(slot), self.geo.code_len) }
     }
 
     /// Write a slot's codes: an unpublished slot, or any slot while no snapshot in use walks
     /// the codes (training; see `code_bytes`). Not for a codes-only index, whose codes are its
     /// vectors (`write_vector`).
     pub fn write_code(&self, slot: u32, codes: &[u8]) {
-        assert!(self.writable && codes.len() == self.geo.dims && self.geo.code_stride > 0);
+        assert!(self.writable && codes.len() == self.geo.code_len && self.geo.code_stride > 0);
         // SAFETY: writable mapping, in bounds; nobody reads these bytes meanwhile (above).
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -189,7 +189,7 @@ impl Storage {
         let l = &seg.layout;
         let (at, len) = match area {
             Area::Code if self.geo.precision != format::Precision::Int8 => {
-                (l.codes + local * self.geo.code_stride as u64, self.geo.dims)
+                (l.codes + local * self.geo.code_stride as u64, self.geo.code_len)
             }
             Area::Vector | Area::Code => {
                 (l.vectors + local * self.geo.stride as u64, self.geo.vec_bytes)

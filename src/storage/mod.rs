@@ -600,19 +600,22 @@ impl Storage {
             // region is written once, before any header names it, and never after.
             None => unsafe { std::slice::from_raw_parts(q.map.as_ptr(), used) }.into(),
         };
-        let decoded = Quantizer::from_bytes(&bytes, self.geo.dims).map_err(|e| {
-            Error::corrupt(format!(
-                "{}: the quantizer is damaged ({})",
-                self.path.display(),
-                e.message
-            ))
-        })?;
+        // The codes' bits: a codes-only index's are 8 (its geometry keeps the default).
+        let decoded =
+            Quantizer::from_bytes(&bytes, self.geo.dims, self.geo.code_bits).map_err(|e| {
+                Error::corrupt(format!(
+                    "{}: the quantizer is damaged ({})",
+                    self.path.display(),
+                    e.message
+                ))
+            })?;
         Ok(Some(q.decoded.get_or_init(|| Arc::new(decoded)).clone()))
     }
 
     /// Store `q` in a new quantizer region (written and given blocks; durable with the next
     /// sync) and return its file offset, which a header then names. Only the writer calls this.
     pub fn write_quantizer(&self, q: &Quantizer) -> Result<u64> {
+        assert_eq!(q.bits(), self.geo.code_bits, "a quantizer for codes of another width");
         let bytes = q.to_bytes();
         let mut a = self.alloc.lock();
         let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
