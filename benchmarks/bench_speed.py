@@ -4,7 +4,8 @@ With 8-bit codes (engines outside the default set): chassis-int8 (`quantization=
 walked, float32 vectors reranked) and chassis-codes (`precision="int8"`: codes only) against
 faiss-sq8 (IndexHNSWSQ, QT_8bit) and usearch-i8; recall is always against the exact float32
 ground truth. chassis-int8's targets: 1t QPS at recall 0.95 >= 2x the best float32 peer and
->= 1.3x the best 8-bit peer (batch and loop), build time <= chassis's float32 build.
+>= 1.3x the best 8-bit peer (batch and loop), build time <= chassis's float32 build. With
+4-bit codes: chassis-int4 (`quantization="int4"`) against faiss-sq4 (QT_4bit), no target.
 
 Every engine builds the same index (M=16, ef_construction=200) on the same data, in the same run:
 
@@ -102,7 +103,7 @@ DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
 QUICK_EF = "10,20,40,80,160"
 ALL_ENGINES = "chassis,chassis-memory,hnswlib,usearch,faiss,chassisdb"
 # Our own engines: never a "peer" of each other.
-OURS = ("chassis", "chassis-memory", "chassis-int8", "chassis-codes")
+OURS = ("chassis", "chassis-memory", "chassis-int8", "chassis-int4", "chassis-codes")
 # Peers storing 8-bit codes: the quantized mode's own targets are against these and, apart,
 # against the float32 peers.
 EIGHT_BIT = ("faiss-sq8", "usearch-i8")
@@ -536,8 +537,8 @@ def targets(
 
     if who == "chassis-int8":
         return checks + int8_targets(label, results)
-    if who == "chassis-codes":
-        return checks  # reported against usearch-i8 and faiss-sq8 in the sweeps; no target
+    if who in ("chassis-codes", "chassis-int4"):
+        return checks  # reported against the peers in the sweeps (faiss-sq4 for int4); no target
     check("1t batch QPS@0.95 vs best peer", "batch@0.95", GOAL_QPS, True)
     check("1t loop QPS@0.95 vs best peer", "loop@0.95", GOAL_QPS, True)
     check("build time vs best peer", "build_s", GOAL_BUILD, False)

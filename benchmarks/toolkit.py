@@ -102,6 +102,7 @@ EngineUnavailable = _b.EngineUnavailable
 Engine = _b.Engine
 ChassisEngine = _b.ChassisEngine
 ChassisInt8Engine = _b.ChassisInt8Engine
+ChassisInt4Engine = _b.ChassisInt4Engine
 ChassisCodesEngine = _b.ChassisCodesEngine
 ChassisHalfEngine = _b.ChassisHalfEngine
 ChassisDBEngine = _b.ChassisDBEngine
@@ -110,6 +111,7 @@ UsearchEngine = _b.UsearchEngine
 UsearchI8Engine = _b.UsearchI8Engine
 FaissEngine = _b.FaissEngine
 FaissSQ8Engine = _b.FaissSQ8Engine
+FaissSQ4Engine = _b.FaissSQ4Engine
 ENGINES = _b.ENGINES
 make_engine = _b.make_engine
 engine_status = _b.engine_status
@@ -199,6 +201,10 @@ class ChassisInt8Speed(ChassisSpeed, ChassisInt8Engine):
     pass
 
 
+class ChassisInt4Speed(ChassisSpeed, ChassisInt4Engine):
+    pass
+
+
 class ChassisCodesSpeed(ChassisSpeed, ChassisCodesEngine):
     pass
 
@@ -263,6 +269,10 @@ class FaissSQ8Speed(FaissSpeed, FaissSQ8Engine):
     pass
 
 
+class FaissSQ4Speed(FaissSpeed, FaissSQ4Engine):
+    pass
+
+
 class ChassisDBSpeed(_SpeedModes, ChassisDBEngine):
     threads2_note = (
         "chassisdb search_batch has no thread control (one thread): its 2t batch is "
@@ -287,6 +297,7 @@ SPEED_ENGINES = {
     "chassis": ChassisSpeed,
     "chassis-memory": ChassisMemorySpeed,
     "chassis-int8": ChassisInt8Speed,
+    "chassis-int4": ChassisInt4Speed,
     "chassis-codes": ChassisCodesSpeed,
     "chassis-half": ChassisHalfSpeed,
     "hnswlib": HnswlibSpeed,
@@ -294,6 +305,7 @@ SPEED_ENGINES = {
     "usearch-i8": UsearchI8Speed,
     "faiss": FaissSpeed,
     "faiss-sq8": FaissSQ8Speed,
+    "faiss-sq4": FaissSQ4Speed,
     "chassisdb": ChassisDBSpeed,
 }
 

@@ -426,6 +426,14 @@ class ChassisInt8Engine(ChassisEngine):
     quantization = "int8"
 
 
+class ChassisInt4Engine(ChassisEngine):
+    """This project with 4-bit codes (``IndexOptions(quantization="int4")``): the walk on codes
+    of half int8's bytes, more candidates reranked on the float32 vectors."""
+
+    name = "chassis-int4"
+    quantization = "int4"
+
+
 class ChassisHalfEngine(ChassisEngine):
     """This project with its vectors stored in half precision (``IndexOptions(precision="half")``):
     half the file's vector bytes, distances on the half-precision values."""
@@ -658,9 +666,20 @@ class FaissSQ8Engine(FaissEngine):
         self.index.add(base)
 
 
+class FaissSQ4Engine(FaissSQ8Engine):
+    """faiss IndexHNSWSQ with 4-bit scalar quantization (``QT_4bit``), otherwise as
+    ``faiss-sq8``: the walk and the distances on the codes, no rerank."""
+
+    name = "faiss-sq4"
+
+    def _new_index(self, m, metric):
+        return self.module.IndexHNSWSQ(self.dims, self.module.ScalarQuantizer.QT_4bit, m, metric)
+
+
 ENGINES: dict[str, type[Engine]] = {
     "chassis": ChassisEngine,
     "chassis-int8": ChassisInt8Engine,
+    "chassis-int4": ChassisInt4Engine,
     "chassis-codes": ChassisCodesEngine,
     "chassis-half": ChassisHalfEngine,
     "chassisdb": ChassisDBEngine,
@@ -669,6 +688,7 @@ ENGINES: dict[str, type[Engine]] = {
     "usearch-i8": UsearchI8Engine,
     "faiss": FaissEngine,
     "faiss-sq8": FaissSQ8Engine,
+    "faiss-sq4": FaissSQ4Engine,
 }
 
 
