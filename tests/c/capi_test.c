@@ -522,6 +522,19 @@ static int everything(const char *dir) {
     STATUS(CHASSIS_OPTIONS_MISMATCH, chassis_open(text, 0, &o, &mem));
     OK(chassis_close(h2));
 
+    /* 4-bit codes: half the codes' bytes, the same exact distances; refused with codes only */
+    chassis_options q4 = o;
+    q4.quantization = CHASSIS_QUANTIZATION_INT4;
+    OK(chassis_open_memory(DIMS, &q4, &mem));
+    OK(chassis_train(mem, data, N, DIMS, 0));
+    OK(chassis_add_batch(mem, data, N, DIMS, NULL, NULL, 0));
+    search_matches(mem, data, NULL, queries, 0.9);
+    OK(chassis_get_memory_stats(mem, &m));
+    EXPECT(m.code_bytes >= (uint64_t)N * 64); /* 8 bytes of codes in a 64-byte row */
+    OK(chassis_close(mem));
+    q4.precision = CHASSIS_PRECISION_INT8;
+    STATUS(CHASSIS_INVALID_ARGUMENT, chassis_open_memory(DIMS, &q4, &mem));
+
     free(data);
     printf("capi_test: %d checks passed\n", checks);
     return 0;
