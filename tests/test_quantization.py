@@ -452,3 +452,29 @@ def test_4bit_codes_take_half_the_bytes_of_8bit_and_survive_deletes_compact_save
     lids, ld = loaded.search_batch(queries, K, ef=128)
     np.testing.assert_array_equal(lids, ids)
     np.testing.assert_array_equal(ld, dists)
+
+
+def test_single_adds_of_long_vectors_link_on_the_codes_and_find_as_well(tmp_path):
+    """Small batches of an int8 index with float32 vectors of 1 KiB or more link on the codes
+    (the half copy is for large batches). Oracles: brute force over everything added, the same
+    adds into an index without codes, each added vector finding itself, and check()."""
+    n, dims = 3000, 256
+    data = clustered_data(n, dims, seed=41)
+    queries = clustered_data(60, dims, seed=41, sample_seed=42)
+    coded = VectorIndex(tmp_path / "c.chassis", dims, options("euclidean", "int8"))
+    plain = VectorIndex(None, dims, options("euclidean", None))
+    for index in (coded, plain):
+        index.add_batch(data[:1500])
+        for i in range(1500, n):
+            index.add(data[i])
+    assert coded.trained
+    true_ids, _ = brute_force_knn(data, queries, K, "euclidean")
+    rp = recall_at_k(plain.search_batch(queries, K, ef=64)[0], true_ids)
+    rc = recall_at_k(coded.search_batch(queries, K, ef=64)[0], true_ids)
+    assert rc >= rp - RECALL_MARGIN, (rc, rp)
+    late = np.arange(1500, n, 7)
+    ids, dists = coded.search_batch(data[late], 1, ef=64)
+    assert (ids[:, 0] == late).mean() >= 0.99, "the singly added vectors are found"
+    np.testing.assert_allclose(dists[ids[:, 0] == late, 0], 0.0, atol=1e-3)
+    report = coded.check()
+    assert report.ok and report.unreachable == [], report

@@ -274,17 +274,33 @@ impl<'a> Graph<'a> {
 }
 
 /// Whether a batch of an index with codes beside its vectors links on the codes rather than on
-/// the vectors (or the half copy): only with `CHASSIS_LINK_CODES=1`, for measuring. Same recall
-/// at equal ef on MiniLM, but a 2-thread build took 10.3 s against 8.3 s on the half copy
-/// (medians of 4, alternating processes): the neighbor heuristic then reads each kept
-/// neighbor's full vector to prepare it. Since codes are measured four at a time the two take
-/// the same time (5.72-5.90 s against 5.78-5.82, 3 pairs; recall at ef 16 / 32 0.9406 /
-/// 0.9781 against 0.9420 / 0.9764), so nothing is gained by switching. A codes-only index
-/// always links on its codes (it has nothing else). Read once.
-fn link_on_codes() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("CHASSIS_LINK_CODES").is_ok_and(|v| v.trim() == "1"))
+/// the vectors: `CHASSIS_LINK_CODES=1` always, `=0` never (for measuring); by default a batch
+/// that is not linked on the half copy (`halfcopy::pays`: small batches), when its codes are
+/// 8-bit and its vectors float32 of 1 KiB or more.
+/// - Large batches stay on the half copy: linking a whole MiniLM build on codes took 10.3 s
+///   against 8.3 s (medians of 4, alternating processes; since codes are measured four at a
+///   time 5.72-5.90 s against 5.78-5.82, 3 pairs, recall at ef 16 / 32 0.9406 / 0.9781 against
+///   0.9420 / 0.9764): the neighbor heuristic reads each kept neighbor's full vector to
+///   prepare it, and nothing is gained.
+/// - Single adds read their walk's vectors from the file: on codes, 15,000 `add` calls after a
+///   30,000-row MiniLM batch took 0.223-0.224 ms each against 0.288-0.296 (2 pairs of
+///   processes), recall at ef 12-64 within 0.0015; on 1,000,000 x 384 int8 `add` took
+///   0.405-0.409 ms against 0.495-0.502 (medians of 600, 2 pairs). At 128 dimensions (512-byte
+///   vectors) codes were slower, 0.121 ms against 0.109-0.112; with 4-bit codes recall at ef
+///   16 fell by 0.007.
+///
+/// A codes-only index always links on its codes (it has nothing else). Read once.
+fn link_on_codes() -> Option<bool> {
+    static V: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| match std::env::var("CHASSIS_LINK_CODES").as_deref().map(str::trim) {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    })
 }
+
+/// Vectors from this size up link small batches on their 8-bit codes (`link_on_codes`).
+const LINK_ON_CODES_MIN_BYTES: usize = 1024;
 
 /// Whether small batches look at the nodes they took out of lists (`Linker::repair_around`)
 /// and walk the whole graph once a sixty-fourth of it was added: `CHASSIS_REPAIR_AROUND=0`
@@ -406,12 +422,15 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let total = start + n as u64;
         // A codes-only index has nothing else to link on.
         let codes_only = st.geo.precision == Precision::Int8;
-        let on_codes = self.quant.filter(|_| codes_only || (st.geo.has_codes() && link_on_codes()));
-        let copy = if on_codes.is_none() && halfcopy::pays(&st.geo, n as u64, total) {
-            HalfCopy::new(st, total as u32)
-        } else {
-            None
-        };
+        let pays = halfcopy::pays(&st.geo, n as u64, total);
+        let by_default = !pays
+            && st.geo.code_bits == 8
+            && st.geo.precision == Precision::Full
+            && st.geo.vec_bytes >= LINK_ON_CODES_MIN_BYTES;
+        let on_codes = self.quant.filter(|_| {
+            codes_only || (st.geo.has_codes() && link_on_codes().unwrap_or(by_default))
+        });
+        let copy = if on_codes.is_none() && pays { HalfCopy::new(st, total as u32) } else { None };
         let mut g = match (on_codes, &copy) {
             (Some(z), _) => Graph::linking_on_codes(st, self.metric, total as u32, z),
             (None, Some(c)) => Graph::on_copy(st, self.metric, total as u32, c),
