@@ -427,3 +427,20 @@ fn whole_huge_pages_of_codes_are_asked_for_as_vectors_are() {
     let vectors = snap.st.vector_ptr(1024) as usize;
     assert!(pieces.iter().any(|&(p, _)| p == vectors), "and the vectors' pieces: {pieces:x?}");
 }
+
+#[test]
+fn codes_only_storage_with_4_bit_codes_is_refused_on_every_way_in() {
+    // Oracle: the option pair is contradictory (codes-only storage is 8-bit), so each
+    // constructor must refuse it rather than quietly keep 8-bit codes.
+    use chassis::error::ErrorKind;
+    use chassis::format::Precision;
+    let o = Options { precision: Precision::Int8, ..opts(Metric::Euclidean, Quantization::Int4) };
+    let err = Index::memory(16, Some(&o)).err().expect("memory must refuse");
+    assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let err = Index::open(&dir.path().join("q"), Some(16), Some(&o), Mode::Write)
+        .err()
+        .expect("open must refuse");
+    assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
+    assert!(!dir.path().join("q").exists(), "nothing is created");
+}

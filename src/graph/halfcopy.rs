@@ -147,26 +147,37 @@ const HALFCOPY_MEMORY_SHARE: u64 = 8;
 /// half-precision copy. `CHASSIS_HALF_COPY=0` (never) or `1` (whenever the index is full
 /// precision) overrides the rule, for tests and measurements; read once.
 pub fn pays(geo: &Geometry, rows: u64, total: u64) -> bool {
-    static FORCE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     if geo.precision != Precision::Full {
         return false;
     }
-    match FORCE.get_or_init(|| {
+    match forced() {
+        Some(force) => force,
+        None => {
+            let memory = os::physical_memory().unwrap_or(0);
+            geo.vec_bytes >= HALFCOPY_MIN_BYTES
+                && large_batch(rows, total)
+                && HalfCopy::bytes_for(geo, total) * HALFCOPY_MEMORY_SHARE <= memory
+        }
+    }
+}
+
+/// Whether a batch of `rows` rows making an index of `total` slots is large by the half copy's
+/// rule (HALFCOPY_MIN_ROWS, HALFCOPY_SHARE), whatever the machine's memory and
+/// `CHASSIS_HALF_COPY` say: the batches single adds make are not.
+pub fn large_batch(rows: u64, total: u64) -> bool {
+    rows >= HALFCOPY_MIN_ROWS && rows * HALFCOPY_SHARE >= total
+}
+
+/// `CHASSIS_HALF_COPY`, read once.
+fn forced() -> Option<bool> {
+    static FORCE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *FORCE.get_or_init(|| {
         std::env::var("CHASSIS_HALF_COPY").ok().and_then(|v| match v.trim() {
             "0" => Some(false),
             "1" => Some(true),
             _ => None,
         })
-    }) {
-        Some(force) => *force,
-        None => {
-            let memory = os::physical_memory().unwrap_or(0);
-            geo.vec_bytes >= HALFCOPY_MIN_BYTES
-                && rows >= HALFCOPY_MIN_ROWS
-                && rows * HALFCOPY_SHARE >= total
-                && HalfCopy::bytes_for(geo, total) * HALFCOPY_MEMORY_SHARE <= memory
-        }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -275,7 +275,7 @@ impl<'a> Graph<'a> {
 
 /// Whether a batch of an index with codes beside its vectors links on the codes rather than on
 /// the vectors: `CHASSIS_LINK_CODES=1` always, `=0` never (for measuring); by default a batch
-/// that is not linked on the half copy (`halfcopy::pays`: small batches), when its codes are
+/// too small for the half copy (`halfcopy::large_batch`: single adds), when its codes are
 /// 8-bit and its vectors float32 of 1 KiB or more.
 /// - Large batches stay on the half copy: linking a whole MiniLM build on codes took 10.3 s
 ///   against 8.3 s (medians of 4, alternating processes; since codes are measured four at a
@@ -423,7 +423,9 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         // A codes-only index has nothing else to link on.
         let codes_only = st.geo.precision == Precision::Int8;
         let pays = halfcopy::pays(&st.geo, n as u64, total);
-        let by_default = !pays
+        // Small batches only: a large one that the half copy does not take (memory short, or
+        // CHASSIS_HALF_COPY=0) links on the vectors, as measured.
+        let by_default = !halfcopy::large_batch(n as u64, total)
             && st.geo.code_bits == 8
             && st.geo.precision == Precision::Full
             && st.geo.vec_bytes >= LINK_ON_CODES_MIN_BYTES;

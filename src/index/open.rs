@@ -365,8 +365,11 @@ impl Index {
 
     /// A new in-memory index: the whole writer API with no file (see `save` and `load`).
     pub fn memory(dims: usize, opts: Option<&Options>) -> Result<Index> {
-        let opts = opts.cloned().unwrap_or_default().normalized();
+        let opts = opts.cloned().unwrap_or_default();
+        // Validate what the caller asked for: normalizing first would turn precision int8
+        // with quantization int4 into int8 codes without a word.
         opts.validate()?;
+        let opts = opts.normalized();
         check_dims_arg(dims)?;
         let h = Self::new_header(dims, &opts, 1);
         let st = Storage::memory(&h, opts.huge_pages != Some(false))?;

@@ -390,7 +390,17 @@ impl Index {
         let bits = self.geo.code_bits;
         let quantile = if bits == 4 { crate::quant::quantizer::QUANTILE_4BIT } else { 1.0 };
         let q = match sample {
-            Some(s) => Quantizer::train_bits(d, s.chunks_exact(d), quantile, bits)?,
+            // A user's sample, at most TRAIN_SAMPLE of its rows evenly spread: the quantiles of
+            // 4-bit codes copy what they learn from dimension by dimension.
+            Some(s) => {
+                let n = (s.len() / d) as u64;
+                let take = n.min(TRAIN_SAMPLE);
+                let row = |i: u64| {
+                    let r = (i * n / take) as usize;
+                    &s[r * d..(r + 1) * d]
+                };
+                Quantizer::train_bits(d, (0..take).map(row), quantile, bits)?
+            }
             // Full precision: the stored rows as they are, no copy.
             None if self.precision() == Precision::Full => Quantizer::train_bits(
                 d,

@@ -12,7 +12,8 @@ use crate::distance::{Kernel, Kernel4};
 use std::sync::OnceLock;
 
 /// The kernels for codes. Their pointers: the query as described above (`2 * n` f32s for
-/// `l2`, `n` for `dot`, 4-byte aligned) and `n` code bytes; the CPU must have the set's
+/// `l2`, `n` for `dot`, 4-byte aligned) and the code's `code_len(n)` bytes (`n` for 8-bit
+/// codes, `16 * ceil(n / 32)` for 4-bit ones: `nibbles`); the CPU must have the set's
 /// features. The grouped kernels give bitwise what four calls of the single one give.
 #[derive(Clone, Copy)]
 pub struct CodeKernels {

@@ -128,6 +128,11 @@ mod x86 {
 
     /// The block at dimension `i` (a multiple of 32) of code `c`: its low and high nibbles as
     /// f32 (masked-off lanes zero).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL; `i < n` and `c` valid for `code_len(n)` bytes: a block of
+    /// 16 or more dimensions left has all its 16 bytes (blocks are padded whole), a shorter
+    /// one is read under its mask `lo` (`masks(n - i)`).
     #[inline(always)]
     unsafe fn block(c: *const u8, i: usize, lo: __mmask16) -> (__m512, __m512) {
         let at = c.add(i / 2);
@@ -142,6 +147,10 @@ mod x86 {
         (_mm512_cvtepi32_ps(low), _mm512_cvtepi32_ps(high))
     }
 
+    /// Sixteen f32 of `q` from `i`, under mask `m`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; the lanes of `m` lie within `q`'s valid f32s.
     #[inline(always)]
     unsafe fn load(q: *const f32, i: usize, m: __mmask16) -> __m512 {
         if m == 0xffff {
@@ -153,6 +162,10 @@ mod x86 {
 
     /// The query's four chunks of the block at `i`: b (or w) and, for l2, the steps, for the
     /// low and the high half.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL; `i < n`; `q` valid for the query's `2 * n` f32s (l2) or
+    /// `n` (dot), as [`crate::quant::CodeKernels`] says: the masks keep the loads within them.
     #[inline(always)]
     unsafe fn query(q: *const f32, n: usize, i: usize, l2: bool) -> [__m512; 4] {
         let (lo, hi) = masks(n - i);
@@ -167,6 +180,9 @@ mod x86 {
     }
 
     /// One block into two accumulators. l2: `(b - step * code)^2`; dot: `w * code`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F (no memory is read).
     #[inline(always)]
     unsafe fn step(x: &[__m512; 4], code: (__m512, __m512), l2: bool, acc: &mut [__m512; 2]) {
         if l2 {
@@ -182,6 +198,10 @@ mod x86 {
 
     /// Four codes at once: the query's chunks loaded once for all four, each code's blocks
     /// into its own accumulators in the same order as one code alone (bitwise the same sums).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL; `q` as [`query`] asks, each of `c` valid for
+    /// `code_len(n)` bytes.
     #[inline(always)]
     unsafe fn four(q: *const f32, c: &[*const u8; 4], n: usize, l2: bool) -> [f32; 4] {
         let mut a = [[_mm512_setzero_ps(); 2]; 4];
@@ -198,6 +218,10 @@ mod x86 {
         [s(&a[0]), s(&a[1]), s(&a[2]), s(&a[3])]
     }
 
+    /// One code: as [`four`] for a single code.
+    ///
+    /// # Safety
+    /// As [`four`], for `c`.
     #[inline(always)]
     unsafe fn one(q: *const f32, c: *const u8, n: usize, l2: bool) -> f32 {
         let mut a = [_mm512_setzero_ps(); 2];
@@ -232,6 +256,10 @@ mod x86 {
 
     /// AVX2: half a block a step (8 bytes: 8 low nibbles at `i + h`, 8 high at `i + 16 + h`),
     /// whole blocks only; the last partial block one dimension at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `q` valid for `2 * n` f32s (l2) or `n` (dot), `c` for
+    /// `code_len(n)` bytes: whole blocks are read whole, the rest one nibble at a time.
     #[inline(always)]
     unsafe fn avx2(q: *const f32, c: *const u8, n: usize, l2: bool) -> f32 {
         let mut a = [_mm256_setzero_ps(); 4];

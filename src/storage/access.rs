@@ -54,7 +54,7 @@ impl Storage {
         unsafe { std::slice::from_raw_parts(self.vector_ptr(slot) as *const f32, self.geo.dims) }
     }
 
-    /// Pointer to a slot's 8-bit codes (`geo.dims` bytes): in the codes area, or the stored
+    /// Pointer to a slot's codes (`geo.code_len` bytes: 8- or 4-bit): in the codes area, or the stored
     /// vector of a codes-only index; an index with codes only (panics otherwise).
     #[inline(always)]
     pub fn code_ptr(&self, slot: u32) -> *const u8 {

@@ -530,7 +530,7 @@ static int everything(const char *dir) {
     OK(chassis_add_batch(mem, data, N, DIMS, NULL, NULL, 0));
     search_matches(mem, data, NULL, queries, 0.9);
     OK(chassis_get_memory_stats(mem, &m));
-    EXPECT(m.code_bytes >= (uint64_t)N * 64); /* 8 bytes of codes in a 64-byte row */
+    EXPECT(m.code_bytes >= (uint64_t)N * 64); /* one 16-byte block of 4-bit codes, in a 64-byte row */
     OK(chassis_close(mem));
     q4.precision = CHASSIS_PRECISION_INT8;
     STATUS(CHASSIS_INVALID_ARGUMENT, chassis_open_memory(DIMS, &q4, &mem));
