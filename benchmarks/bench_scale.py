@@ -976,6 +976,16 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.n, args.nq, args.block, args.clusters = 20_000, 500, 50, 64
         args.commit_n, args.adds = 20_000, 200
+    # A limited run searches the first query, two warm-up blocks, --settle blocks, then a block
+    # one at a time and one in a batch per ef, each of queries it has not seen.
+    need = 1 + args.block * (2 + args.settle + 2 * len(args.efs))
+    searched = {"limit", "naming", "beam"} & set(args.only.split(","))
+    if searched and need > args.nq:
+        ap.error(
+            f"--only {','.join(sorted(searched))} needs {need} queries (1 + --block {args.block} "
+            f"x (2 + --settle {args.settle} + 2 x {len(args.efs)} --efs)) and --nq is "
+            f"{args.nq}: lower --block, --settle or the number of --efs"
+        )
     return args
 
 
