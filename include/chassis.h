@@ -113,7 +113,7 @@ typedef struct chassis_options {
 typedef struct chassis_search_params {
     size_t size;
     size_t ef;                /* 0: the handle's ef_search */
-    size_t rerank;            /* 8-bit codes: candidates measured again on the vectors; 0: default */
+    size_t rerank;            /* codes (8- or 4-bit): candidates measured again on the vectors; 0: default */
     size_t threads;           /* chassis_search_batch: 0 = one per core */
     const uint64_t *allowed;  /* only these ids may be returned; NULL: any */
     size_t allowed_len;
@@ -128,7 +128,7 @@ typedef struct chassis_check_report {
     uint64_t unreachable; /* live vectors no search can reach */
     uint64_t not_finite;  /* live vectors holding NaN or infinity */
     uint64_t corrupt;     /* slots whose bytes fail their checksums */
-    uint64_t clipped;     /* 8-bit codes: values clipped to the quantizer's range (not damage) */
+    uint64_t clipped;     /* codes: values clipped to the quantizer's range (not damage) */
 } chassis_check_report;
 
 /* What the system holds of an index's mappings (Python's memory_stats()). A count the system
@@ -208,7 +208,7 @@ int chassis_add(chassis_handle handle, const float *vector, size_t dims, const u
  * threads 0: one per core. */
 int chassis_add_batch(chassis_handle handle, const float *data, size_t n, size_t dims,
                       const uint64_t *ids, uint64_t *out_ids, size_t threads);
-/* 8-bit codes: learn the quantizer from a sample instead of the first 1,000 rows. */
+/* codes (8- or 4-bit): learn the quantizer from a sample instead of the first 1,000 rows. */
 int chassis_train(chassis_handle handle, const float *sample, size_t n, size_t dims,
                   size_t threads);
 /* CHASSIS_ID_NOT_FOUND when the id is not there. */

@@ -17,7 +17,10 @@
 //! (bytes 96..104, its file offset, 0 until trained), and each segment holds a codes area
 //! ahead of its vectors: `[codes | vectors | slot headers | level-0 records]`
 //! (`Geometry::with_codes`). A code is the encoding of its vector under the quantizer: `check`
-//! verifies exactly that, which is stronger than a checksum of the code.
+//! verifies exactly that, which is stronger than a checksum of the code. A file with 4-bit
+//! codes (`quantization="int4"`, byte 30 = 2) is version 3, the same layout with shorter
+//! codes: a build from before 4-bit codes then says the file is newer than it reads, not that
+//! both header copies are damaged.
 //!
 //! A flush writes the *older* header copy with `seq + 1`, so the current copy is never being
 //! overwritten; a torn or damaged copy fails its checksum and the other one is used (and the
@@ -57,8 +60,10 @@ use crate::error::{Error, ErrorKind, Result};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 pub const MAGIC: [u8; 8] = *b"CHASSIS\x1a";
-/// The newest version this build writes and reads (files with codes).
-pub const FORMAT_VERSION: u32 = 2;
+/// The newest version this build writes and reads (files with 4-bit codes).
+pub const FORMAT_VERSION: u32 = 3;
+/// The version of files with 8-bit codes (and codes-only storage).
+pub const FORMAT_VERSION_CODES: u32 = 2;
 /// The version of files without codes, still written for them (older builds read it).
 pub const FORMAT_VERSION_PLAIN: u32 = 1;
 pub const HEADER_COPY_SIZE: usize = 64 * 1024;
@@ -176,7 +181,8 @@ pub enum Quantization {
     /// rerank their best candidates on the vectors.
     Int8 = 1,
     /// A 4-bit code per dimension beside the full (or half) vectors, as `Int8` otherwise
-    /// (`quant/nibbles.rs`). Builds before it refuse the file (an unknown quantization).
+    /// (`quant/nibbles.rs`). Written as format version 3, which builds before it refuse as
+    /// newer than they read.
     Int4 = 2,
 }
 
@@ -275,13 +281,10 @@ impl Header {
         }
     }
 
-    /// The version this header is written as: 1 without codes, as before codes existed.
+    /// The version this header is written as: 1 without codes, as before codes existed; 2
+    /// with 8-bit codes; 3 with 4-bit codes.
     pub fn version(&self) -> u32 {
-        if self.quantization == Quantization::None && self.quantizer == 0 {
-            FORMAT_VERSION_PLAIN
-        } else {
-            FORMAT_VERSION
-        }
+        version_of(self.quantization, self.quantizer)
     }
 
     /// Where region number `regions.len()` goes: after the last one, aligned.
@@ -343,7 +346,7 @@ impl Header {
             return Err(CopyDamage::Checksum);
         }
         let version = get_u32(b, 8);
-        if version != FORMAT_VERSION && version != FORMAT_VERSION_PLAIN {
+        if !(FORMAT_VERSION_PLAIN..=FORMAT_VERSION).contains(&version) {
             return Err(CopyDamage::Version(version));
         }
         let bad = |what: &str| CopyDamage::Invalid(what.to_string());
@@ -351,10 +354,9 @@ impl Header {
         let precision = Precision::from_u8(b[29]).ok_or_else(|| bad("precision"))?;
         let quantization = Quantization::from_u8(b[30]).ok_or_else(|| bad("quantization"))?;
         let quantizer = get_u64(b, 96);
-        // Version 1 has neither (its bytes were zero); version 2 is only written with codes.
-        if (version == FORMAT_VERSION_PLAIN)
-            != (quantization == Quantization::None && quantizer == 0)
-        {
+        // Version 1 has neither (its bytes were zero); version 2 is only written with 8-bit
+        // codes, version 3 with 4-bit ones.
+        if version != version_of(quantization, quantizer) {
             return Err(bad("quantization for the format version"));
         }
         if precision == Precision::Int8 && quantization != Quantization::Int8 {
@@ -483,7 +485,7 @@ impl std::fmt::Display for CopyDamage {
             CopyDamage::NoMagic => write!(f, "no Chassis magic"),
             CopyDamage::Checksum => write!(f, "checksum mismatch"),
             CopyDamage::Version(v) => {
-                write!(f, "format version {v} (this build reads {FORMAT_VERSION_PLAIN} and {FORMAT_VERSION})")
+                write!(f, "format version {v} (this build reads {FORMAT_VERSION_PLAIN} to {FORMAT_VERSION})")
             }
             CopyDamage::Invalid(what) => write!(f, "invalid {what}"),
         }
@@ -545,6 +547,15 @@ pub fn choose_header(bytes: &[u8], path: &std::path::Path) -> Result<HeaderChoic
         }
     }
     Err(Error::corrupt(format!("{p}: both header copies are damaged (copy 0: {da}; copy 1: {db})")))
+}
+
+/// The format version a header with this codes mode and quantizer offset is written as.
+fn version_of(quantization: Quantization, quantizer: u64) -> u32 {
+    match quantization {
+        Quantization::None if quantizer == 0 => FORMAT_VERSION_PLAIN,
+        Quantization::None | Quantization::Int8 => FORMAT_VERSION_CODES,
+        Quantization::Int4 => FORMAT_VERSION,
+    }
 }
 
 pub const MAX_M: usize = 256;
@@ -1069,6 +1080,47 @@ mod tests {
         let c = choose_header(&f, std::path::Path::new("x")).unwrap();
         assert_eq!(c.header.seq, 8);
         assert!(c.other_damage.is_some());
+    }
+
+    /// Rewrite a header copy's checksum after a field was changed on purpose.
+    fn rechecksum(b: &mut [u8]) {
+        let body = get_u32(b, 12) as usize;
+        let sum = xxh3_64(&b[..body]);
+        put_u64(b, body, sum);
+    }
+
+    #[test]
+    fn each_codes_mode_is_written_as_its_version_and_a_mismatch_is_damage() {
+        // Oracle: the table of docs/format.md (1 without codes, 2 with 8-bit, 3 with 4-bit).
+        for (quantization, version) in
+            [(Quantization::None, 1), (Quantization::Int8, 2), (Quantization::Int4, 3)]
+        {
+            let h = Header { quantization, ..sample() };
+            let e = h.encode();
+            assert_eq!(get_u32(&e, 8), version, "{quantization:?}");
+            assert_eq!(Header::decode(&e).unwrap(), h);
+            // A version of another codes mode, checksum made good: that copy is damaged.
+            for other in (1..=FORMAT_VERSION).filter(|&v| v != version) {
+                let mut b = e.clone();
+                put_u32(&mut b, 8, other);
+                rechecksum(&mut b);
+                assert!(
+                    matches!(Header::decode(&b), Err(CopyDamage::Invalid(_))),
+                    "{quantization:?} as version {other}"
+                );
+            }
+        }
+        // Newer than this build reads, in both copies: not an index it can open, and the
+        // message asks for an upgrade (what a build before 4-bit codes says of version 3).
+        let mut f = file_with(Some(&sample()), Some(&sample()));
+        for c in [0, HEADER_COPY_SIZE] {
+            put_u32(&mut f[c..], 8, FORMAT_VERSION + 1);
+            rechecksum(&mut f[c..]);
+        }
+        let e = choose_header(&f, std::path::Path::new("x")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotAnIndex);
+        assert!(e.message.contains(&format!("version {}", FORMAT_VERSION + 1)), "{}", e.message);
+        assert!(e.help.contains("upgrade"), "{}", e.help);
     }
 
     #[test]

@@ -104,7 +104,7 @@ fn codes_walk_with_rerank_keeps_the_float_recall_and_returns_exact_distances() {
                 "{metric:?} ef {ef}: a returned distance is {gap} from the exact one"
             );
         }
-        // The file says what it holds: version 2 with codes, version 1 without.
+        // The file says what it holds: version 2 with 8-bit codes, version 1 without.
         quant.flush().unwrap();
         float.flush().unwrap();
         let version = |p: &std::path::Path| common::get(&std::fs::read(p).unwrap(), 8, 4);

@@ -16,9 +16,9 @@ must never die of a signal. Then:
   without error, get() of a vector failing its checksum raises CorruptIndexError and every
   other vector is bit-identical, a slot whose header or marker is damaged is hidden.
 
-The whole matrix runs twice: on a plain index and on one with 8-bit codes
-(``quantization="int8"``, format version 2: each segment starts with a codes area, and a
-quantizer region holds the learned ranges). The codes add two cases: a damaged code is named by
+The whole matrix runs three times: on a plain index and on ones with 8-bit codes
+(``quantization="int8"``, format version 2) and 4-bit codes (``"int4"``, version 3): each
+segment starts with a codes area, and a quantizer region holds the learned ranges. The codes add two cases: a damaged code is named by
 check().corrupt while every search still returns exact distances (they come from the vectors),
 and a damaged quantizer, which both commits name, makes the file refuse to open
 (CorruptIndexError).
@@ -204,7 +204,8 @@ def pristine(tmp_path_factory, request):
 def test_layout_arithmetic(pristine):
     """The offsets used below agree with the file: region table, ids and vectors read back."""
     b, lay, data, cur = pristine["bytes"], pristine["layout"], pristine["data"], pristine["cur"]
-    assert cur.version == (2 if lay.codes else 1)
+    # version 1 without codes, 2 with 8-bit codes, 3 with 4-bit ones (docs/format.md)
+    assert cur.version == {0: 1, 1: 2, 2: 3}[cur.quantization]
     assert cur.slots == N and cur.live == N - len(DELETED) and cur.next_id == N
     assert cur.user_version == USER_VERSION
     assert lay.segments[0][2] == DATA_START, "the first segment starts at 128 KiB"

@@ -24,7 +24,8 @@ pub struct MemoryStats {
     /// Whether searches name their next pages to the system, the index being short of memory
     /// at the last sample (see `residency`).
     pub naming_pages: bool,
-    /// 8-bit codes written, and of them bytes in memory now (0 without codes).
+    /// Bytes of the codes area written (8- or 4-bit codes, rows `code_stride` apart), and of
+    /// them bytes in memory now (0 without codes).
     pub code_bytes: u64,
     pub resident_code_bytes: u64,
     /// Of the vectors, bytes mapped by huge pages (FilePmdMapped of a file; AnonHugePages in

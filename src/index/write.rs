@@ -480,7 +480,7 @@ impl Index {
         if !self.geo.has_codes() {
             return Err(Error::invalid(
                 "this index keeps no codes to train a quantizer for",
-                "create it with IndexOptions(quantization=\"int8\")",
+                "create it with IndexOptions(quantization=\"int8\") or quantization=\"int4\"",
             ));
         }
         let snap = self.view.read().clone();

@@ -199,6 +199,50 @@ fn a_dimension_holding_one_value_gets_step_zero_and_decodes_to_it() {
 }
 
 #[test]
+fn a_dimension_mostly_one_value_keeps_its_whole_range_at_a_quantile() {
+    // Oracle: the minimum and maximum counted here. Dimension 0 is 0 in 995 rows of 1,000
+    // (its 0.99 quantiles meet at 0); dimension 1 is spread.
+    let n = 1000;
+    let spread = data(n, 5, -1.0, 1.0);
+    let rows: Vec<[f32; 2]> = (0..n)
+        .map(|i| [if i % 200 == 7 { 0.25 + i as f32 / 1000.0 } else { 0.0 }, spread[i]])
+        .collect();
+    let (lo0, hi0) = rows
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(l, h), r| (l.min(r[0]), h.max(r[0])));
+    for bits in [8, 4] {
+        let z = Quantizer::train_bits(2, rows.iter().map(|r| r.as_slice()), 0.99, bits).unwrap();
+        assert_eq!(z.offset()[0], lo0, "{bits}-bit");
+        let top = if bits == 4 { 15.0 } else { 255.0 };
+        assert!(z.step()[0] > 0.0 && z.offset()[0] + top * z.step()[0] >= hi0, "{bits}-bit");
+        // The rare values get codes of their own, not the common one's.
+        let mut code = [0u8; 16];
+        z.encode(&[hi0, 0.0], &mut code[..z.code_len()]);
+        assert_ne!(z.code_at(&code, 0), 0, "{bits}-bit");
+        // The spread dimension still gives up its extremes.
+        let (lo1, hi1) = (z.offset()[1], z.offset()[1] + top * z.step()[1]);
+        assert!(lo1 > -1.0 && hi1 < 1.0 && lo1 < -0.9 && hi1 > 0.9, "{bits}-bit: {lo1} {hi1}");
+    }
+}
+
+#[test]
+fn quantile_ranges_of_many_rows_come_from_an_even_sample_of_them() {
+    // Oracle: quantiles of all the rows, counted here. 60,000 rows are sampled one in three
+    // (QUANTILE_ROWS 20,000); the ranges learned must still sit at about the 0.01 / 0.99
+    // quantiles of the whole set, and be values of the rows sampled.
+    let n = 60_000;
+    let rows = data(n, 9, -3.0, 3.0);
+    let z = Quantizer::train(1, rows.chunks_exact(1), 0.99).unwrap();
+    let mut sorted = rows.clone();
+    sorted.sort_by(f32::total_cmp);
+    let at = |q: f64| sorted[(q * (n - 1) as f64) as usize];
+    let (lo, hi) = (z.offset()[0], z.offset()[0] + 255.0 * z.step()[0]);
+    assert!(lo >= at(0.005) && lo <= at(0.015), "lo {lo} against {} .. {}", at(0.005), at(0.015));
+    assert!(hi >= at(0.985) && hi <= at(0.995) + 1e-4, "hi {hi}");
+    assert!(rows.iter().step_by(3).any(|&x| x == lo), "lo is a sampled value");
+}
+
+#[test]
 fn bad_training_input_and_bad_parts_are_refused_with_what_was_wrong() {
     let e = Quantizer::train(3, std::iter::empty(), 1.0).unwrap_err();
     assert!(e.message.contains("no rows"), "{}", e.message);

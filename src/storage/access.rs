@@ -172,7 +172,7 @@ fn beyond_mappings(slot: u32) -> ! {
 pub enum Area {
     /// The stored vector (a codes-only index's codes).
     Vector,
-    /// The 8-bit codes beside the vectors (the vector where there are only codes).
+    /// The codes (8- or 4-bit) beside the vectors (the vector where there are only codes).
     Code,
     /// The level-0 record (the node's list).
     List,

@@ -19,7 +19,7 @@ pub struct Written {
     /// Vectors or codes: an area asked for huge pages (else slot headers, lists, heap, the
     /// quantizer).
     pub vectors: bool,
-    /// 8-bit codes (then `vectors` too).
+    /// Codes, 8- or 4-bit (then `vectors` too).
     pub codes: bool,
     /// In a mapping of its own (see `os::AlignedMap::is_own_mapping`): what the kernel says
     /// about its pages (smaps) is about the index's bytes alone.
