@@ -455,7 +455,16 @@ def write_results(
         return None
     path = Path(out) if out else results_path(script)
     head = {"script": script, "date": datetime.date.today().isoformat(), "points": list(points)}
-    written = write_json(path, _relative_paths({**head, **document}))
+    document = _relative_paths({**head, **document})
+    if isinstance(document.get("args"), dict):
+        # The command line as run, without where this file went, and with any other folder
+        # of the machine (an absolute path not beside the repository) cut to its last part.
+        document["args"] = {
+            k: os.path.basename(v) if isinstance(v, str) and os.path.isabs(v) else v
+            for k, v in document["args"].items()
+            if k != "json"
+        }
+    written = write_json(path, document)
     print(f"\nwrote {written}")
     return written
 

@@ -190,6 +190,35 @@ def test_interpolation_at_equal_recall():
     assert _bench.ratio(2.0, 4.0) == 0.5 and _bench.ratio(None, 1.0) is None
 
 
+def test_benchmark_results_name_no_folder_of_the_machine(tmp_path):
+    """Oracle: the written file, read back. The output path is left out of the recorded
+    command line, a data set beside the repository is named relative to it, and any other
+    absolute path is cut to its last part."""
+    import importlib.util
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    toolkit = repo / "benchmarks" / "toolkit.py"
+    if not toolkit.exists():
+        pytest.skip("no benchmarks/ next to the tests")
+    spec = importlib.util.spec_from_file_location("_bench_toolkit_paths", toolkit)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "results.json"
+    beside = str(repo.parent / "shared" / "data" / "set")
+    args = {"json": str(out), "data": beside, "workdir": str(tmp_path / "scale"), "n": 5}
+    module.write_results(str(out), "bench_x", {"args": args, "note": "/proc/self/io"})
+    doc = json.loads(out.read_text())
+    assert "json" not in doc["args"] and doc["args"]["n"] == 5
+    assert doc["args"]["data"] == "../shared/data/set"
+    # cut to "scale", or relative where the test's folder lies beside the repository
+    assert (
+        doc["args"]["workdir"].endswith("scale") and not Path(doc["args"]["workdir"]).is_absolute()
+    )
+    assert doc["note"] == "/proc/self/io", "only the command line's paths are cut"
+    assert str(tmp_path) not in out.read_text()
+
+
 def test_bench_module_is_shared_with_the_benchmarks():
     """benchmarks/toolkit.py re-exports chassis._bench (the result schema among it) instead of
     repeating it."""
