@@ -629,6 +629,16 @@ impl Geometry {
         self.code_stride > 0 || self.precision == Precision::Int8
     }
 
+    /// Bytes from one slot's codes to the next: the codes area's rows, or, for a codes-only
+    /// index (no codes area: `code_stride` 0), its vectors' rows, which are the codes.
+    pub fn code_row_stride(&self) -> usize {
+        if self.precision == Precision::Int8 {
+            self.stride
+        } else {
+            self.code_stride
+        }
+    }
+
     /// This geometry with a codes area in every segment: one code of `bits` bits (8 or 4)
     /// per dimension, rows of whole 64-byte lines. Segment sizes stay those of the vectors.
     pub fn with_codes(mut self, bits: u32) -> Geometry {

@@ -409,16 +409,9 @@ impl<'a> Graph<'a> {
     /// quantizer is trained: every slot a walk can reach has its code written).
     pub fn on_stored_codes(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
         assert!(st.geo.has_codes(), "a storage without codes");
-        // A codes-only index keeps its codes where the vectors would be, rows `stride` apart
-        // (its `code_stride` is 0: there is no codes area).
-        let stride = if st.geo.precision == format::Precision::Int8 {
-            st.geo.stride
-        } else {
-            st.geo.code_stride
-        };
         let mut g = Self::reading(st, metric, limit, &st.geo, None).measuring_codes(
             metric,
-            stride,
+            st.geo.code_row_stride(),
             st.geo.code_bits,
         );
         g.stored_codes = true;

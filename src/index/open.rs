@@ -19,10 +19,7 @@ impl Index {
         opts: Option<&Options>,
         mode: Mode,
     ) -> Result<Index> {
-        if let Some(o) = opts {
-            o.validate()?;
-        }
-        let normalized = opts.map(Options::normalized);
+        let normalized = opts.map(Options::normalized).transpose()?;
         let opts = normalized.as_ref();
         if let Some(d) = dims {
             check_dims_arg(d)?;
@@ -365,11 +362,7 @@ impl Index {
 
     /// A new in-memory index: the whole writer API with no file (see `save` and `load`).
     pub fn memory(dims: usize, opts: Option<&Options>) -> Result<Index> {
-        let opts = opts.cloned().unwrap_or_default();
-        // Validate what the caller asked for: normalizing first would turn precision int8
-        // with quantization int4 into int8 codes without a word.
-        opts.validate()?;
-        let opts = opts.normalized();
+        let opts = opts.cloned().unwrap_or_default().normalized()?;
         check_dims_arg(dims)?;
         let h = Self::new_header(dims, &opts, 1);
         let st = Storage::memory(&h, opts.huge_pages != Some(false))?;
@@ -410,7 +403,7 @@ impl Index {
     ) -> Result<Index> {
         let reader = Index::open(path, None, opts, Mode::Read)?;
         let mut eff = reader.opts.clone();
-        let normalized = opts.map(Options::normalized);
+        let normalized = opts.map(Options::normalized).transpose()?;
         if let Some(o) = normalized.as_ref() {
             Self::check_fixed(path, o, &eff, "load")?;
             eff.placement = o.placement;

@@ -79,14 +79,16 @@ impl Default for Options {
 }
 
 impl Options {
-    /// These options as an index keeps them: codes-only storage (`precision="int8"`) is 8-bit
-    /// codes (`quantization="int8"`) without the float vectors.
-    pub fn normalized(&self) -> Options {
+    /// These options as an index keeps them, once checked (`validate`, on the options as
+    /// given: a contradiction is refused before anything is implied): codes-only storage
+    /// (`precision="int8"`) is 8-bit codes (`quantization="int8"`) without the float vectors.
+    pub fn normalized(&self) -> Result<Options> {
+        self.validate()?;
         let mut o = self.clone();
         if o.precision == Precision::Int8 {
             o.quantization = Quantization::Int8;
         }
-        o
+        Ok(o)
     }
 
     pub fn validate(&self) -> Result<()> {

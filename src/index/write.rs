@@ -4,6 +4,7 @@
 use super::*;
 use crate::format::{EMPTY, NO_UPPER, RESERVED_ID};
 use crate::graph::{self, insert::Linker, locality};
+use crate::quant::quantizer;
 use crate::storage::lists;
 use rayon::prelude::*;
 
@@ -372,7 +373,8 @@ impl Index {
     }
 
     /// Learn a quantizer (from `sample`, n x dims values in search form, or else from up to
-    /// `TRAIN_SAMPLE` of the stored vectors of slots `0..slots`, evenly spread), store it, and
+    /// `TRAIN_SAMPLE` (4-bit codes: `QUANTILE_ROWS`) of the stored vectors of slots `0..slots`,
+    /// evenly spread), store it, and
     /// write the codes of every slot below `slots`. Returns its region's offset and itself; in
     /// effect only once published (nothing walks codes before). On threads of the caller's pool.
     pub(super) fn learn_codes(
@@ -383,24 +385,20 @@ impl Index {
         ctl: &Control,
     ) -> Result<(u64, Arc<Quantizer>)> {
         let d = self.dims();
-        let take = slots.min(TRAIN_SAMPLE);
-        let spread = move |i: u64| (i * slots / take) as u32;
         // 8-bit codes cover each dimension's whole range; 4-bit ones give up its rarest
-        // values for a finer step (`QUANTILE_4BIT`). A codes-only index's are 8-bit.
+        // values for a finer step (`QUANTILE_4BIT`), learned from at most `QUANTILE_ROWS` rows
+        // (so a half-precision index decodes no more than that). A codes-only index's are 8-bit.
         let bits = self.geo.code_bits;
-        let quantile = if bits == 4 { crate::quant::quantizer::QUANTILE_4BIT } else { 1.0 };
+        let (quantile, most) = if bits == 4 {
+            (quantizer::QUANTILE_4BIT, quantizer::QUANTILE_ROWS as u64)
+        } else {
+            (1.0, TRAIN_SAMPLE)
+        };
+        let take = slots.min(most);
+        let spread = move |i: u64| (i * slots / take) as u32;
         let q = match sample {
-            // A user's sample, at most TRAIN_SAMPLE of its rows evenly spread: the quantiles of
-            // 4-bit codes copy what they learn from dimension by dimension.
-            Some(s) => {
-                let n = (s.len() / d) as u64;
-                let take = n.min(TRAIN_SAMPLE);
-                let row = |i: u64| {
-                    let r = (i * n / take) as usize;
-                    &s[r * d..(r + 1) * d]
-                };
-                Quantizer::train_bits(d, (0..take).map(row), quantile, bits)?
-            }
+            // A user's sample as it is: `train_bits` takes quantiles from an even part of it.
+            Some(s) => Quantizer::train_bits(d, s.chunks_exact(d), quantile, bits)?,
             // Full precision: the stored rows as they are, no copy.
             None if self.precision() == Precision::Full => Quantizer::train_bits(
                 d,
