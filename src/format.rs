@@ -20,7 +20,10 @@
 //! verifies exactly that, which is stronger than a checksum of the code. A file with 4-bit
 //! codes (`quantization="int4"`, byte 30 = 2) is version 3, the same layout with shorter
 //! codes: a build from before 4-bit codes then says the file is newer than it reads, not that
-//! both header copies are damaged.
+//! both header copies are damaged. A header whose last slots are a tail (stored and committed,
+//! not linked yet: `Header::linked`, bytes 104..112) is version 4 whatever its codes mode, so
+//! that a build that would walk the graph and miss them refuses the file; once the tail is
+//! linked the header goes back to its mode's version.
 //!
 //! A flush writes the *older* header copy with `seq + 1`, so the current copy is never being
 //! overwritten; a torn or damaged copy fails its checksum and the other one is used (and the
@@ -60,8 +63,11 @@ use crate::error::{Error, ErrorKind, Result};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 pub const MAGIC: [u8; 8] = *b"CHASSIS\x1a";
-/// The newest version this build writes and reads (files with 4-bit codes).
-pub const FORMAT_VERSION: u32 = 3;
+/// The newest version this build writes and reads: a header whose last rows are not linked
+/// yet (a tail, `Header::linked`), whatever its codes mode.
+pub const FORMAT_VERSION: u32 = 4;
+/// The version of files with 4-bit codes.
+pub const FORMAT_VERSION_INT4: u32 = 3;
 /// The version of files with 8-bit codes (and codes-only storage).
 pub const FORMAT_VERSION_CODES: u32 = 2;
 /// The version of files without codes, still written for them (older builds read it).
@@ -266,6 +272,10 @@ pub struct Header {
     /// in effect (0: not trained yet; searches walk the vectors).
     pub quantization: Quantization,
     pub quantizer: u64,
+    /// Version 4: the slots below this are linked into the graph; the rest of the committed
+    /// slots (the tail) are stored but not linked yet, and searches scan them. Equal to `slots`
+    /// in every other version (where its bytes are zero).
+    pub linked: u64,
     pub regions: Vec<RegionEntry>,
 }
 
@@ -284,6 +294,9 @@ impl Header {
     /// The version this header is written as: 1 without codes, as before codes existed; 2
     /// with 8-bit codes; 3 with 4-bit codes.
     pub fn version(&self) -> u32 {
+        if self.linked < self.slots {
+            return FORMAT_VERSION;
+        }
         version_of(self.quantization, self.quantizer)
     }
 
@@ -305,6 +318,9 @@ impl Header {
         b[29] = self.precision as u8;
         b[30] = self.quantization as u8;
         put_u64(&mut b, 96, self.quantizer);
+        if self.linked < self.slots {
+            put_u64(&mut b, 104, self.linked);
+        }
         put_u32(&mut b, 32, self.max_connections);
         put_u32(&mut b, 36, self.ef_construction);
         put_u32(&mut b, 40, self.ef_search);
@@ -355,8 +371,8 @@ impl Header {
         let quantization = Quantization::from_u8(b[30]).ok_or_else(|| bad("quantization"))?;
         let quantizer = get_u64(b, 96);
         // Version 1 has neither (its bytes were zero); version 2 is only written with 8-bit
-        // codes, version 3 with 4-bit ones.
-        if version != version_of(quantization, quantizer) {
+        // codes, version 3 with 4-bit ones; version 4 (a tail) with any of them.
+        if version != FORMAT_VERSION && version != version_of(quantization, quantizer) {
             return Err(bad("quantization for the format version"));
         }
         if precision == Precision::Int8 && quantization != Quantization::Int8 {
@@ -405,6 +421,7 @@ impl Header {
             user_version: get_u64(b, 80),
             quantization,
             quantizer,
+            linked: if version == FORMAT_VERSION { get_u64(b, 104) } else { get_u64(b, 48) },
             regions,
         };
         // Every field against what the rest of the header makes possible, before anything
@@ -423,6 +440,16 @@ impl Header {
             if value as usize > MAX_EF {
                 return Err(field(name, value as u64, &format!("must be at most {MAX_EF}")));
             }
+        }
+        // Version 4 is written only while there is a tail, and the graph it joins has a node.
+        if version == FORMAT_VERSION
+            && (h.linked == 0 || h.linked >= h.slots || h.slots - h.linked > MAX_TAIL)
+        {
+            let limit = format!(
+                "a tail of 1 to {MAX_TAIL} slots must follow at least one linked slot, below {}",
+                h.slots
+            );
+            return Err(field("linked", h.linked, &limit));
         }
         if h.live > h.slots {
             let limit = format!("must be at most the slot count {}", h.slots);
@@ -554,11 +581,14 @@ fn version_of(quantization: Quantization, quantizer: u64) -> u32 {
     match quantization {
         Quantization::None if quantizer == 0 => FORMAT_VERSION_PLAIN,
         Quantization::None | Quantization::Int8 => FORMAT_VERSION_CODES,
-        Quantization::Int4 => FORMAT_VERSION,
+        Quantization::Int4 => FORMAT_VERSION_INT4,
     }
 }
 
 pub const MAX_M: usize = 256;
+/// The longest tail (`Header::linked`) a header may name: searches scan the tail whole, and a
+/// writer links it once it holds `index::TAIL_MAX` rows, far fewer. A longer one is damage.
+pub const MAX_TAIL: u64 = 1 << 16;
 /// Most dimensions a vector may have.
 pub const MAX_DIMS: usize = 1 << 16;
 /// Highest layer a node may reach (the level draw is capped here).
@@ -956,6 +986,7 @@ mod tests {
             user_version: 9,
             quantization: Quantization::None,
             quantizer: 0,
+            linked: 1500,
             regions: vec![
                 RegionEntry {
                     kind: RegionKind::Segment,
@@ -985,7 +1016,7 @@ mod tests {
         (h.precision, h.quantization) = (Precision::Int8, Quantization::Int8);
         let e = Header::decode(&h.encode()).unwrap_err();
         assert!(matches!(&e, CopyDamage::Invalid(w) if w.contains("quantizer")), "{e:?}");
-        h.slots = 0;
+        (h.slots, h.linked) = (0, 0);
         (h.live, h.next_id, h.entry, h.max_level) = (0, 0, EMPTY, 0);
         assert_eq!(Header::decode(&h.encode()).unwrap(), h, "empty: nothing to read yet");
     }
@@ -1131,6 +1162,30 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::NotAnIndex);
         assert!(e.message.contains(&format!("version {}", FORMAT_VERSION + 1)), "{}", e.message);
         assert!(e.help.contains("upgrade"), "{}", e.help);
+    }
+
+    #[test]
+    fn a_tail_is_written_as_version_4_in_every_codes_mode_and_a_bad_one_is_damage() {
+        // Oracle: docs/format.md (version 4 while linked < slots, linked at bytes 104..112;
+        // the mode's version, those bytes zero, once the tail is linked).
+        for quantization in [Quantization::None, Quantization::Int8, Quantization::Int4] {
+            let h = Header { quantization, linked: 1400, ..sample() };
+            let e = h.encode();
+            assert_eq!((get_u32(&e, 8), get_u64(&e, 104)), (4, 1400), "{quantization:?}");
+            assert_eq!(Header::decode(&e).unwrap(), h);
+            let whole = Header { quantization, ..sample() }.encode();
+            assert!(get_u32(&whole, 8) < 4 && get_u64(&whole, 104) == 0, "{quantization:?}");
+            // No tail, no graph before it, or a tail past the slots: that copy is damaged.
+            for bad in [0, 1500, 1501, u64::MAX] {
+                let mut b = e.clone();
+                put_u64(&mut b, 104, bad);
+                rechecksum(&mut b);
+                assert!(
+                    matches!(Header::decode(&b), Err(CopyDamage::Invalid(w)) if w.contains("linked")),
+                    "{quantization:?} linked={bad}"
+                );
+            }
+        }
     }
 
     #[test]

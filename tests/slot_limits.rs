@@ -49,7 +49,7 @@ fn the_last_slots_below_2_pow_32_are_written_found_and_never_passed() {
     assert!(h.regions.len() <= format::MAX_REGIONS, "{} regions", h.regions.len());
     assert!(end > 1 << 38, "the file should pass 256 GiB: {end}");
     // The slots between the real ones and the target stay zeros (no way leads to them).
-    h.slots = target;
+    (h.slots, h.linked) = (target, target);
     h.seq += 1;
     let file = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
     file.set_len(end).unwrap();

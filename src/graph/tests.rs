@@ -154,11 +154,11 @@ fn gaussian(n: usize, d: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Slots with no way in on layer 0: a breadth-first walk of the level-0 lists from the entry
-/// point, made here (the oracle of the repair tests).
+/// Linked slots with no way in on layer 0 (the tail is scanned, not walked): a breadth-first
+/// walk of the level-0 lists from the entry point, made here (the oracle of the repair tests).
 fn unreachable(idx: &crate::index::Index) -> usize {
     let snap = idx.snap();
-    let n = snap.slots as usize;
+    let n = snap.linked as usize;
     let mut seen = vec![false; n];
     let mut queue = std::collections::VecDeque::from([snap.entry]);
     seen[snap.entry as usize] = true;
@@ -175,11 +175,11 @@ fn unreachable(idx: &crate::index::Index) -> usize {
     seen.iter().filter(|&&x| !x).count()
 }
 
-/// Slots but the entry point that no level-0 list holds, counted over every list (and no list
-/// holds a slot twice).
+/// Linked slots but the entry point that no level-0 list holds, counted over every list (and
+/// no list holds a slot twice).
 fn without_way_in(idx: &crate::index::Index) -> Vec<u32> {
     let snap = idx.snap();
-    let n = snap.slots as usize;
+    let n = snap.linked as usize;
     let mut held = vec![false; n];
     held[snap.entry as usize] = true;
     for u in 0..n as u32 {
@@ -204,12 +204,13 @@ fn without_way_in(idx: &crate::index::Index) -> Vec<u32> {
 /// rows since the last walk add up to 1,000 (each tenth batch here), which leaves every node
 /// reachable. Counting only each batch's own rows left 653 unreachable after the first ten;
 /// walking every tenth batch alone left 110 unreachable after the first batch, 50 of them in
-/// no list at all (`CHASSIS_REPAIR_AROUND=0`). The single adds leave every node reachable.
+/// no list at all (`CHASSIS_REPAIR_AROUND=0`). The single adds go to the tail, linked as a
+/// batch each time it is full: they leave every linked node reachable.
 #[test]
 fn small_batches_leave_every_node_reachable() {
     use crate::index::{Control, Index, Options};
     let d = 16;
-    let data = gaussian(20_200, d, 0x9e37_79b9_7f4a_7c15);
+    let data = gaussian(20_600, d, 0x9e37_79b9_7f4a_7c15);
     let opts = Options { max_connections: 4, ef_construction: 8, ..Options::default() };
     let idx = Index::memory(d, Some(&opts)).unwrap();
     idx.add_batch(&data[..10_000 * d], 10_000, None, Some(1), &Control::default()).unwrap();
@@ -221,12 +222,15 @@ fn small_batches_leave_every_node_reachable() {
             assert_eq!(unreachable(&idx), 0, "after batch {b}");
         }
     }
-    // Single adds, each looked around at once.
-    for i in 0..200 {
+    // Single adds, the tail linked each time it is full and looked around at once.
+    for i in 0..600 {
         idx.add(&data[(20_000 + i) * d..(20_001 + i) * d], None).unwrap();
         assert_eq!(without_way_in(&idx), Vec::<u32>::new(), "after single add {i}");
         assert_eq!(unreachable(&idx), 0, "after single add {i}");
     }
+    let snap = idx.snap();
+    assert_eq!(snap.slots, 20_600);
+    assert!(snap.linked > 20_000 && snap.slots - snap.linked <= crate::index::TAIL_MAX);
 }
 
 /// Repair leaves no node without a way in, even where the pruning heuristic leaves many (few

@@ -103,8 +103,10 @@ impl Index {
             stack.push(snap.entry);
         }
         lists::mark_reachable(st, n, &mut stack, &mut seen);
+        // The tail is not linked yet: searches scan it (the deferred-linking record).
+        let linked = snap.linked.min(n as u64) as u32;
         let unreachable =
-            (0..n).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
+            (0..linked).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
         Ok(CheckReport { unreachable, not_finite, corrupt, clipped: clipped.into_inner() })
     }
 

@@ -16,6 +16,7 @@ impl Index {
             _ => return Err(self.seq_at_limit(next.seq)),
         };
         next.slots = writer.slots;
+        next.linked = writer.linked;
         next.live = writer.live;
         next.next_id = writer.next_id;
         next.entry = snap.entry;
@@ -76,6 +77,7 @@ impl Index {
         }
         let committed = &writer.committed;
         if writer.slots == committed.slots
+            && writer.linked == committed.linked
             && writer.user_version == committed.user_version
             && writer.deletes == 0
             && writer.next_id == committed.next_id
@@ -198,6 +200,7 @@ impl Index {
     /// the writer's state and the published snapshot back at the commit.
     pub(super) fn rollback_locked(&self, writer: &mut Writer) -> Result<()> {
         let dirty = writer.slots != writer.committed.slots
+            || writer.linked != writer.committed.linked
             || writer.user_version != writer.committed.user_version
             || writer.deletes != 0
             || writer.quantizer != writer.committed.quantizer;
@@ -208,6 +211,7 @@ impl Index {
         let committed = writer.committed.clone();
         commit::roll_back(&snap.st, &self.path, &committed)?;
         writer.slots = committed.slots;
+        writer.linked = committed.linked;
         writer.live = committed.live;
         writer.next_id = committed.next_id;
         writer.user_version = committed.user_version;

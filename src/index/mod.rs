@@ -40,6 +40,7 @@ pub use check::CheckReport;
 pub use filter::{BatchFilter, Filter, SCAN_FACTOR};
 pub use memory::MemoryStats;
 pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
+pub use write::TAIL_MAX;
 
 use crate::commit::redo::{self, RedoLog};
 use crate::commit::undo::UndoLog;
@@ -96,6 +97,9 @@ pub struct Snap {
     pub seq: u64,
     /// Slots a search may return (the rest may still be routed through).
     pub slots: u64,
+    /// Slots linked into the graph: those from here to `slots` (the tail, at most `TAIL_MAX`)
+    /// are stored but not linked yet, and searches scan them (the deferred-linking record).
+    pub linked: u64,
     pub live: u64,
     pub entry: u32,
     pub max_level: usize,
@@ -115,6 +119,7 @@ impl Snap {
         Snap {
             seq: h.seq,
             slots: h.slots,
+            linked: h.linked,
             live: h.live,
             entry: h.entry,
             max_level: h.max_level as usize,
@@ -144,6 +149,8 @@ struct Writer {
     /// Which header copy holds `committed`.
     copy: usize,
     slots: u64,
+    /// Slots linked into the graph (the rest of `slots` are the tail; see `Snap::linked`).
+    linked: u64,
     live: u64,
     next_id: u64,
     user_version: u64,

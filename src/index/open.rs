@@ -328,6 +328,7 @@ impl Index {
             writer: Mutex::new(Writer {
                 copy,
                 slots: snap.slots,
+                linked: snap.linked,
                 live: snap.live,
                 next_id: committed.next_id,
                 user_version: committed.user_version,
@@ -387,6 +388,7 @@ impl Index {
             user_version: 0,
             quantization: opts.quantization,
             quantizer: 0,
+            linked: 0,
             regions: Vec::new(),
         }
     }

@@ -104,6 +104,17 @@ fn rerank_found(
     out
 }
 
+/// The k nearest of two nearest-first lists, a slot once (a node linked while a search ran
+/// can come both from the walk and from the tail's scan).
+fn merge_nearest(mut a: Vec<(f32, u32)>, b: Vec<(f32, u32)>, k: usize) -> Vec<(f32, u32)> {
+    a.extend(b);
+    a.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let mut seen = HashSet::with_capacity(a.len());
+    a.retain(|h| seen.insert(h.1));
+    a.truncate(k);
+    a
+}
+
 thread_local! {
     static PREPARED: std::cell::RefCell<Prepared> =
         std::cell::RefCell::new(Prepared::default());
@@ -329,6 +340,14 @@ impl Index {
                     None => Graph::new(st, self.metric(), limit)
                         .naming_pages(cold.walk, cold.lists)
                         .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
+                };
+                // The tail (stored, not linked yet: the deferred-linking record) measured
+                // whole, at most `TAIL_MAX` rows.
+                let hits = if snap.linked < snap.slots {
+                    let tail = (snap.linked as u32..visible).filter(|&s| accept(s));
+                    merge_nearest(hits, exact.scan(q, k, tail), k)
+                } else {
+                    hits
                 };
                 if hits.len() < k && (filter.is_some() || !bad.is_empty()) {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
