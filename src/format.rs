@@ -442,12 +442,17 @@ impl Header {
             }
         }
         // Version 4 is written only while there is a tail, and the graph it joins has a node.
+        // Its entry point is a linked node (a walk from a tail row would find nothing).
         if version == FORMAT_VERSION
-            && (h.linked == 0 || h.linked >= h.slots || h.slots - h.linked > MAX_TAIL)
+            && (h.linked == 0
+                || h.linked >= h.slots
+                || h.slots - h.linked > MAX_TAIL
+                || h.entry as u64 >= h.linked)
         {
             let limit = format!(
-                "a tail of 1 to {MAX_TAIL} slots must follow at least one linked slot, below {}",
-                h.slots
+                "a tail of 1 to {MAX_TAIL} slots must follow at least one linked slot, below {}, \
+                 and the entry point {} must be linked",
+                h.slots, h.entry
             );
             return Err(field("linked", h.linked, &limit));
         }
@@ -1175,8 +1180,9 @@ mod tests {
             assert_eq!(Header::decode(&e).unwrap(), h);
             let whole = Header { quantization, ..sample() }.encode();
             assert!(get_u32(&whole, 8) < 4 && get_u64(&whole, 104) == 0, "{quantization:?}");
-            // No tail, no graph before it, or a tail past the slots: that copy is damaged.
-            for bad in [0, 1500, 1501, u64::MAX] {
+            // No tail, no graph before it, a tail past the slots, or one holding the entry
+            // point (3): that copy is damaged.
+            for bad in [0, 1500, 1501, u64::MAX, 3] {
                 let mut b = e.clone();
                 put_u64(&mut b, 104, bad);
                 rechecksum(&mut b);

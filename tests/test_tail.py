@@ -39,6 +39,12 @@ def header_state(path) -> tuple[int, int, int]:
     return version, slots, linked
 
 
+def copy_versions(path) -> list[int]:
+    """The format version of each header copy."""
+    with open(path, "rb") as f:
+        return [struct.unpack_from("<I", f.read(HEADER_COPY), 8)[0] for _ in range(2)]
+
+
 def data(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, DIMS), dtype=np.float32)
 
@@ -99,6 +105,9 @@ def test_single_adds_are_searchable_flushed_and_linked_later(tmp_path, options):
     ix.flush()
     version, slots, linked = header_state(path)
     assert (version, slots, linked) == (4, BASE + 30, BASE), "the adds should be a tail"
+    # Both copies: a build that reads up to version 3 must find no copy it could open (it
+    # would take the older one, without the tail, and as a writer give back its slots).
+    assert copy_versions(path) == [4, 4]
     precision = "half" if options.get("precision") == "half" else "full"
     if options.get("precision") != "int8":
         exact_everywhere(ix, xs[: BASE + 30], precision=precision)

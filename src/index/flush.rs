@@ -85,6 +85,19 @@ impl Index {
         {
             return Ok(());
         }
+        let first_tail = committed.linked >= committed.slots && writer.linked < writer.slots;
+        self.commit_next(writer)?;
+        if first_tail {
+            // The same state once more, so that both header copies are version 4: a build that
+            // reads up to version 3 would otherwise open the older copy (reporting the other
+            // as damaged), and as a writer give back the tail's slots.
+            self.commit_next(writer)?;
+        }
+        Ok(())
+    }
+
+    /// Commit the writer's state as the next sequence (`flush_locked` decided there is one).
+    fn commit_next(&self, writer: &mut Writer) -> Result<()> {
         let snap = self.view.read().clone();
         let next = self.next_header(writer, &snap)?;
         let mut undo = self.undo.lock();

@@ -341,15 +341,18 @@ impl Index {
                         .naming_pages(cold.walk, cold.lists)
                         .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
                 };
+                // Fewer than k from the walk with a filter (or rows refused): the exact scan
+                // below, which covers the tail too.
+                let short = hits.len() < k && (filter.is_some() || !bad.is_empty());
                 // The tail (stored, not linked yet: the deferred-linking record) measured
                 // whole, at most `TAIL_MAX` rows.
-                let hits = if snap.linked < snap.slots {
+                let hits = if snap.linked < snap.slots && !short {
                     let tail = (snap.linked as u32..visible).filter(|&s| accept(s));
                     merge_nearest(hits, exact.scan(q, k, tail), k)
                 } else {
                     hits
                 };
-                if hits.len() < k && (filter.is_some() || !bad.is_empty()) {
+                if short {
                     exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
                 } else {
                     hits

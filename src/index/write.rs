@@ -116,24 +116,27 @@ impl Index {
         if n == 0 {
             return Ok(Vec::new());
         }
-        // A small batch on a graph that has a node is stored as the tail, searchable at once
-        // and linked later (the deferred-linking record); any other batch, or one the tail has
-        // no room for, links the tail first.
-        let defer =
-            matches!(rows, Rows::Values(_)) && n as u64 <= DEFER_MAX && w.linked > 0 && defer_on();
-        if w.slots > w.linked && (!defer || w.slots - w.linked + n as u64 > TAIL_MAX) {
-            self.link_tail(w, threads, ctl)?;
-            // The progress shown is the batch's own rows.
-            ctl.done.store(0, Relaxed);
-        }
         let snap = self.view.read().clone();
-        let st = &snap.st;
         // 1. Check everything before touching anything.
         for (r, row) in data.chunks_exact(d).enumerate() {
             let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
             self.check_vector(row, &what)?;
         }
         let new_ids = self.assign_ids(w, &snap, n, ids)?;
+        // A small batch on a graph that has a node is stored as the tail, searchable at once
+        // and linked later (the deferred-linking record); any other batch, or one the tail has
+        // no room for, links the tail first (ids and rows are not touched by that).
+        let defer =
+            matches!(rows, Rows::Values(_)) && n as u64 <= DEFER_MAX && w.linked > 0 && defer_on();
+        let snap = if w.slots > w.linked && (!defer || w.slots - w.linked + n as u64 > TAIL_MAX) {
+            self.link_tail(w, threads, ctl)?;
+            // The progress shown is the batch's own rows.
+            ctl.done.store(0, Relaxed);
+            self.view.read().clone()
+        } else {
+            snap
+        };
+        let st = &snap.st;
         // Where each row goes: `order[j]` is the row written into slot `start + j`, `pos[i]`
         // the slot offset of row `i` (see locality.rs). Rows are still linked in their order.
         let vb = self.geo.vec_bytes;
