@@ -11,7 +11,6 @@ process; a writer killed with SIGKILL and its file reopened; ``check()``.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import struct
 import sys
@@ -27,12 +26,16 @@ TAIL_MAX = 256  # src/index/write.rs
 HEADER_COPY = 64 * 1024
 
 
+def header_copies(path) -> list[bytes]:
+    """The two header copies, as the file holds them."""
+    with open(path, "rb") as f:
+        return [f.read(HEADER_COPY) for _ in range(2)]
+
+
 def header_state(path) -> tuple[int, int, int]:
     """(format version, slots, linked) of the current header copy, read from the file's bytes:
     the copy with the higher sequence (both are valid here)."""
-    with open(path, "rb") as f:
-        copies = [f.read(HEADER_COPY) for _ in range(2)]
-    best = max(copies, key=lambda b: struct.unpack_from("<Q", b, 16)[0])
+    best = max(header_copies(path), key=lambda b: struct.unpack_from("<Q", b, 16)[0])
     version = struct.unpack_from("<I", best, 8)[0]
     slots = struct.unpack_from("<Q", best, 48)[0]
     linked = struct.unpack_from("<Q", best, 104)[0] if version == 4 else slots
@@ -41,8 +44,7 @@ def header_state(path) -> tuple[int, int, int]:
 
 def copy_versions(path) -> list[int]:
     """The format version of each header copy."""
-    with open(path, "rb") as f:
-        return [struct.unpack_from("<I", f.read(HEADER_COPY), 8)[0] for _ in range(2)]
+    return [struct.unpack_from("<I", b, 8)[0] for b in header_copies(path)]
 
 
 def data(n: int, seed: int) -> np.ndarray:
@@ -257,4 +259,3 @@ def test_defer_off_links_every_add(tmp_path):
     proc = run_python(code, path, env={"CHASSIS_DEFER_LINK": "0"})
     assert_child_ok(proc, "writer")
     assert header_state(path) == (1, BASE + 10, BASE + 10)
-    os.remove(path)

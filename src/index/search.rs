@@ -104,13 +104,15 @@ fn rerank_found(
     out
 }
 
-/// The k nearest of two nearest-first lists, a slot once (a node linked while a search ran
-/// can come both from the walk and from the tail's scan).
+/// The k nearest of the walk's hits `a` and the tail's `b` (each at most k), a slot once: a
+/// node linked while a search ran can come from both. No allocation beyond `a`'s growth.
 fn merge_nearest(mut a: Vec<(f32, u32)>, b: Vec<(f32, u32)>, k: usize) -> Vec<(f32, u32)> {
-    a.extend(b);
+    for t in b {
+        if !a.iter().any(|h| h.1 == t.1) {
+            a.push(t);
+        }
+    }
     a.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-    let mut seen = HashSet::with_capacity(a.len());
-    a.retain(|h| seen.insert(h.1));
     a.truncate(k);
     a
 }
