@@ -144,6 +144,13 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     unsafe { (kernels().dot_f32)(a.as_ptr(), b.as_ptr() as *const u8, a.len()) }
 }
 
+/// The squared L2 distance of two f32 slices of one length, with this CPU's kernel.
+pub fn l2_squared(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    // SAFETY: both slices hold a.len() f32s (4-byte aligned); the kernel set fits this CPU.
+    unsafe { (kernels().l2_f32)(a.as_ptr(), b.as_ptr() as *const u8, a.len()) }
+}
+
 /// Normalise in place; returns false for a zero (or non-finite-norm) vector.
 pub fn normalize(v: &mut [f32]) -> bool {
     let n = v.iter().map(|x| (*x as f64) * (*x as f64)).sum::<f64>().sqrt();

@@ -9,7 +9,9 @@
 //! Only the *slots* follow this order. Nodes are still linked in the order the rows came in: a
 //! graph built by inserting clustered data cluster by cluster is worse (measured: recall at
 //! ef 24 on minilm 0.9672 -> 0.9597), and with the insertion order unchanged the graph is the
-//! one it would have been, so searches return what they would have returned.
+//! one it would have been but for what slot numbers decide: ties between equal distances, and
+//! the order in which `repair` looks at the nodes it gives a way in (so after small batches, an
+//! island `repair_around` leaves to the next walk may differ). Recall is the same.
 //!
 //! The order is a recursive bisection of the rows themselves: a 2-means clustering of an evenly
 //! spaced sample of a group gives a direction (between the two means) and a cut (halfway);
@@ -26,9 +28,9 @@
 //! file in memory (after `warm(vectors=False)`), searches answered 1.18-1.63x the queries a
 //! second and read 0.22 MiB a query against 0.26-0.29 (3 pairs of files built each way); in
 //! memory MiniLM and clustered 128-d searched 0.99-1.12x as fast (median 1.02x; 3 pairs each at
-//! ef 16, 32, 64), the same recall. The order takes about 5 s of a 1M x 384 build on 2 threads.
+//! ef 16, 32, 64), the same recall. The order takes about 3 s of a 1M x 384 build on 2 threads.
 
-use crate::distance::dot;
+use crate::distance::{dot, l2_squared};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -40,7 +42,7 @@ const SAMPLE: usize = 256;
 const ITERATIONS: usize = 3;
 /// Rows below which a group is not split further (a few pages of vectors).
 const LEAF: usize = 16;
-/// Groups at least this large split their halves on two threads.
+/// Groups at least this large project their rows, and split their halves, on two threads.
 const PARALLEL: usize = 4096;
 
 /// `order[j]` = the row of the batch that goes into its `j`-th slot: a permutation of `0..n`.
@@ -77,7 +79,11 @@ fn bisect(
         return;
     }
     let (dir, cut) = direction(rows, dims, row);
+    // Each 1,024 rows look at `cancelled` first, so that a pass over a large group stops soon.
     let project = |chunk: &[u32]| {
+        if cancelled() {
+            stopped.store(true, Relaxed);
+        }
         let mut buf = vec![0f32; dims];
         chunk
             .iter()
@@ -87,21 +93,32 @@ fn bisect(
             })
             .collect::<Vec<_>>()
     };
-    let mut keyed: Vec<(f32, u32)> = if rows.len() >= PARALLEL {
-        rows.par_chunks(1024).flat_map_iter(project).collect()
-    } else {
-        project(rows)
+    let mid = {
+        let mut keyed: Vec<(f32, u32)> = if rows.len() >= PARALLEL {
+            rows.par_chunks(1024).flat_map_iter(project).collect()
+        } else {
+            project(rows)
+        };
+        if stopped.load(Relaxed) {
+            return;
+        }
+        // At the 2-means boundary, so that a cluster on one side is not cut by a median that
+        // falls among the clusters on that side, but never nearer an end than an eighth (a
+        // lone far row would otherwise peel off one level at a time). A group the boundary
+        // does not split (its sample's rows all equal) splits in half. Ties go by row, so the
+        // order is total.
+        let near = keyed.iter().filter(|k| k.0 <= cut).count();
+        let mid = if near == 0 || near == rows.len() {
+            rows.len() / 2
+        } else {
+            near.clamp(rows.len() / 8, rows.len() - rows.len() / 8)
+        };
+        keyed.select_nth_unstable_by(mid, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        rows.iter_mut().zip(&keyed).for_each(|(r, k)| *r = k.1);
+        mid
     };
-    // At the 2-means boundary, so that a cluster on one side is not cut by a median that falls
-    // among the clusters on that side, but never nearer an end than an eighth (a lone far row
-    // would otherwise peel off one level at a time). Ties (and a group with nothing to tell
-    // apart) go by row, so the order is total.
-    let near = keyed.iter().filter(|k| k.0 <= cut).count();
-    let mid = near.clamp(rows.len() / 8, rows.len() - rows.len() / 8);
-    keyed.select_nth_unstable_by(mid, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    rows.iter_mut().zip(&keyed).for_each(|(r, k)| *r = k.1);
     let (lo, hi) = rows.split_at_mut(mid);
-    if lo.len() >= PARALLEL {
+    if lo.len() + hi.len() >= PARALLEL {
         rayon::join(
             || bisect(lo, dims, row, cancelled, stopped),
             || bisect(hi, dims, row, cancelled, stopped),
@@ -127,16 +144,22 @@ fn direction(
         row(rows[t * rows.len() / s] as usize, out);
     }
     let sample: Vec<&[f32]> = y.chunks_exact(dims).collect();
-    let sq = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
+    // The first of the sample's rows farthest from `from`.
     let farthest = |from: &[f32]| {
-        sample.iter().copied().max_by(|a, b| sq(from, a).total_cmp(&sq(from, b))).expect("s > 0")
+        let mut best = (f32::NEG_INFINITY, sample[0]);
+        for &x in &sample {
+            let d = l2_squared(from, x);
+            if d > best.0 {
+                best = (d, x);
+            }
+        }
+        best.1
     };
     let a = farthest(sample[0]);
     let mut means = [a.to_vec(), farthest(a).to_vec()];
     for _ in 0..ITERATIONS {
-        // Nearer mean 1 than mean 0 <=> x . (m1 - m0) > (|m1|^2 - |m0|^2) / 2.
-        let dir: Vec<f32> = means[1].iter().zip(&means[0]).map(|(x, y)| x - y).collect();
-        let cut = (dot(&means[1], &means[1]) - dot(&means[0], &means[0])) / 2.0;
+        // Nearer mean 1 than mean 0 <=> x . (m1 - m0) > ((m0 + m1) / 2) . (m1 - m0).
+        let (dir, cut) = boundary(&means);
         let mut sums = [vec![0f32; dims], vec![0f32; dims]];
         let mut counts = [0usize; 2];
         for x in &sample {
@@ -151,8 +174,16 @@ fn direction(
             }
         }
     }
+    boundary(&means)
+}
+
+/// The direction `m1 - m0` between two means and the projection on it of their midpoint (taken
+/// as such, not as `(|m1|^2 - |m0|^2) / 2`, which loses the digits that matter for data far
+/// from the origin).
+fn boundary(means: &[Vec<f32>; 2]) -> (Vec<f32>, f32) {
     let dir: Vec<f32> = means[1].iter().zip(&means[0]).map(|(x, y)| x - y).collect();
-    let cut = (dot(&means[1], &means[1]) - dot(&means[0], &means[0])) / 2.0;
+    let mid: Vec<f32> = means[1].iter().zip(&means[0]).map(|(x, y)| (x + y) / 2.0).collect();
+    let cut = dot(&dir, &mid);
     (dir, cut)
 }
 

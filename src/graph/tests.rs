@@ -208,9 +208,9 @@ fn without_way_in(idx: &crate::index::Index) -> Vec<u32> {
 /// batch each time it is full: every node keeps a way in after each, and the link whose rows
 /// bring those since the last walk to 1,000 (the fourth tail) walks the whole graph, after
 /// which every linked node is reachable. In between, an island of nodes that only link each
-/// other may stay (6 nodes after the first tail here, with the slots of the first batch laid
-/// out by 2-means bisection; none with the k-d layout before it): `repair_around` leaves those
-/// to the walk.
+/// other may stay (6 nodes after the first tail in a run of this test once the first batch's
+/// slots were laid out by 2-means bisection; none in the runs before, with the k-d layout; the
+/// tails link on two threads): `repair_around` leaves those to the walk.
 #[test]
 fn small_batches_leave_every_node_reachable() {
     use crate::index::{Control, Index, Options};
