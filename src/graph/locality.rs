@@ -74,12 +74,9 @@ fn bisect(
     if rows.len() <= LEAF || stopped.load(Relaxed) {
         return;
     }
-    if rows.len() >= LOCALITY_MIN && cancelled() {
-        stopped.store(true, Relaxed);
-        return;
-    }
     let (dir, cut) = direction(rows, dims, row);
-    // Each 1,024 rows look at `cancelled` first, so that a pass over a large group stops soon.
+    // Each 1,024 rows (and each smaller group) look at `cancelled` first, so that a pass over a
+    // large group stops soon.
     let project = |chunk: &[u32]| {
         if cancelled() {
             stopped.store(true, Relaxed);
