@@ -135,8 +135,8 @@ fn read_header_copy(storage: &Storage, copy: usize) -> Result<Vec<u8>> {
     let at = (copy * HEADER_COPY_SIZE) as u64;
     let mut head = [0u8; 16];
     storage.read_at(&mut head, at)?;
-    let body = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as usize;
-    let mut bytes = vec![0u8; (body + 8).min(HEADER_COPY_SIZE)];
+    let len = format::copy_len(&head).unwrap_or(HEADER_COPY_SIZE);
+    let mut bytes = vec![0u8; len.min(HEADER_COPY_SIZE)];
     storage.read_at(&mut bytes, at)?;
     Ok(bytes)
 }

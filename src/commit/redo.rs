@@ -385,11 +385,11 @@ fn judge(file: &File, index: &Path, log: &Parsed) -> Verdict {
     let choice = choose_header(buf, index).ok();
     let damaged = choice.as_ref().is_none_or(|c| c.other_damage.is_some());
     let last = base + records.len() as u64;
-    // The chosen copy's bytes as written (its body length is at bytes 12..16).
+    // The chosen copy's bytes as written.
     let copy_bytes = choice.as_ref().and_then(|c| {
         let at = c.copy * HEADER_COPY_SIZE;
-        let body = u32::from_le_bytes(buf.get(at + 12..at + 16)?.try_into().ok()?) as usize;
-        buf.get(at..at.checked_add(body)?.checked_add(8)?)
+        let len = crate::format::copy_len(buf.get(at..)?)?;
+        buf.get(at..at.checked_add(len)?)
     });
     match choice.as_ref().map(|c| c.header.seq) {
         Some(h) if h > last => Verdict::Stale,

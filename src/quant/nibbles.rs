@@ -19,9 +19,9 @@
 
 use super::kernels::CodeKernels;
 
-/// Bytes of the 4-bit code of `dims` dimensions: 16 per block of 32.
+/// Bytes of the 4-bit code of `dims` dimensions (a layout fact: [`crate::format::code_len`]).
 pub fn code_len(dims: usize) -> usize {
-    16 * dims.div_ceil(32)
+    crate::format::code_len(dims, 4)
 }
 
 /// Where dimension `i`'s nibble lies: its byte and its shift (0 or 4).

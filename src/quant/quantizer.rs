@@ -347,11 +347,4 @@ impl Quantizer {
     }
 }
 
-/// Bytes of the code of `dims` dimensions at `bits` bits (8 or 4).
-pub fn code_len(dims: usize, bits: u32) -> usize {
-    if bits == 4 {
-        super::nibbles::code_len(dims)
-    } else {
-        dims
-    }
-}
+pub use crate::format::code_len;

@@ -664,9 +664,8 @@ impl Storage {
             }
             read(&mut buf, from, to)?;
             let copy_end = (from + HEADER_COPY_SIZE).min(end);
-            if to - from >= 16 && buf[from..from + 8] == format::MAGIC {
-                let body = u32::from_le_bytes(buf[from + 12..from + 16].try_into().unwrap());
-                let need = (from + body as usize).saturating_add(8).min(copy_end);
+            if let Some(len) = format::copy_len(&buf[from..to]) {
+                let need = from.saturating_add(len).min(copy_end);
                 if need > to {
                     read(&mut buf, to, need)?;
                 }
@@ -688,8 +687,10 @@ impl Storage {
                 Some(m) => unsafe {
                     let p = m.as_ptr().add(off);
                     (
-                        (*(p as *const AtomicU64)).load(Acquire).to_le_bytes(),
-                        (*(p.add(16) as *const AtomicU64)).load(Acquire),
+                        (*(p.add(format::at::MAGIC) as *const AtomicU64))
+                            .load(Acquire)
+                            .to_le_bytes(),
+                        (*(p.add(format::at::SEQ) as *const AtomicU64)).load(Acquire),
                     )
                 },
                 None => {
@@ -701,7 +702,10 @@ impl Storage {
                     {
                         continue;
                     }
-                    (b[0..8].try_into().unwrap(), u64::from_le_bytes(b[16..24].try_into().unwrap()))
+                    match format::copy_seq(&b) {
+                        Some(seq) => (format::MAGIC, seq),
+                        None => continue,
+                    }
                 }
             };
             if magic == format::MAGIC {
