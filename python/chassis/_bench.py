@@ -727,6 +727,12 @@ def machine_info() -> dict[str, Any]:
         info["chassis_cpu_info"] = chassis.cpu_info()
     except Exception:
         pass
+    try:
+        from chassis import _machine
+
+        info["cpu"] = _machine.describe()  # the CPU a result's tables name
+    except ImportError:
+        pass
     return info
 
 

@@ -38,7 +38,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from chassis import _bench, datasets
+from chassis import _bench, _machine, datasets
 
 __all__ = [
     "BenchResult",
@@ -284,39 +284,7 @@ def _load(
 
 
 # ------------------------------------------------------------------ words
-_KERNELS = {"avx512": "AVX-512", "avx2": "AVX2", "neon": "NEON", "scalar": "plain"}
-_VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
-_ARCHES = {"x86_64": "x86-64", "aarch64": "ARM64"}
-_POLICIES = {"zen4": "AMD Zen 4", "zen5": "AMD Zen 5", "apple": "Apple silicon"}
-
-
-def _cpu_text(info: Mapping[str, Any]) -> str:
-    """`chassis.cpu_info()` in words: the CPU, the instructions distances are computed with,
-    and how much of each neighbour's vector searches prefetch (the raw dict goes to the
-    JSON's "machine")."""
-    arch = str(info.get("arch", "?"))
-    vendor = str(info.get("vendor", ""))
-    who = " ".join(p for p in (_VENDORS.get(vendor, vendor), _ARCHES.get(arch, arch)) if p)
-    kernel = str(info.get("kernel", "?"))
-    available = [str(k) for k in info.get("kernels_available", [])]
-    if kernel == "scalar":
-        used = "distances computed without SIMD instructions"
-    else:
-        used = f"distances computed with {_KERNELS.get(kernel, kernel)} instructions"
-    if available and available[0] != kernel:
-        best = _KERNELS.get(available[0], available[0])
-        used += f" (chosen by CHASSIS_KERNEL; the CPU has {best})"
-    parts = [who, used]
-    lines = info.get("prefetch_lines")
-    if isinstance(lines, int):
-        cache = info.get("prefetch_cache")
-        into = f" into the {cache} cache" if cache else ""
-        tuned = _POLICIES.get(str(info.get("prefetch_policy")))
-        parts.append(
-            f"searches prefetch {lines} cache lines ({lines * 64:,} bytes) of each "
-            f"neighbour's vector{into}" + (f" (tuned for {tuned})" if tuned else "")
-        )
-    return "; ".join(parts)
+_cpu_text = _machine.cpu_text  # the words of the "cpu:" line, shared with the report
 
 
 def _footnote(cells: Iterable[str]) -> str | None:
@@ -939,6 +907,7 @@ def run(
         say("cpu: " + _cpu_text(chassis.cpu_info()))
     except Exception as exc:  # informative only
         say(f"cpu: unknown ({exc})")
+    say("cpu model: " + _machine.cpu_line(_machine.describe()))
     say(
         f"data: {loaded.label}: {size:,} x {width}, {len(loaded.queries):,} queries, "
         f"{loaded.metric}"

@@ -1,4 +1,5 @@
 use super::*;
+use xxhash_rust::xxh3::xxh3_64;
 
 #[test]
 fn half_vectors_decode_like_one_value_at_a_time_at_any_alignment_and_length() {
