@@ -293,6 +293,16 @@ def _one_per_cpu(runs: Sequence[Run], what: str) -> None:
         seen[run.cpu_key()] = run.name
 
 
+def _bound(results: Mapping[str, Any], engines: Sequence[str | None], mode: str) -> bool:
+    """Whether one of `engines` reached recall 0.95 at its smallest ef in `mode` (its QPS
+    there is a lower bound, not an interpolation)."""
+    for engine in engines:
+        cell = results.get(engine or "", {}).get("qps_at", {}).get(mode, {}).get(TARGET)
+        if cell is not None and cell["how"] == "at-first-point":
+            return True
+    return False
+
+
 def readme_section(runs: Sequence[Run]) -> str:
     """The README's performance section (between its markers)."""
     speed = [r for r in runs if r.kind == "speed"]
@@ -318,6 +328,7 @@ def readme_section(runs: Sequence[Run]) -> str:
         )
         out.append("")
         rows = []
+        bounds: list[str] = []
         for run in speed:
             summaries = speed_summaries(run)
 
@@ -326,7 +337,12 @@ def readme_section(runs: Sequence[Run]) -> str:
                 for ds in sets:
                     results = s.get(ds, {})
                     vs = versus(results, who, ours, SPEED_COLUMNS) if who in results else {}
-                    values.append(_ratio(vs.get(kind), key))
+                    cell = _ratio(vs.get(kind), key)
+                    peer = (vs.get(kind) or {}).get(key, {}).get("best_peer")
+                    if key != "build_s" and cell != "-" and _bound(results, (who, peer), key):
+                        cell += "*"
+                        bounds.append(cell)
+                    values.append(cell)
                 return " / ".join(values)
 
             present = {e for r in summaries.values() for e in r}
@@ -352,7 +368,7 @@ def readme_section(runs: Sequence[Run]) -> str:
                 "`search` loop",
                 "build",
                 "int8 `search_batch` / best float peer",
-                "int8 / best 8-bit peer",
+                "int8 `search_batch` / best 8-bit peer",
             ],
             rows,
         )
@@ -360,6 +376,12 @@ def readme_section(runs: Sequence[Run]) -> str:
         out += _wrap(
             'int8: `quantization="int8"` (8-bit codes walked, float32 vectors reranked), recall '
             "against the exact float32 ground truth."
+            + (
+                " `*`: the smallest ef of the sweep already reached 0.95 on one side, whose QPS "
+                "there is a lower bound."
+                if bounds
+                else ""
+            )
         )
     if scale:
         first = scale[0].doc["peers"]
@@ -524,6 +546,9 @@ def load_runs(runs: Mapping[str, str], results: Path) -> tuple[list[Run], list[R
     bad = [name for name, where in runs.items() if where not in ("readme", "docs")]
     if bad:
         raise ReportError(f'RUNS: {", ".join(bad)}: say "readme" or "docs"')
+    quick = [r.name for r, where in loaded if r.doc.get("args", {}).get("quick")]
+    if quick:
+        raise ReportError(f"{', '.join(quick)}: a smoke run (--quick) is no figure to report")
     return [r for r, where in loaded if where == "readme"], [r for r, _ in loaded]
 
 

@@ -150,6 +150,8 @@ def _size(text: str) -> int | None:
 
 
 def _l3_bytes() -> int | None:
+    """The L3 that CPU 0 shares with its neighbours (on AMD one core complex's, not the sum
+    over the chip that CPUID's total gives), from sysfs; macOS's hw.l3cachesize elsewhere."""
     root = Path("/sys/devices/system/cpu/cpu0/cache")
     for index in sorted(root.glob("index*")):
         try:
