@@ -58,22 +58,14 @@ pub struct MetricKernels {
 }
 
 impl KernelSet {
-    /// The kernel and the affine map `bias + sign * kernel` that gives the metric's distance
-    /// (squared for euclidean).
+    /// The kernel for float vectors stored at `precision` (full or half) and the affine map
+    /// `bias + sign * kernel` that gives the metric's distance (squared for euclidean). Codes
+    /// have kernels of their own (`crate::quant`), which the graph chooses.
     pub fn for_metric(&self, metric: Metric, precision: Precision) -> MetricKernels {
         let (l2, dot) = match precision {
             Precision::Full => ((self.l2_f32, self.l2_f32_x4), (self.dot_f32, self.dot_f32_x4)),
             Precision::Half => ((self.l2_f16, self.l2_f16_x4), (self.dot_f16, self.dot_f16_x4)),
-            // Codes: the code kernels, whose queries are prepared (`quant::Prepared`, which
-            // carries the query's own constant); a graph over codes checks the query's length.
-            Precision::Int8 => {
-                let k = crate::quant::code_kernels();
-                let ((one, four), sign) = match metric {
-                    Metric::Euclidean => ((k.l2, k.l2_x4), 1.0),
-                    _ => ((k.dot, k.dot_x4), -1.0),
-                };
-                return MetricKernels { one, four, bias: 0.0, sign };
-            }
+            Precision::Int8 => panic!("codes are measured by the code kernels of the quant module"),
         };
         let ((one, four), bias, sign) = match metric {
             Metric::Euclidean => (l2, 0.0, 1.0),
@@ -128,8 +120,8 @@ pub fn kernels() -> &'static KernelSet {
     static K: OnceLock<KernelSet> = OnceLock::new();
     K.get_or_init(|| {
         let all = available();
-        if let Ok(want) = std::env::var("CHASSIS_KERNEL") {
-            if let Some(k) = all.iter().find(|k| k.level == want.trim()) {
+        if let Some(want) = &crate::tuning::get().kernel {
+            if let Some(k) = all.iter().find(|k| k.level == want) {
                 return *k;
             }
         }

@@ -9,30 +9,47 @@
 //! | [`index`]    | the index a caller uses, its `impl` split by responsibility               |
 //! | [`graph`]    | HNSW search and insertion, the half-precision copy, locality layout       |
 //! | [`commit`]   | the commit protocol: flush order, rollback, undo log, copies of a commit |
-//! | [`storage`]  | the file's mappings and every reference into them (`# Safety` there)      |
-//! | [`format`]   | the on-disk layout, in one place                                         |
-//! | [`distance`] | SIMD kernels chosen at run time                                          |
-//! | [`cpu`]      | CPU facts and the prefetch policy (ADR-0015)                             |
-//! | [`os`]       | the platform: system calls, locks, memory advice (ADR-0016)              |
-//! | [`quant`]    | 8-bit codes: the quantizer, distances of a query to codes               |
 //! | [`warm`]     | background read-in (ADR-0019)                                            |
+//! | [`storage`]  | the file's mappings and every reference into them (`# Safety` there)      |
+//! | [`quant`]    | 8-bit and 4-bit codes: the quantizer, distances of a query to codes      |
+//! | [`distance`] | SIMD kernels for float vectors, chosen at run time                       |
+//! | [`format`]   | the on-disk layout, in one place                                         |
 //! | [`control`]  | cancellation, progress and thread pools of long calls                    |
+//! | [`cpu`]      | CPU facts and the prefetch policy (ADR-0015)                             |
 //! | [`error`]    | typed errors with a `help:` line                                         |
+//! | [`tuning`]   | switches read from the environment, for measuring (one place)           |
+//! | [`os`]       | the platform: system calls, locks, memory advice (ADR-0016)              |
 //! | `capi`       | the C API (`include/chassis.h`): handles, statuses, `#[repr(C)]` structs  |
+//! | `python`     | the Python module (feature `python`; the only user of pyo3)               |
 //!
-//! Dependencies run one way: `index` -> `graph` -> `storage` -> `format` / `os`; `commit`
-//! uses `storage`; nothing below `index` imports it.
+//! **Layers.** A module uses only modules of lower layers, never one above
+//! (`tests/layers.rs` checks every `crate::` path against this order):
+//!
+//! ```text
+//! capi, python          the two front ends; neither imports the other
+//! index                 the index a caller uses
+//! graph                 HNSW over a storage, measuring vectors, a half copy or codes
+//! commit, warm          the commit protocol; background read-in
+//! storage, quant        the file's mappings; codes and their kernels (neither uses the other)
+//! distance              float kernels
+//! format, control       the layout of the file; long calls
+//! error, cpu, tuning    typed errors; CPU facts; switches for measuring
+//! os                    the platform
+//! ```
 //!
 //! Design records the code cites, in `docs/design/`: ADR-0015 (prefetch depth), ADR-0016
 //! (huge pages on request), ADR-0019 (background warm), the NUMA note (placement of an
-//! in-memory index's pages) and the THP note (huge pages for anonymous buffers).
+//! in-memory index's pages) and the THP note (huge pages for anonymous buffers), and one record
+//! per larger decision (`docs/design/README.md` lists them).
 //!
-//! Unsafe code: raw pointers into the mappings are made only in `storage`; the other
-//! `unsafe` blocks are SIMD kernels (`distance`, `quant::kernels`), prefetch instructions
-//! (`cpu`), system calls (`os`, `warm`), buffers of their own (`graph::halfcopy`, the aligned
-//! query copy in `graph::search`), NumPy's buffers (`python`) and a C caller's pointers
-//! (`capi`, turned into references only in `capi::types`). Each states the invariant that makes it
-//! sound (`clippy::undocumented_unsafe_blocks` is denied).
+//! Unsafe code: raw pointers into the mappings and into anonymous tables of rows are made only
+//! in `storage`. The other `unsafe` blocks are SIMD kernels and their calls (`distance`,
+//! `quant::kernels`, `quant::nibbles`, `graph`'s `dist`), prefetch instructions (`cpu`),
+//! system calls (`os`, `warm`), reinterpretations of plain arrays (`format::records`: stored
+//! half-precision bytes as u16; `index::input`: f32 rows as bytes; the aligned query copy in
+//! `graph::search`), NumPy's buffers (`python`) and a C caller's pointers (`capi`, turned into
+//! references only in `capi::types`). Each states the invariant that makes it sound
+//! (`clippy::undocumented_unsafe_blocks` is denied).
 
 pub mod commit;
 pub mod control;
@@ -45,6 +62,7 @@ pub mod index;
 pub mod os;
 pub mod quant;
 pub mod storage;
+pub mod tuning;
 pub mod warm;
 
 #[cfg(feature = "capi")]

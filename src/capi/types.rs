@@ -220,7 +220,7 @@ impl From<&MemoryStats> for CMemoryStats {
             huge_pages_asked: m.huge_pages_asked as u32,
             huge_pages_refused: m.huge_pages_refused as u32,
             warm_running: m.warm_running as u32,
-            naming_pages: m.naming_pages as u32,
+            naming_pages: m.prefetching_pages as u32,
             in_memory: (m.backing == "memory") as u32,
             populate: text(m.populate),
         }

@@ -88,8 +88,8 @@ pub fn file_id(file: &File) -> u64 {
 pub fn boot() -> Option<u64> {
     static BOOT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     *BOOT.get_or_init(|| {
-        let id = match std::env::var_os("CHASSIS_BOOT_ID") {
-            Some(v) => v.into_encoded_bytes(),
+        let id = match &crate::tuning::get().boot_id {
+            Some(v) => v.clone(),
             None => std::fs::read("/proc/sys/kernel/random/boot_id").ok()?,
         };
         Some(xxh3_64(&id).max(1))
@@ -122,8 +122,7 @@ pub struct RedoLog {
 
 impl RedoLog {
     pub fn new(index: &Path, file_id: u64) -> RedoLog {
-        let disabled =
-            boot().is_none() || std::env::var_os("CHASSIS_REDO").is_some_and(|v| v == "0");
+        let disabled = boot().is_none() || crate::tuning::get().redo == Some(false);
         RedoLog {
             path: redo_path(index),
             file: None,

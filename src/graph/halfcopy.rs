@@ -14,28 +14,25 @@
 //! same monotone function of the unscaled one, so all the build's comparisons, which only
 //! ever compare build distances with each other, see the same order (up to rounding).
 //!
-//! Memory: 2 bytes per dimension per slot (64-byte aligned rows), anonymous and on huge pages
-//! where the kernel grants them (the THP note: a private buffer, never written back).
+//! Memory: 2 bytes per dimension per slot (64-byte aligned rows), a `storage::RowTable`.
 
 use crate::format::{Geometry, Precision};
 use crate::os;
-use crate::storage::Storage;
+use crate::storage::{RowTable, Storage};
 use half::slice::HalfFloatSliceExt;
-use os::AlignedMap;
 use rayon::prelude::*;
 
 /// Largest |value| after scaling is at most 2^TOP_LOG2.
 const TOP_LOG2: i32 = 13;
 
-/// Rows converted per rayon task.
+/// Rows scanned per rayon task for the largest magnitude.
 const ROWS_PER_TASK: usize = 256;
 
 pub struct HalfCopy {
-    map: AlignedMap,
+    rows: RowTable,
     /// The rows' geometry: a half-precision index's (`geometry`), so rows lie `stride` bytes
     /// apart, 64-byte aligned from 64 bytes up, as the file's vectors.
     geo: Geometry,
-    slots: u32,
 }
 
 impl HalfCopy {
@@ -47,31 +44,21 @@ impl HalfCopy {
     /// A copy of the full-precision vectors of slots `0..slots` (all below the storage's
     /// capacity), or None if one cannot be made (no memory, or a non-finite value). Each block
     /// of a file's vectors is let go of once converted (`Storage::release_vectors`: they stay in
-    /// the page cache), so the process holds the copy or the vectors, not both: a 1,000,000 x
-    /// 384 build peaked at 1.41x the file's size without it, 0.99x with it.
+    /// the page cache), so the process holds the copy or the vectors, not both (the peak
+    /// memory this saves is in `docs/design/half-precision-copy.md`).
     pub fn new(st: &Storage, slots: u32) -> Option<HalfCopy> {
         let geo = Self::geometry(&st.geo);
-        let dims = st.geo.dims;
         if st.geo.precision != Precision::Full || slots == 0 {
             return None;
         }
-        let rows = |r: std::ops::Range<usize>| {
-            // Written before linking starts, not during it (see Storage::vector_bytes).
-            r.map(|s| st.vector_f32(s as u32))
-        };
-        let chunks: Vec<std::ops::Range<usize>> = (0..slots as usize)
-            .step_by(ROWS_PER_TASK)
-            .map(|a| a..(a + ROWS_PER_TASK).min(slots as usize))
-            .collect();
+        // Written before linking starts, not during it (see Storage::vector_bytes).
+        let vector = |s: u32| st.vector_f32(s);
         // The largest magnitude, and (x * 0 is NaN for an infinity or a NaN, which `max` would
         // pass over) whether any value is not finite.
-        let (top, poison) = chunks
-            .par_iter()
-            .map(|c| {
-                rows(c.clone())
-                    .flat_map(|v| v.iter())
-                    .fold((0f32, 0f32), |(m, p), x| (m.max(x.abs()), p + x * 0.0))
-            })
+        let (top, poison) = (0..slots)
+            .into_par_iter()
+            .with_min_len(ROWS_PER_TASK)
+            .map(|s| vector(s).iter().fold((0f32, 0f32), |(m, p), x| (m.max(x.abs()), p + x * 0.0)))
             .reduce(|| (0f32, 0f32), |a, b| (a.0.max(b.0), a.1 + b.1));
         if !top.is_finite() || poison != 0.0 {
             return None;
@@ -79,23 +66,17 @@ impl HalfCopy {
         // 2^k with top * 2^k in (2^(TOP_LOG2-1), 2^TOP_LOG2]; 1 for an all-zero index.
         let k = if top > 0.0 { TOP_LOG2 - top.log2().ceil() as i32 } else { 0 };
         let scale = 2f32.powi(k.clamp(-100, 100));
-        let map = AlignedMap::anonymous(slots as usize * geo.stride, true).ok()?;
-        let base = map.as_ptr() as usize;
-        chunks.par_iter().for_each(|c| {
-            let mut buf = vec![0f32; dims];
-            for (s, v) in c.clone().zip(rows(c.clone())) {
-                buf.iter_mut().zip(v).for_each(|(b, x)| *b = x * scale);
-                // SAFETY: row s lies inside the map (s < slots, len = slots * stride); rows are
-                // 64-byte aligned (the map is page aligned, stride a multiple of 64) and so
-                // 2-byte aligned for f16; each task writes only its own rows.
-                let row = unsafe {
-                    std::slice::from_raw_parts_mut((base + s * geo.stride) as *mut half::f16, dims)
-                };
-                row.convert_from_f32_slice(&buf);
+        let (rows, _converted) = RowTable::filled(slots, geo.vec_bytes, geo.stride, |chunk| {
+            let mut buf = vec![0f32; geo.dims];
+            let range = chunk.range();
+            for s in range.clone() {
+                buf.iter_mut().zip(vector(s)).for_each(|(b, x)| *b = x * scale);
+                chunk.row_f16(s).convert_from_f32_slice(&buf);
             }
-            st.release_vectors(c.start as u64, c.end as u64);
-        });
-        Some(HalfCopy { map, geo, slots })
+            st.release_vectors(range.start as u64, range.end as u64);
+            range.len() as u64
+        })?;
+        Some(HalfCopy { rows, geo })
     }
 
     /// Bytes the copy of `slots` slots of `geo` takes.
@@ -106,20 +87,17 @@ impl HalfCopy {
     /// Pointer to a slot's row (dims f16s).
     #[inline(always)]
     pub fn ptr(&self, slot: u32) -> *const u8 {
-        assert!(slot < self.slots, "slot {slot} is beyond the half-precision copy");
-        // SAFETY: slot < slots (checked above), so the row lies inside the map.
-        unsafe { self.map.as_ptr().add(slot as usize * self.geo.stride) }
+        self.rows.ptr(slot)
     }
 
     /// A slot's row bytes (2 bytes per dimension).
     #[inline(always)]
     pub fn row(&self, slot: u32) -> &[u8] {
-        // SAFETY: as `ptr`; the copy is written only in `new`, before it is shared.
-        unsafe { std::slice::from_raw_parts(self.ptr(slot), self.geo.vec_bytes) }
+        self.rows.row(slot)
     }
 
     pub fn slots(&self) -> u32 {
-        self.slots
+        self.rows.rows()
     }
 
     /// The rows' geometry.
@@ -168,16 +146,9 @@ pub fn large_batch(rows: u64, total: u64) -> bool {
     rows >= HALFCOPY_MIN_ROWS && rows * HALFCOPY_SHARE >= total
 }
 
-/// `CHASSIS_HALF_COPY`, read once.
+/// `CHASSIS_HALF_COPY` (`crate::tuning`).
 fn forced() -> Option<bool> {
-    static FORCE: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    *FORCE.get_or_init(|| {
-        std::env::var("CHASSIS_HALF_COPY").ok().and_then(|v| match v.trim() {
-            "0" => Some(false),
-            "1" => Some(true),
-            _ => None,
-        })
-    })
+    crate::tuning::get().half_copy
 }
 
 #[cfg(test)]

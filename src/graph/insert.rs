@@ -291,12 +291,7 @@ impl<'a> Graph<'a> {
 ///
 /// A codes-only index always links on its codes (it has nothing else). Read once.
 fn link_on_codes() -> Option<bool> {
-    static V: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| match std::env::var("CHASSIS_LINK_CODES").as_deref().map(str::trim) {
-        Ok("1") => Some(true),
-        Ok("0") => Some(false),
-        _ => None,
-    })
+    crate::tuning::get().link_codes
 }
 
 /// Vectors from this size up link small batches on their 8-bit codes (`link_on_codes`).
@@ -306,8 +301,7 @@ const LINK_ON_CODES_MIN_BYTES: usize = 1024;
 /// and walk the whole graph once a sixty-fourth of it was added: `CHASSIS_REPAIR_AROUND=0`
 /// walks it every 1,000 rows instead, as before, for measuring. Read once.
 pub fn repair_around() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("CHASSIS_REPAIR_AROUND").map_or(true, |v| v.trim() != "0"))
+    crate::tuning::get().repair_around.unwrap_or(true)
 }
 
 /// What linking a batch needs from the index: its storage and metric, the shared entry point

@@ -27,7 +27,7 @@ pub use insert::level_for;
 use crate::cpu;
 use crate::distance::{Kernel, Kernel4};
 use crate::format;
-use crate::quant::{CodeTable, Prepared, Quantizer};
+use crate::quant::{Prepared, Quantizer};
 use crate::storage::{Area, Storage};
 use halfcopy::HalfCopy;
 use std::cell::RefCell;
@@ -210,43 +210,31 @@ impl Scratch {
 /// on the rest overlap. Shorter vectors are whole in the prefetched lines.
 const GROUP_MIN_BYTES: usize = 1024;
 
-/// GROUP_MIN_BYTES, or `CHASSIS_GROUP_MIN_BYTES` from the environment (for measuring and tests:
-/// 0 groups every search, a large value none). Read once.
+/// GROUP_MIN_BYTES, or `CHASSIS_GROUP_MIN_BYTES` (`crate::tuning`: 0 groups every search, a
+/// large value none).
 fn group_min_bytes() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| env_count("CHASSIS_GROUP_MIN_BYTES").unwrap_or(GROUP_MIN_BYTES))
+    crate::tuning::get().group_min_bytes.unwrap_or(GROUP_MIN_BYTES)
 }
 
 /// 8-bit codes of any length get their distances four at a time (the interleaved kernels of
 /// `quant::kernels`): widening a code costs more work per byte than a float load, and four
 /// codes' loads and conversions in flight together beat one at a time even where a code is
-/// whole in the prefetched lines. MiniLM (384 bytes a code), a process per variant,
-/// alternating, one thread: `search_batch` 1.08-1.14x (4 pairs), a `search` loop 1.07-1.14x
-/// (2 pairs); clustered 128-d (128 bytes) 1.00-1.09x (3 pairs); identical ids. Where the
-/// grouped kernels are four plain calls (AVX2, forced with `CHASSIS_KERNEL=avx2`, MiniLM, 3
-/// pairs) 0.99-1.05x: no loss.
-/// `CHASSIS_CODE_GROUP_MIN_BYTES` sets a floor instead (for measuring). Read once.
+/// whole in the prefetched lines (measured: `docs/design/quantization.md`).
+/// `CHASSIS_CODE_GROUP_MIN_BYTES` sets a floor instead (`crate::tuning`).
 fn code_group_min_bytes() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| env_count("CHASSIS_CODE_GROUP_MIN_BYTES").unwrap_or(0))
-}
-
-/// A count from the environment variable `name`, if set to one (measuring knobs).
-fn env_count(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+    crate::tuning::get().code_group_min_bytes.unwrap_or(0)
 }
 
 /// Candidates a search short of memory expands per round on layer 0 (see `search_beam`).
 /// 1,000,000 x 384 float32 at a quarter of the file, paired against one at a time, one query
 /// at a time: 2 gave 1.03x, 4 1.36x, 8 1.63x, 16 1.70x but read 22% more pages (8: 10%), which
-/// a disk bound by its reads per second pays for (`docs/benchmarks.md`).
+/// a disk bound by its reads per second pays for (`docs/design/larger-than-memory.md`).
 const BEAM: usize = 8;
 
-/// BEAM, or `CHASSIS_BEAM` from the environment (1: one candidate at a time, as a search of an
-/// index in memory; for measuring). Read once.
+/// BEAM, or `CHASSIS_BEAM` (`crate::tuning`; 1: one candidate at a time, as a search of an
+/// index in memory).
 fn beam_width() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| env_count("CHASSIS_BEAM").unwrap_or(BEAM).clamp(1, 64))
+    crate::tuning::get().beam.unwrap_or(BEAM).clamp(1, 64)
 }
 
 thread_local! {
@@ -291,17 +279,15 @@ pub struct Graph<'a> {
     /// Where the vectors are read from, if not the storage: a batch's linking reads a
     /// half-precision copy (see `halfcopy`).
     copy: Option<&'a HalfCopy>,
-    /// ... or a search's walk reads codes: a table's (see `on_codes`) or the storage's
-    /// (`on_stored_codes`).
-    codes: Option<&'a CodeTable>,
+    /// ... or a search's walk reads the codes the storage keeps (`on_stored_codes`).
     stored_codes: bool,
-    /// The index is short of memory (`index::residency`): name the pages of the rows a node's
+    /// The index is short of memory (`index::residency`): prefetch the pages of the rows a node's
     /// neighbors are measured on (`will_need`), and of the next candidate's list (`lists_cold`),
     /// to the system before reading them.
     will_need: bool,
     lists_cold: bool,
     /// Candidates layer 0 expands per round (`search_beam`): `beam_width()` while pages are
-    /// named, else 1 (one at a time, `search_layer`).
+    /// prefetched, else 1 (one at a time, `search_layer`).
     beam: usize,
     /// Linking a small batch: the nodes its links push out of level-0 lists are noted in the
     /// thread's `Scratch::dropped` (see `Linker::repair_around`).
@@ -339,12 +325,20 @@ impl<'a> Graph<'a> {
         geo: &format::Geometry,
         copy: Option<&'a HalfCopy>,
     ) -> Graph<'a> {
-        let k = crate::distance::kernels().for_metric(metric, geo.precision);
         let ci = cpu::info();
-        // A codes-only storage is measured by the code kernels, whose queries are prepared:
-        // twice the dimensions under euclidean (see `crate::quant`).
+        // A codes-only storage is measured by the code kernels, whose queries are prepared
+        // (`quant::Prepared` carries the query's own constant): twice the dimensions under
+        // euclidean.
         let codes_only = geo.precision == format::Precision::Int8;
         let l2 = metric == format::Metric::Euclidean;
+        let k = if codes_only {
+            let c = crate::quant::code_kernels();
+            let ((one, four), sign) =
+                if l2 { ((c.l2, c.l2_x4), 1.0) } else { ((c.dot, c.dot_x4), -1.0) };
+            crate::distance::MetricKernels { one, four, bias: 0.0, sign }
+        } else {
+            crate::distance::kernels().for_metric(metric, geo.precision)
+        };
         Graph {
             st,
             kernel: k.one,
@@ -361,7 +355,6 @@ impl<'a> Graph<'a> {
             pf_l1: ci.prefetch_l1,
             m: st.geo.m,
             copy,
-            codes: None,
             stored_codes: false,
             quant: None,
             metric,
@@ -372,41 +365,28 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// A search of an index short of memory: name the pages of the rows it is about to measure
+    /// A search of an index short of memory: prefetch the pages of the rows it is about to measure
     /// (`rows`, on the storage only: never a copy or table in memory) and of the lists it is
     /// about to read (`lists`) to the system first, so that their reads overlap.
-    pub fn naming_pages(mut self, rows: bool, lists: bool) -> Self {
-        self.will_need = rows && self.copy.is_none() && self.codes.is_none();
+    pub fn prefetching_pages(mut self, rows: bool, lists: bool) -> Self {
+        self.will_need = rows && self.copy.is_none();
         self.lists_cold = lists;
         self.beam = if self.will_need || lists { beam_width() } else { 1 };
         self
     }
 
-    /// Name the pages of the row `dist` reads for `slot` (see `naming_pages`).
+    /// prefetch the pages of the row `dist` reads for `slot` (see `prefetching_pages`).
     #[inline]
-    fn name_row(&self, slot: u32) {
+    fn prefetch_row(&self, slot: u32) {
         let area = if self.stored_codes { Area::Code } else { Area::Vector };
         self.st.will_need(slot, area);
     }
 
-    /// A graph whose distances are measured on 8-bit codes (slots below the table's length),
-    /// for a search's walk: its queries are `quant::Prepared` values, and its distances are
-    /// the metric's up to the prepared query's `bias` (the same for every slot of one query,
-    /// so the order is the codes' distance order). Never for linking.
-    pub fn on_codes(
-        st: &'a Storage,
-        metric: format::Metric,
-        limit: u32,
-        codes: &'a CodeTable,
-    ) -> Graph<'a> {
-        let mut g = Self::reading(st, metric, limit.min(codes.slots()), &st.geo, None)
-            .measuring_codes(metric, codes.stride(), 8);
-        g.codes = Some(codes);
-        g
-    }
-
-    /// As `on_codes`, on the codes the storage keeps (an index created with codes, whose
-    /// quantizer is trained: every slot a walk can reach has its code written).
+    /// A graph whose distances are measured on the codes the storage keeps (an index created
+    /// with codes, whose quantizer is trained: every slot a walk can reach has its code
+    /// written), for a search's walk: its queries are `quant::Prepared` values, and its
+    /// distances are the metric's up to the prepared query's `bias` (the same for every slot
+    /// of one query, so the order is the codes' distance order).
     pub fn on_stored_codes(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
         assert!(st.geo.has_codes(), "a storage without codes");
         let mut g = Self::reading(st, metric, limit, &st.geo, None).measuring_codes(
@@ -475,10 +455,9 @@ impl<'a> Graph<'a> {
         if self.stored_codes {
             return self.st.code_ptr(slot);
         }
-        match (self.codes, self.copy) {
-            (Some(t), _) => t.ptr(slot),
-            (None, Some(c)) => c.ptr(slot),
-            (None, None) => self.st.vector_ptr(slot),
+        match self.copy {
+            Some(c) => c.ptr(slot),
+            None => self.st.vector_ptr(slot),
         }
     }
 
@@ -518,7 +497,7 @@ impl<'a> Graph<'a> {
     /// row), decoding half precision into `buf`.
     pub fn vector_f32<'b>(&'b self, slot: u32, buf: &'b mut Vec<f32>) -> &'b [f32] {
         assert!(
-            self.codes.is_none() && (!self.stored_codes || self.quant.is_some()),
+            !self.stored_codes || self.quant.is_some(),
             "a graph on codes is for searching, not linking"
         );
         // Linking on codes reads a node's own vector from the storage (a codes-only index's:

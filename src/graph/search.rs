@@ -49,12 +49,12 @@ impl<'a> Graph<'a> {
         sc.buf.clear();
         self.gather_more(list, limit, sc);
         if self.will_need {
-            sc.buf.iter().for_each(|&nb| self.name_row(nb));
+            sc.buf.iter().for_each(|&nb| self.prefetch_row(nb));
         }
     }
 
-    /// `gather` for a beam round (`search_beam`): appends to `sc.buf`, names nothing (the
-    /// round names the rows of all its lists at once).
+    /// `gather` for a beam round (`search_beam`): appends to `sc.buf`, prefetches nothing (the
+    /// round prefetches the rows of all its lists at once).
     #[inline(always)]
     fn gather_more(&self, list: &[AtomicU32], limit: u32, sc: &mut Scratch) {
         let from = sc.buf.len();
@@ -178,11 +178,11 @@ impl<'a> Graph<'a> {
         sc.top.peek().map(|t| unkey(*t)).unwrap_or(f32::INFINITY)
     }
 
-    /// Layer 0 of a search short of memory (`naming_pages`), DiskANN's beam: each round expands
+    /// Layer 0 of a search short of memory (`prefetching_pages`), DiskANN's beam: each round expands
     /// the `self.beam` nearest candidates together, so the reads of their lists and then of all
     /// their neighbors' rows are in flight at once, and a query waits a few disk round trips
     /// per round instead of per node. The lists of neighbors nearer than the round's farthest
-    /// expanded node (the next round's likely nodes) are named as soon as they are measured.
+    /// expanded node (the next round's likely nodes) are prefetched as soon as they are measured.
     /// The same results rule as `search_layer` (the `ef` nearest accepted); it expands more
     /// nodes than one at a time would (a round's later nodes are not held back by what its
     /// first finds), which costs distances, not recall.
@@ -228,7 +228,7 @@ impl<'a> Graph<'a> {
                 }
             }
             if self.will_need {
-                sc.buf.iter().for_each(|&nb| self.name_row(nb));
+                sc.buf.iter().for_each(|&nb| self.prefetch_row(nb));
             }
             let buf = std::mem::take(&mut sc.buf);
             self.each_dist(q, &buf, |nb, d| {

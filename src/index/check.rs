@@ -38,7 +38,7 @@ impl Index {
             None => self.writer.lock().committed.quantizer,
         };
         if snap.quant.is_none() {
-            st.quantizer(named)?;
+            stored_quantizer(st, named)?;
         }
         let n = snap.slots as u32;
         let codes_only = self.precision() == Precision::Int8;

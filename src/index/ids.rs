@@ -2,6 +2,7 @@
 //! vectors by id, and ids in insertion order.
 
 use super::*;
+use crate::format::RESERVED_ID;
 use crate::graph::Graph;
 
 impl Index {
@@ -93,5 +94,68 @@ impl Index {
             out[r..].sort_unstable_by_key(|p| p.1);
         }
         out
+    }
+
+    pub(super) fn assign_ids(
+        &self,
+        w: &Writer,
+        snap: &Snap,
+        n: usize,
+        ids: Option<&[u64]>,
+    ) -> Result<Vec<u64>> {
+        match ids {
+            None => {
+                let first = w.next_id;
+                if first.checked_add(n as u64 - 1).is_none_or(|last| last == RESERVED_ID) {
+                    return Err(Error::new(
+                        ErrorKind::IndexFull,
+                        "no default ids are left (the largest id in use is near 2**64-1)",
+                        "pass explicit ids",
+                    ));
+                }
+                Ok((first..first + n as u64).collect())
+            }
+            Some(ids) => {
+                if ids.len() != n {
+                    return Err(Error::invalid(
+                        format!("got {} ids for {n} vectors", ids.len()),
+                        "pass one id per vector",
+                    ));
+                }
+                if let Some(i) = ids.iter().position(|&x| x == RESERVED_ID) {
+                    return Err(Error::invalid(
+                        format!("id {} (position {i}) is reserved", RESERVED_ID),
+                        "use ids from 0 to 2**64-2",
+                    ));
+                }
+                let mut seen = HashSet::with_capacity(n);
+                for (i, id) in ids.iter().enumerate() {
+                    if !seen.insert(*id) {
+                        return Err(Error::new(
+                            ErrorKind::IdInUse,
+                            format!("id {id} appears twice in the batch (again at position {i})"),
+                            "pass distinct ids",
+                        ));
+                    }
+                }
+                let taken = self.with_ids(snap, |m| {
+                    ids.iter()
+                        .find(|id| {
+                            m.get(id).is_some_and(|&s| {
+                                (s as u64) < snap.slots && snap.live_id(s) == Some(**id)
+                            })
+                        })
+                        .copied()
+                });
+                if let Some(id) = taken {
+                    return Err(Error::new(
+                        ErrorKind::IdInUse,
+                        format!("id {id} is already in the index"),
+                        "pass an id not in use, or id=None for the next free one",
+                    ));
+                }
+                Ok(ids.to_vec())
+            }
+        }
     }
 }

@@ -21,9 +21,9 @@ pub struct MemoryStats {
     /// rows it measures; and of them bytes in memory now.
     pub graph_bytes: u64,
     pub resident_graph_bytes: u64,
-    /// Whether searches name their next pages to the system, the index being short of memory
+    /// Whether searches prefetch their next pages (`WILLNEED` advice), the index being short of memory
     /// at the last sample (see `residency`).
-    pub naming_pages: bool,
+    pub prefetching_pages: bool,
     /// Bytes of the codes area written (8- or 4-bit codes, rows `code_stride` apart), and of
     /// them bytes in memory now (0 without codes).
     pub code_bytes: u64,
@@ -204,7 +204,7 @@ impl Index {
                 .filter(|r| !r.vectors)
                 .map(|r| os::resident(r.addr as *const u8, r.len))
                 .sum(),
-            naming_pages: self.naming_pages(),
+            prefetching_pages: self.prefetching_pages(),
             code_bytes: written.iter().filter(|r| r.codes).map(|r| r.len as u64).sum(),
             resident_code_bytes: written
                 .iter()

@@ -9,7 +9,9 @@
 //! | `reader.rs`      | a reader following the writer: refresh to each commit, reopen         |
 //! | `input.rs`       | checks of dimensions, values, k and ef; query and row encoding        |
 //! | `ids.rs`         | the id -> slot map, contains, get, ids in insertion order             |
-//! | `write.rs`       | add, add_batch (all or nothing), delete                               |
+//! | `write.rs`       | add, add_batch as steps (plan, reserve, write, link, publish), delete |
+//! | `link.rs`        | linking a batch (the tail among them) with a savepoint               |
+//! | `codes.rs`       | learning, storing and encoding with a quantizer                       |
 //! | `search.rs`      | search, filtered search, search_batch and its query order             |
 //! | `filter.rs`      | [`Filter`] in ids, turned into sets of slots                          |
 //! | `flush.rs`       | flush, rollback, close: the index's side of `crate::commit`           |
@@ -22,10 +24,12 @@
 //! in `crate::commit`, and every raw pointer into the mappings in `crate::storage`.
 
 mod check;
+mod codes;
 mod filter;
 mod flush;
 mod ids;
 mod input;
+mod link;
 mod maintenance;
 mod memory;
 mod open;
@@ -37,6 +41,7 @@ mod write;
 
 pub use crate::control::{with_threads, Control};
 pub use check::CheckReport;
+pub(crate) use codes::stored_quantizer;
 pub use filter::{BatchFilter, Filter, SCAN_FACTOR};
 pub use memory::MemoryStats;
 pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
@@ -115,7 +120,7 @@ pub struct Snap {
 impl Snap {
     /// The state committed by header `h`; `writer`: pending deletes of this process count.
     fn of(st: Arc<Storage>, h: &Header, writer: bool) -> Snap {
-        let st_quant = |h: &Header| st.quantizer(h.quantizer).ok().flatten();
+        let st_quant = |h: &Header| stored_quantizer(&st, h.quantizer).ok().flatten();
         Snap {
             seq: h.seq,
             slots: h.slots,

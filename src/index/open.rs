@@ -248,7 +248,7 @@ impl Index {
         let committed_slots = h.slots;
         let st = Arc::new(Storage::open(path, file, mode == Mode::Write, &h)?);
         // A damaged quantizer is refused here rather than silently walked around.
-        st.quantizer(h.quantizer)?;
+        stored_quantizer(&st, h.quantizer)?;
         let mut idx = Self::assemble(path, eff, st, h, copy, mode == Mode::Read, warnings);
         if mode == Mode::Write {
             idx.replay_undo()?;

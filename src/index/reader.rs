@@ -46,7 +46,7 @@ impl Index {
         if cur.st.map_new_regions(&h).is_err() {
             return self.reopen(&mut w);
         }
-        cur.st.quantizer(h.quantizer)?;
+        stored_quantizer(&cur.st, h.quantizer)?;
         self.advise_committed(&cur.st, h.slots);
         self.publish(Snap::of(cur.st.clone(), &h, false));
         w.copy = copy;
@@ -84,7 +84,7 @@ impl Index {
             ));
         }
         let st = Arc::new(Storage::open(&self.path, file, false, &h)?);
-        st.quantizer(h.quantizer)?;
+        stored_quantizer(&st, h.quantizer)?;
         st.huge.store(self.view.read().st.huge.load(Acquire), Release);
         self.advise_committed(&st, h.slots);
         let rewarm = self.warm_on.load(Acquire);

@@ -1,11 +1,11 @@
 //! Larger than memory: whether the pages searches read are in memory, so that a search of an
-//! index that is not names its next pages to the system before it reads them.
+//! index that is not prefetches its next pages (`WILLNEED` advice) before it reads them.
 //!
 //! A search that faults on a page of the file waits for that read before it knows what to read
-//! next: one disk round trip per page. Naming the pages of the neighbors it is about to measure
+//! next: one disk round trip per page. Prefetching the pages of the neighbors it is about to measure
 //! (`Storage::will_need`, POSIX_FADV_WILLNEED: no wait) puts their reads in flight together, so
 //! a node's expansion waits about one round trip; layer 0 then also expands several candidates
-//! per round (`Graph::naming_pages` sets the beam), so a round of them waits about one. The
+//! per round (`Graph::prefetching_pages` sets the beam), so a round of them waits about one. The
 //! advice is a system call per page, about 0.3 us here on a page already in memory: more than
 //! a whole distance, so it is given only while the index is short of memory. Whether it is
 //! comes from sampling: at most once a second, the search that finds the last sample stale
@@ -19,7 +19,7 @@
 //! The same sample first asks whether the index is larger than the memory it may use (more than
 //! 3/4 of MemAvailable, or of the process's cgroup limit where lower: `os::memory_available`).
 //! Only then are its mappings marked as read at random (`Storage::set_random`), so that a fault
-//! reads its own page and not read_ahead_kb around it, and only then are pages named. An index
+//! reads its own page and not read_ahead_kb around it, and only then are pages prefetched. An index
 //! that fits keeps the kernel's read-around: opened cold, MiniLM's 110 MB file gave its 100th
 //! result after 105-147 ms with it and 527-757 ms read at random. See
 //! `docs/design/larger-than-memory.md`.
@@ -40,7 +40,7 @@ const WALK: u8 = 1;
 const VECTORS: u8 = 2;
 const LISTS: u8 = 4;
 
-/// What a search should name to the system before reading it.
+/// What a search should prefetch (`WILLNEED`) before reading it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cold {
     /// What the walk measures: the codes where there are codes, else the vectors.
@@ -64,11 +64,11 @@ fn epoch() -> Instant {
     *E.get_or_init(Instant::now)
 }
 
-/// `CHASSIS_NAME_PAGES=0` turns the naming off (to measure what it gives; the sample still
-/// runs, and the mappings of an index larger than memory are still read at random).
-fn naming_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("CHASSIS_NAME_PAGES").map_or(true, |v| v != "0"))
+/// `CHASSIS_PREFETCH_PAGES=0` (`crate::tuning`) turns the prefetch advice off (to measure what
+/// it gives; the sample still runs, and the mappings of an index larger than memory are still
+/// read at random).
+fn prefetch_on() -> bool {
+    crate::tuning::get().prefetch_pages.unwrap_or(true)
 }
 
 impl Residency {
@@ -94,7 +94,7 @@ impl Index {
         {
             r.state.store(Self::sample(snap, now), Relaxed);
         }
-        if !naming_on() {
+        if !prefetch_on() {
             return Cold::default();
         }
         let s = r.state.load(Relaxed);
@@ -108,14 +108,14 @@ impl Index {
 
     /// Whether the last sample found an area searches walk short of memory (false before
     /// the first search).
-    pub(super) fn naming_pages(&self) -> bool {
+    pub(super) fn prefetching_pages(&self) -> bool {
         let s = self.residency.state.load(Relaxed);
-        !self.memory && os::WILL_NEED && naming_on() && s & (WALK | VECTORS | LISTS) != 0
+        !self.memory && os::WILL_NEED && prefetch_on() && s & (WALK | VECTORS | LISTS) != 0
     }
 
     /// One sample of the written ranges of `snap`: the cold bits. First whether the index is
     /// larger than the memory it may use (more than 3/4 of `os::memory_available`): only then
-    /// are its mappings read at random and pages named; an index that fits keeps the kernel's
+    /// are its mappings read at random and pages prefetched; an index that fits keeps the kernel's
     /// read-around, which brings a file in fastest.
     fn sample(snap: &Snap, seed: u64) -> u8 {
         let written = snap.st.written_ranges(snap.slots);

@@ -45,7 +45,7 @@ pub fn rerank_count(k: usize, ef: usize, rerank: Option<usize>, coarse: bool) ->
 const ERROR_WIDTHS: f32 = 2.0;
 
 /// The k nearest of a code walk's candidates `found` (nearest code first) by their exact
-/// distances (`exact`); `name(slot)` is called before reading a candidate's vector (an index
+/// distances (`exact`); `prefetch(slot)` is called before reading a candidate's vector (an index
 /// short of memory asks for the pages then), for candidates in runs so the reads overlap.
 ///
 /// With `adaptive` (no `rerank=` from the caller), measuring stops at the first candidate
@@ -65,18 +65,20 @@ fn rerank_found(
     found: &[(f32, u32)],
     k: usize,
     adaptive: bool,
-    name: Option<&dyn Fn(u32)>,
+    prefetch: Option<&dyn Fn(u32)>,
     exact: impl Fn(u32) -> f32,
 ) -> Vec<(f32, u32)> {
-    // Names the vectors of `found[from..to]`.
-    let name_run = |from: usize, to: usize| {
-        if let Some(name) = name {
-            found[from.min(found.len())..to.min(found.len())].iter().for_each(|&(_, s)| name(s));
+    // Prefetches the vectors of `found[from..to]`.
+    let prefetch_run = |from: usize, to: usize| {
+        if let Some(prefetch) = prefetch {
+            found[from.min(found.len())..to.min(found.len())]
+                .iter()
+                .for_each(|&(_, s)| prefetch(s));
         }
     };
     // The first run: what a rerank of this data usually measures (2k on the sets above).
-    let mut named = 2 * k;
-    name_run(0, named);
+    let mut prefetched = 2 * k;
+    prefetch_run(0, prefetched);
     let mut out: Vec<(f32, u32)> = Vec::with_capacity(found.len());
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     // The k least exact distances so far, ascending.
@@ -85,9 +87,9 @@ fn rerank_found(
         if adaptive && i > k && code + lo - ERROR_WIDTHS * (hi - lo) > best[k - 1] {
             break;
         }
-        if i == named {
-            name_run(named, found.len());
-            named = found.len();
+        if i == prefetched {
+            prefetch_run(prefetched, found.len());
+            prefetched = found.len();
         }
         let d = exact(s);
         lo = lo.min(d - code);
@@ -311,7 +313,7 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                // Short of memory: name pages before reading them (see `residency`).
+                // Short of memory: prefetch pages before reading them (see `residency`).
                 let cold = self.cold(snap);
                 let hits = match rerank_on {
                     // Walk the codes, then measure the best candidates on the vectors: the
@@ -319,7 +321,7 @@ impl Index {
                     Some(quantizer) => {
                         let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
                         let walk = Graph::on_stored_codes(st, self.metric(), limit)
-                            .naming_pages(cold.walk, cold.lists);
+                            .prefetching_pages(cold.walk, cold.lists);
                         let found = with_prepared(quantizer, self.metric(), q, |values, _| {
                             walk.knn(
                                 values,
@@ -332,15 +334,15 @@ impl Index {
                                 start,
                             )
                         });
-                        let name = |s: u32| st.will_need(s, Area::Vector);
-                        let name = cold.vectors.then_some(&name as &dyn Fn(u32));
+                        let prefetch = |s: u32| st.will_need(s, Area::Vector);
+                        let prefetch = cold.vectors.then_some(&prefetch as &dyn Fn(u32));
                         // The first k + 2 (about what a rerank measures on MiniLM) come
                         // in together; see `Graph::prefetch_rows`.
                         exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
-                        rerank_found(&found, k, rerank.is_none(), name, |s| exact.dist(q, s))
+                        rerank_found(&found, k, rerank.is_none(), prefetch, |s| exact.dist(q, s))
                     }
                     None => Graph::new(st, self.metric(), limit)
-                        .naming_pages(cold.walk, cold.lists)
+                        .prefetching_pages(cold.walk, cold.lists)
                         .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
                 };
                 // Fewer than k from the walk with a filter (or rows refused): the exact scan
@@ -577,21 +579,21 @@ mod tests {
         all
     }
 
-    /// (results, slots measured in order, slots named in order).
+    /// (results, slots measured in order, slots prefetched in order).
     fn run(
         found: &[(f32, u32)],
         exact: &[f32],
         k: usize,
         adaptive: bool,
     ) -> (Vec<(f32, u32)>, Vec<u32>, Vec<u32>) {
-        let (measured, named) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
-        let name = |s: u32| named.borrow_mut().push(s);
-        let out = rerank_found(found, k, adaptive, Some(&name), |s| {
-            assert!(named.borrow().contains(&s), "slot {s} measured before it was named");
+        let (measured, prefetched) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
+        let prefetch = |s: u32| prefetched.borrow_mut().push(s);
+        let out = rerank_found(found, k, adaptive, Some(&prefetch), |s| {
+            assert!(prefetched.borrow().contains(&s), "slot {s} measured before it was prefetched");
             measured.borrow_mut().push(s);
             exact[s as usize]
         });
-        (out, measured.into_inner(), named.into_inner())
+        (out, measured.into_inner(), prefetched.into_inner())
     }
 
     #[test]
@@ -615,14 +617,14 @@ mod tests {
             // Errors from far below the gaps to several gaps wide.
             let err = 0.002 * (1 + seed % 25) as f32;
             let (found, exact) = candidates(48, 0.01, err, seed);
-            let (out, measured, named) = run(&found, &exact, k, true);
-            // What was measured is a prefix of `found`, and every candidate was named once.
+            let (out, measured, prefetched) = run(&found, &exact, k, true);
+            // What was measured is a prefix of `found`, and every candidate was prefetched once.
             let prefix: Vec<u32> = found[..measured.len()].iter().map(|c| c.1).collect();
             assert_eq!(measured, prefix);
-            let mut all_named = named.clone();
+            let mut all_named = prefetched.clone();
             all_named.sort_unstable();
             all_named.dedup();
-            assert_eq!(all_named.len(), named.len());
+            assert_eq!(all_named.len(), prefetched.len());
             // The results: the k nearest of what was measured, at their exact distances.
             assert_eq!(out, oracle(&found[..measured.len()], &exact, k));
             if measured.len() < found.len() {
@@ -652,9 +654,9 @@ mod tests {
     #[test]
     fn a_caller_s_count_is_measured_whole() {
         let (found, exact) = candidates(30, 0.01, 0.0, 7);
-        let (out, measured, named) = run(&found, &exact, 10, false);
+        let (out, measured, prefetched) = run(&found, &exact, 10, false);
         assert_eq!(measured.len(), 30);
-        assert_eq!(named.len(), 30);
+        assert_eq!(prefetched.len(), 30);
         assert_eq!(out, oracle(&found, &exact, 10));
     }
 }

@@ -127,42 +127,6 @@ pub mod scalar {
 
     four_calls!(l2_x4, l2);
     four_calls!(dot_x4, dot);
-
-    /// An integer dot product: the query as `n` i16 values (read from `q`'s bytes), the codes
-    /// as u8, summed exactly in i32 (see `Prepared::int16` for the bound that keeps it exact).
-    ///
-    /// # Safety
-    /// `q` valid for `n` i16s (2-byte aligned), `c` for `n` bytes.
-    pub unsafe fn dot_i16(q: *const f32, c: *const u8, n: usize) -> f32 {
-        let q = q as *const i16;
-        // Wrapping, as vpdpwssd: a sum beyond i32 wraps the same way (`Prepared::int16` keeps
-        // its sums inside).
-        let mut acc = 0i32;
-        for i in 0..n {
-            acc = acc.wrapping_add(*q.add(i) as i32 * *c.add(i) as i32);
-        }
-        acc as f32
-    }
-}
-
-/// The integer dot product on AVX-512 with VNNI (`vpdpwssd`: 32 products of i16 pairs a step),
-/// when the CPU has it.
-///
-/// Measured, not used by searches: on MiniLM (cosine, one thread, modes alternating pass by
-/// pass, medians of 5) a walk on codes with this kernel ran at 0.90-1.14x the QPS of the float
-/// kernel above (`dot`), at the same recall: the walk waits on memory, not on arithmetic, so
-/// the query's rounding to 16 bits buys nothing. Kept for that measurement (`probe.rs`).
-pub fn dot_i16_best() -> Kernel {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-        {
-            return x86::dot_i16_vnni;
-        }
-    }
-    scalar::dot_i16
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -185,33 +149,6 @@ mod x86 {
         l2_x4: l2_avx2_x4,
         dot_x4: dot_avx2_x4,
     };
-    /// See `scalar::dot_i16`.
-    ///
-    /// # Safety
-    /// As `scalar::dot_i16`; the CPU must have AVX-512 F, BW and VNNI.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn dot_i16_vnni(q: *const f32, c: *const u8, n: usize) -> f32 {
-        let q = q as *const i16;
-        let mut a = [_mm512_setzero_si512(); 2];
-        let mut i = 0;
-        while i + 64 <= n {
-            for (j, acc) in a.iter_mut().enumerate() {
-                let codes = _mm512_cvtepu8_epi16(_mm256_loadu_si256(c.add(i + 32 * j) as *const _));
-                let w = _mm512_loadu_si512(q.add(i + 32 * j) as *const _);
-                *acc = _mm512_dpwssd_epi32(*acc, w, codes);
-            }
-            i += 64;
-        }
-        while i < n {
-            let m: __mmask32 = if n - i >= 32 { u32::MAX } else { (1u32 << (n - i)) - 1 };
-            let codes = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, c.add(i) as *const _));
-            let w = _mm512_maskz_loadu_epi16(m, q.add(i) as *const _);
-            a[0] = _mm512_dpwssd_epi32(a[0], w, codes);
-            i += 32;
-        }
-        _mm512_reduce_add_epi32(_mm512_add_epi32(a[0], a[1])) as f32
-    }
-
     four_calls!(l2_avx2_x4, l2_avx2);
     four_calls!(dot_avx2_x4, dot_avx2);
 

@@ -12,7 +12,6 @@
 //! | `quantizer.rs` | [`Quantizer`]: per-dimension offset and step learned from data, encode |
 //! | `kernels.rs`   | distances of a prepared query to codes: scalar, AVX2, AVX-512, NEON    |
 //! | `nibbles.rs`   | 4-bit codes: their layout, and their kernels (scalar, AVX2, AVX-512)   |
-//! | `table.rs`     | [`CodeTable`]: the codes of a storage's vectors, in memory              |
 //!
 //! The model: dimension `i` of a vector is `offset[i] + step[i] * code[i]`, `code[i]` in
 //! `0..=255` (`0..=15` for 4-bit codes, whose prepared queries are the same). For a query `q`:
@@ -30,11 +29,9 @@
 pub mod kernels;
 pub mod nibbles;
 pub mod quantizer;
-pub mod table;
 
 pub use kernels::{code_kernels, code_kernels_bits, CodeKernels};
 pub use quantizer::Quantizer;
-pub use table::CodeTable;
 
 use crate::format::Metric;
 
@@ -89,34 +86,6 @@ impl Prepared {
                 (self.bias, self.sign) = ((base - c) as f32, -1.0);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod probe;
-impl Prepared {
-    /// For the integer kernel (`kernels::dot_i16_best`), dot product metrics only: `q * step`
-    /// rounded to i16 at a scale chosen so that no i32 sum can overflow (at most
-    /// `2^31 / (255 * dims)` per value, and 32,767), packed two to an f32 slot of `values`.
-    /// Distances are `bias + sign * kernel` up to that scale: the order of one query's
-    /// distances (what a walk compares) is the float one up to the rounding.
-    pub fn int16(quantizer: &Quantizer, metric: Metric, q: &[f32]) -> Prepared {
-        assert!(metric != Metric::Euclidean, "the integer kernel is a dot product");
-        let f = Prepared::new(quantizer, metric, q);
-        let top = f.values.iter().fold(0f32, |m, x| m.max(x.abs()));
-        let limit = ((1u64 << 31) / (255 * q.len().max(1) as u64)).min(32_767) as f32;
-        let scale = if top > 0.0 { limit / top } else { 0.0 };
-        let ints: Vec<i16> = f.values.iter().map(|x| (x * scale).round() as i16).collect();
-        let mut values = vec![0f32; ints.len().div_ceil(2)];
-        // SAFETY: `values` holds at least ints.len() i16s (two per f32, rounded up).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                ints.as_ptr(),
-                values.as_mut_ptr() as *mut i16,
-                ints.len(),
-            )
-        };
-        Prepared { values, bias: f.bias, sign: f.sign / scale.max(f32::MIN_POSITIVE) }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Oracles: exact f64 arithmetic on the decoded vectors (what a code stands for), counts made
 //! here value by value, and the scalar kernels for the SIMD ones.
 
-use super::kernels::{self, available};
+use super::kernels::available;
 use super::*;
 
 /// A seeded xorshift stream of values in [lo, hi).
@@ -257,46 +257,6 @@ fn bad_training_input_and_bad_parts_are_refused_with_what_was_wrong() {
     assert!(Quantizer::from_parts(vec![0.0], vec![-1.0]).is_err());
     assert!(Quantizer::from_parts(vec![f32::INFINITY], vec![1.0]).is_err());
     assert!(Quantizer::from_parts(vec![0.0, 1.0], vec![1.0]).is_err());
-}
-
-#[test]
-fn the_integer_dot_kernel_is_exact_and_cannot_overflow() {
-    // Oracle: the i64 sum of the products, here; the VNNI kernel against it bitwise.
-    let best = kernels::dot_i16_best();
-    for n in (0..=70).chain(LENGTHS) {
-        let q: Vec<i16> =
-            data(n, 5 + n as u64, -32767.0, 32767.0).iter().map(|x| *x as i16).collect();
-        let c = codes(n, 6 + n as u64);
-        let exact: i64 = q.iter().zip(&c).map(|(a, b)| *a as i64 * *b as i64).sum();
-        // SAFETY: n i16s and n bytes; dot_i16_best fits this CPU.
-        let (s, b) = unsafe {
-            (
-                kernels::scalar::dot_i16(q.as_ptr() as *const f32, c.as_ptr(), n),
-                best(q.as_ptr() as *const f32, c.as_ptr(), n),
-            )
-        };
-        if exact.unsigned_abs() < 1 << 24 {
-            assert_eq!(s as i64, exact, "scalar n={n}");
-        }
-        assert_eq!(s.to_bits(), b.to_bits(), "best n={n}");
-    }
-    // The preparation's scale keeps the worst case (every value at its bound, every code 255)
-    // inside i32: the kernel's sum is the exact one, up to f32 rounding of the result.
-    for dims in [1usize, 384, 4096] {
-        let rows = [vec![0.0f32; dims], vec![1.0f32; dims]];
-        let quantizer = Quantizer::train(dims, rows.iter().map(|r| r.as_slice()), 1.0).unwrap();
-        let p = Prepared::int16(&quantizer, Metric::InnerProduct, &vec![1.0f32; dims]);
-        let code = vec![255u8; dims];
-        // SAFETY: the prepared values hold dims i16s.
-        let got = unsafe { best(p.values.as_ptr(), code.as_ptr(), dims) } as f64;
-        // SAFETY: as above.
-        let top = unsafe { *(p.values.as_ptr() as *const i16) } as f64;
-        let want = top * 255.0 * dims as f64;
-        assert!(
-            want < 2f64.powi(31) && (got - want).abs() <= want * 1e-6,
-            "dims {dims}: {got} vs {want}"
-        );
-    }
 }
 
 #[test]

@@ -180,7 +180,7 @@ pub enum Area {
 
 impl Storage {
     /// Ask the system to start reading the file pages under `area` of `slot` (no wait; a page
-    /// already in memory costs a lookup): a search of an index not in memory names the pages
+    /// already in memory costs a lookup): a search of an index not in memory prefetches the pages
     /// of what it reads next, so that their reads overlap instead of coming one fault at a
     /// time. Nothing for an in-memory index.
     pub fn will_need(&self, slot: u32, area: Area) {

@@ -8,13 +8,14 @@
 //! | `access.rs` | slot -> vector, slot header and list references (the hot accessors)        |
 //! | `lists.rs`  | reading and writing a node's neighbor lists through those references       |
 //! | `ranges.rs` | address and file ranges (memory policies, backup) and bytes by file offset |
+//! | `rows.rs`   | [`RowTable`]: rows in anonymous memory filled in parallel (the half copy)  |
 //! | `shadow.rs` | a large batch's level-0 lists held in anonymous memory until it is linked   |
 //!
 //! # Safety
 //!
 //! This module is the only one that makes references or raw pointers into the index's
-//! mappings (the half-precision copy of `graph::halfcopy` and the distance kernels only read
-//! through pointers handed out here). What makes that sound:
+//! mappings and into the anonymous tables beside them (`RowTable`, `ShadowLists`); the graph
+//! and the distance kernels only read through pointers handed out here. What makes that sound:
 //! - A mapping is made once per region and lives, unmoved, as long as the `Storage`: cells of
 //!   `segments` and `heaps` are set once, before `seg_count` / `heap_count` is raised past them
 //!   (release/acquire), and never cleared.
@@ -35,10 +36,12 @@
 mod access;
 pub mod lists;
 mod ranges;
+mod rows;
 mod shadow;
 
 pub use access::Area;
 pub use ranges::{SequentialScan, Written};
+pub use rows::{ChunkRows, RowTable};
 pub use shadow::{ShadowLists, SHADOW_MIN};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -47,9 +50,9 @@ use crate::format::{
     HEADER_COPY_SIZE, HUGE_PAGE, MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
 };
 use crate::os;
-use crate::quant::Quantizer;
 use memmap2::{MmapOptions, MmapRaw};
 use parking_lot::Mutex;
+use std::any::Any;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -70,13 +73,13 @@ struct HeapChunk {
     len: u64,
 }
 
-/// A mapped quantizer region: its stored form, decoded on first use (a loaded copy is filled
-/// after it is mapped).
+/// A mapped quantizer region: its stored form, and what the layer above decoded it into on
+/// first use (readers ask again on every refresh; a loaded copy is filled after it is mapped).
 struct QuantRegion {
     map: os::AlignedMap,
     offset: u64,
     len: u64,
-    decoded: OnceLock<Arc<Quantizer>>,
+    decoded: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 pub struct Storage {
@@ -568,9 +571,16 @@ impl Storage {
         }
     }
 
-    /// The quantizer stored in the region at file offset `offset` (None for 0: not trained).
-    /// Err if no quantizer region is mapped there or its stored form is damaged.
-    pub fn quantizer(&self, offset: u64) -> Result<Option<Arc<Quantizer>>> {
+    /// The stored form in the quantizer region at file offset `offset` (at most `max_len`
+    /// bytes of it), decoded by `decode` on the first call and kept for every later one. None
+    /// for offset 0 (no region named). Err if no quantizer region is mapped there, or what
+    /// `decode` returns.
+    pub fn decoded_region<T: Any + Send + Sync>(
+        &self,
+        offset: u64,
+        max_len: usize,
+        decode: impl FnOnce(&[u8]) -> Result<T>,
+    ) -> Result<Option<Arc<T>>> {
         if offset == 0 {
             return Ok(None);
         }
@@ -581,15 +591,17 @@ impl Storage {
                 self.path.display()
             )));
         };
+        // One caller type per region kind (the quantizer), so the downcast cannot fail.
+        let cached = |d: &Arc<dyn Any + Send + Sync>| {
+            d.clone().downcast::<T>().expect("a region decoded as one type")
+        };
         if let Some(d) = q.decoded.get() {
-            return Ok(Some(d.clone()));
+            return Ok(Some(cached(d)));
         }
-        let used = Quantizer::stored_len(self.geo.dims).min(q.len as usize);
+        let used = max_len.min(q.len as usize);
         let bytes: std::borrow::Cow<'_, [u8]> = match &self.file {
-            // Read, not touched through the mapping: a fault there reads the kernel's
-            // read-around (up to read_ahead_kb, 8 MiB here) of what lies beside the region,
-            // which made every open of an evicted int8 index read 1.6 MiB (1M x 384, 2.4-2.9
-            // ms) to 4.9 MiB (4.5M, 6.5-6.9 ms) where other opens read 8 KiB.
+            // Read, not touched through the mapping: a fault there would read the kernel's
+            // read-around of what lies beside the region (docs/design/larger-than-memory.md).
             Some(file) => {
                 let mut buf = vec![0u8; used];
                 os::read_exact_at(file, &mut buf, q.offset)
@@ -600,23 +612,14 @@ impl Storage {
             // region is written once, before any header names it, and never after.
             None => unsafe { std::slice::from_raw_parts(q.map.as_ptr(), used) }.into(),
         };
-        // The codes' bits: a codes-only index's are 8 (its geometry keeps the default).
-        let decoded =
-            Quantizer::from_bytes(&bytes, self.geo.dims, self.geo.code_bits).map_err(|e| {
-                Error::corrupt(format!(
-                    "{}: the quantizer is damaged ({})",
-                    self.path.display(),
-                    e.message
-                ))
-            })?;
-        Ok(Some(q.decoded.get_or_init(|| Arc::new(decoded)).clone()))
+        let decoded: Arc<dyn Any + Send + Sync> = Arc::new(decode(&bytes)?);
+        Ok(Some(cached(q.decoded.get_or_init(|| decoded))))
     }
 
-    /// Store `q` in a new quantizer region (written and given blocks; durable with the next
-    /// sync) and return its file offset, which a header then names. Only the writer calls this.
-    pub fn write_quantizer(&self, q: &Quantizer) -> Result<u64> {
-        assert_eq!(q.bits(), self.geo.code_bits, "a quantizer for codes of another width");
-        let bytes = q.to_bytes();
+    /// Store `bytes` in a new quantizer region (written and given blocks; durable with the
+    /// next sync) and return its file offset, which a header then names. Only the writer calls
+    /// this.
+    pub fn write_quantizer_region(&self, bytes: &[u8]) -> Result<u64> {
         let mut a = self.alloc.lock();
         let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
         let len = align_up(bytes.len() as u64, REGION_ALIGN);

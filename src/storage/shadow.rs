@@ -41,8 +41,7 @@ pub(super) struct Shadow {
 /// Whether large batches build their lists here: `CHASSIS_LIST_SHADOW=0` writes them in place,
 /// for measuring. Read once.
 fn enabled() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("CHASSIS_LIST_SHADOW").map_or(true, |v| v.trim() != "0"))
+    crate::tuning::get().list_shadow.unwrap_or(true)
 }
 
 impl Storage {

@@ -1,0 +1,163 @@
+//! Linking a batch of stored rows into the graph (the tail among them), with a savepoint of
+//! the nodes it changes: on an error or a cancel they are put back.
+
+use super::*;
+use crate::format::EMPTY;
+use crate::graph::{self, insert::Linker};
+use crate::storage::lists;
+
+impl Index {
+    /// Link the rows of slots `start..start + pos.len()` (`pos`: each row's slot offset,
+    /// `levels` by slot offset), on `threads` threads, with a savepoint for the nodes linked
+    /// before them: on an error or a cancel those nodes' lists are put back (the new rows'
+    /// own lists are the caller's to undo), and the entry point is the caller's too.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn link_slots(
+        &self,
+        w: &mut Writer,
+        st: &Storage,
+        start: u64,
+        pos: &[u32],
+        levels: &[usize],
+        quant: Option<&Quantizer>,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        let n = pos.len();
+        let entry_before = *self.entry.lock();
+        *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
+        let (cslots, cseq) = (w.committed.slots, w.committed.seq);
+        // Then give nodes the pruning left without a way in one. The whole graph is walked
+        // (`Linker::repair`, O(slots)) once the rows linked since the last walk reach an eighth
+        // of the index, or 1,000 and a sixty-fourth of it: a large batch at once, small ones
+        // together (100 batches of 100 rows into 10,000 vectors at max_connections=8 left 42
+        // nodes unreachable when only large batches counted; the nodes their reverse links
+        // pushed out of full lists, mostly). Every other batch looks at the nodes its links
+        // took out of lists, and at its own (`Linker::repair_around`): at 10,000,000 vectors
+        // a walk took 3 s, every 1,000 single adds.
+        let total = start + n as u64;
+        let due = w.unrepaired + n as u64;
+        let around = graph::insert::repair_around();
+        let every = if around { (total / 64).max(1000) } else { 1000 };
+        let repair = due * 8 >= total || due >= every;
+        let dropped = Mutex::new(Vec::new());
+        let linker = Linker {
+            st,
+            metric: self.metric(),
+            ef_construction: self.opts.ef_construction,
+            entry: &self.entry,
+            locks: &self.locks,
+            before_modify: |nodes: &[u32]| self.before_modify(st, cslots, cseq, nodes),
+            quant,
+            dropped: (!repair && around).then_some(&dropped),
+        };
+        let result = with_threads(threads, || linker.link(start, pos, levels, ctl)).and_then(|r| r);
+        let result = result.and_then(|on_copy| {
+            if repair {
+                linker.repair(total as u32)?;
+                // Its reads mapped some vectors back (and the kernel's fault-around the pages
+                // beside them): let go of them again, as the copy did.
+                if on_copy {
+                    st.release_vectors(0, total);
+                }
+            } else if linker.dropped.is_some() {
+                let mut nodes = std::mem::take(&mut *dropped.lock());
+                nodes.extend(start as u32..total as u32);
+                let replaced = entry_before.0;
+                if replaced != EMPTY && self.entry.lock().0 != replaced {
+                    nodes.push(replaced);
+                }
+                linker.repair_around(total as u32, nodes)?;
+            }
+            Ok(())
+        });
+        let sp = self.savepoint.lock().take().unwrap();
+        if let Err(e) = result {
+            for (slot, words) in &sp.saved {
+                lists::restore_lists(st, *slot, words);
+            }
+            return Err(e);
+        }
+        w.unrepaired = if repair { 0 } else { due };
+        Ok(())
+    }
+
+    /// Link the tail (the rows stored past `w.linked`, see the deferred-linking record) as a
+    /// batch, and publish the graph with it. On an error or a cancel the tail stays the tail:
+    /// its rows' own lists empty again, the nodes they reached put back, the entry as it was.
+    pub(super) fn link_tail(
+        &self,
+        w: &mut Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        let (start, end) = (w.linked, w.slots);
+        if start >= end {
+            return Ok(());
+        }
+        let snap = self.view.read().clone();
+        let st = &*snap.st;
+        let tail: Vec<u32> = (start as u32..end as u32).collect();
+        let levels: Vec<usize> = tail.iter().map(|&s| lists::level_of(st, s)).collect();
+        let pos: Vec<u32> = (0..tail.len() as u32).collect();
+        // The committed rows of the tail change their (empty) lists: saved for the undo log
+        // and the next small commit, as any committed node's.
+        self.before_modify(st, w.committed.slots, w.committed.seq, &tail)?;
+        let entry_before = *self.entry.lock();
+        if let Err(e) =
+            self.link_slots(w, st, start, &pos, &levels, snap.quant.as_deref(), threads, ctl)
+        {
+            for (&s, &level) in tail.iter().zip(&levels) {
+                for layer in 0..=level {
+                    if let Some(list) = lists::list_of(st, s, layer) {
+                        lists::write_list(list, s, layer, &[], level);
+                    }
+                }
+            }
+            *self.entry.lock() = entry_before;
+            return Err(e);
+        }
+        w.linked = end;
+        let (entry, max_level) = *self.entry.lock();
+        self.publish(Snap { linked: end, entry, max_level, ..Snap::clone_of(&snap) });
+        Ok(())
+    }
+
+    /// Called before existing nodes' lists change (a single node under its stripe lock): save
+    /// them for the undo log (committed nodes, one write for all) and for the batch's
+    /// savepoint. A node not yet saved has not changed since: whoever changes it saves it
+    /// first, under the same locks taken here.
+    pub(super) fn before_modify(
+        &self,
+        st: &Storage,
+        committed_slots: u64,
+        committed_seq: u64,
+        nodes: &[u32],
+    ) -> Result<()> {
+        if nodes.iter().any(|&n| (n as u64) < committed_slots) {
+            let mut u = self.undo.lock();
+            let mut records: Vec<(u32, Vec<u32>)> = Vec::new();
+            for &n in nodes {
+                if (n as u64) < committed_slots
+                    && !u.saved.contains(&n)
+                    && !records.iter().any(|r| r.0 == n)
+                {
+                    records.push((n, lists::snapshot_lists(st, n)));
+                }
+            }
+            if !records.is_empty() {
+                u.log.record_many(committed_seq, &records)?;
+                u.saved.extend(records.iter().map(|r| r.0));
+            }
+        }
+        let mut sp = self.savepoint.lock();
+        if let Some(sp) = sp.as_mut() {
+            for &n in nodes {
+                if n < sp.start {
+                    sp.saved.entry(n).or_insert_with(|| lists::snapshot_lists(st, n));
+                }
+            }
+        }
+        Ok(())
+    }
+}
