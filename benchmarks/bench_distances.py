@@ -31,22 +31,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import chassis
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import chassis  # noqa: E402
-from chassis import _chassis  # noqa: E402
-from toolkit import (  # noqa: E402
-    MINILM,
+from chassis import _chassis, datasets
+from chassis._bench import (
     TARGETS,
-    add_json_option,
-    datasets_module,
     fmt,
     machine_info,
     qps_at_targets,
     ratio,
     sweep_points,
     table,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolkit import (  # noqa: E402
+    MINILM,
+    add_json_option,
     write_results,
 )
 
@@ -77,7 +78,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def load(name: str, args) -> dict[str, Any]:
-    ds = datasets_module()
+    ds = datasets
     if name == "minilm":
         d = ds.load_npy_folder(args.minilm)
         base, queries, metric = d.base, d.queries[: args.queries], d.metric

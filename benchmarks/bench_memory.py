@@ -55,15 +55,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
-    add_json_option,
-    child_script,
-    datasets_module,
+from chassis import datasets
+from chassis._bench import (
     engine_status,
-    evict_file,
     fmt,
     machine_info,
     median,
@@ -71,6 +65,14 @@ from toolkit import (  # noqa: E402
     ratio,
     sweep_points,
     table,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolkit import (  # noqa: E402
+    MINILM,
+    add_json_option,
+    child_script,
+    evict_file,
     write_results,
 )
 
@@ -95,7 +97,7 @@ class Data:
 
 
 def load_minilm(folder: str, nq: int) -> Data:
-    ds = datasets_module().load(folder)
+    ds = datasets.load(folder)
     base = np.ascontiguousarray(ds.base, dtype=np.float32)
     queries = np.ascontiguousarray(ds.queries[:nq], dtype=np.float32)
     return Data(
@@ -104,7 +106,7 @@ def load_minilm(folder: str, nq: int) -> Data:
 
 
 def load_large(n: int, dims: int, nq: int, workdir: Path, k: int) -> Data:
-    dsm = datasets_module()
+    dsm = datasets
     base, queries = dsm.clustered(n, dims, nq, seed=16)
     gt_file = workdir / f"large-{n}x{dims}-q{nq}-gt{k}.npy"
     if gt_file.exists():
@@ -174,7 +176,7 @@ def bench_search(data: Data, path: str, args: argparse.Namespace) -> dict[str, A
     them (off on on off ...), so that drift of the machine's speed hits both alike."""
     import chassis
 
-    recall_at_k = datasets_module().recall_at_k
+    recall_at_k = datasets.recall_at_k
     modes = {"off": False, "on": True}
     cold: dict[str, list[float]] = {m: [] for m in modes}
     share: dict[str, list[float | None]] = {m: [] for m in modes}

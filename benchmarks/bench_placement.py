@@ -20,7 +20,7 @@ Four variants of the same index, built and searched the same way (M=16, ef_const
            whole query set alternate between the variants (forward, backward, ...) until each
            has had --min-seconds and two runs; QPS is the median run. QPS at recall@10 0.90 /
            0.95 / 0.99 is interpolated along the sweep (chassis._bench.qps_at_targets); figures
-           are medians over passes (toolkit.summarize). Ratios: memory / file, balanced /
+           are medians over passes (chassis._bench.summarize). Ratios: memory / file, balanced /
            local, chassis in memory (balanced) / hnswlib, at the targets and "paired" (median
            over ef of the per-pass QPS ratio at equal ef). Builds on two threads are not
            deterministic, so file, balanced and local are compared by recall (equal within 3
@@ -77,20 +77,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
-    REPO,
+from chassis import datasets
+from chassis._bench import (
     TARGETS,
     ChassisEngine,
     HnswlibEngine,
-    add_json_option,
-    child_script,
-    csv,
-    datasets_module,
     engine_status,
-    evict_file,
     fmt,
     machine_info,
     median,
@@ -102,6 +94,16 @@ from toolkit import (  # noqa: E402
     sweep_points,
     table,
     timed,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolkit import (  # noqa: E402
+    MINILM,
+    REPO,
+    add_json_option,
+    child_script,
+    csv,
+    evict_file,
     write_results,
 )
 
@@ -221,7 +223,7 @@ class Data:
 
 
 def load_data(tag: str, args: argparse.Namespace) -> Data:
-    dsm = datasets_module()
+    dsm = datasets
     if tag == "minilm":
         ds = dsm.load_npy_folder(args.data)
         base, queries, truth, metric = ds.base, ds.queries[: args.queries], ds.gt_ids, ds.metric
@@ -250,7 +252,7 @@ def interleaved_sweep(
     """{variant: {mode: [{"ef", "recall", "qps"}, ...]}}: per ef and thread count, runs of the
     query set alternate between the variants (order rotated per ef and pass, then reversed
     every round) until each has --min-seconds and 2 runs (at most --max-runs)."""
-    recall_at_k = datasets_module().recall_at_k
+    recall_at_k = datasets.recall_at_k
     names = list(engines)
     for e in engines.values():  # warm-up: lazy setup, caches
         e.search_t(data.queries[:100], args.k, args.efs[0], 1)
@@ -541,7 +543,7 @@ def print_build_search(
 
 # ------------------------------------------------------------------ (1b) exactness on a subset
 def bench_exact(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    dsm = datasets_module()
+    dsm = datasets
     rows = min(args.exact_n, len(data.base))
     base = data.base[:rows]
     truth, _ = dsm.ground_truth(base, data.queries, args.k, data.metric)

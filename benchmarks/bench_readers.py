@@ -46,18 +46,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from chassis import datasets
+from chassis._bench import (
+    fmt,
+    machine_info,
+    median,
+    table,
+    timed,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from toolkit import (  # noqa: E402
     MINILM,
     add_json_option,
     child_script,
-    datasets_module,
-    fmt,
-    machine_info,
-    median,
-    table,
-    timed,
     write_results,
 )
 
@@ -226,7 +228,7 @@ def lag_run(reader, path: str, vectors_file: Path, workdir: Path, seconds: float
 
 # ------------------------------------------------------------------ data
 def load(args) -> dict[str, Any]:
-    ds = datasets_module()
+    ds = datasets
     need = args.n + args.extra
     if args.data == "minilm":
         folder = ds.load_npy_folder(args.minilm)  # base.npy float16 -> float32
@@ -322,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         results["build_s"] = build_s
 
         reader = chassis.IndexReader(path)
-        truth, _ = datasets_module().ground_truth(base, queries, args.k, data["metric"])
+        truth, _ = datasets.ground_truth(base, queries, args.k, data["metric"])
         ids, _ = reader.search_batch(queries, args.k, ef=args.ef)
-        recall = datasets_module().recall_at_k(ids, truth, args.k)
+        recall = datasets.recall_at_k(ids, truth, args.k)
         results["recall"] = recall
         print(f"recall@{args.k} at ef={args.ef}: {recall:.4f}", flush=True)
         for mode in MODES:  # warm-up: mappings and caches

@@ -81,17 +81,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from chassis import datasets
+from chassis._bench import (
+    machine_info,
+    qps_at_targets,
+    table,
+    versus_best_peer,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from toolkit import (  # noqa: E402
     add_json_option,
     child_script,
-    datasets_module,
     evict_file,
-    machine_info,
-    qps_at_targets,
-    table,
-    versus_best_peer,
     write_results,
 )
 
@@ -156,7 +158,7 @@ class MemoryCgroup:
 def load_data(
     n: int, dims: int, nq: int, clusters: int, workdir: Path
 ) -> tuple[np.ndarray, Path, Path]:
-    dsm = datasets_module()
+    dsm = datasets
     base, queries = dsm.clustered(n, dims, nq, clusters=clusters, seed=16)
     tag = f"{n}x{dims}-c{clusters}-{nq}"
     qf, gf = workdir / f"q-{tag}.npy", workdir / f"gt-{tag}.npy"
@@ -384,7 +386,7 @@ def bench_commits(args: argparse.Namespace) -> dict[str, Any]:
 
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    dsm = datasets_module()
+    dsm = datasets
     base, queries = dsm.clustered(
         args.commit_n, args.dims, args.adds, clusters=args.clusters, seed=16
     )

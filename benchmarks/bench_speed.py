@@ -71,18 +71,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
+from chassis import datasets
+from chassis._bench import (
     TARGETS,
     EngineUnavailable,
-    add_json_option,
     best_peer,
-    csv,
-    datasets_module,
+    engine_status,
     fmt,
-    load_dataset,
     machine_info,
     median,
     median_qps_at,
@@ -90,12 +85,19 @@ from toolkit import (  # noqa: E402
     qps_at_targets,
     qps_cell,
     ratio,
-    speed_engines,
     summarize,
     sweep_points,
     table,
     timed,
     versus_best_peer,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolkit import (  # noqa: E402
+    MINILM,
+    add_json_option,
+    csv,
+    load_dataset,
     write_results,
 )
 
@@ -296,7 +298,7 @@ def run_pass(
 
     distances: list[dict[str, float]] = []
     start = time.perf_counter()
-    recall_at_k = datasets_module().recall_at_k
+    recall_at_k = datasets.recall_at_k
     for name_ in list(out):  # warm-up: pages in, caches warm, lazy setup done
         try:
             engines[name_].set_ef(args.ef[0])
@@ -448,7 +450,7 @@ def build_rounds(
 
 # ------------------------------------------------------------------ summaries
 def summarize_speed(passes: list[dict[str, Any]]) -> dict[str, Any]:
-    """toolkit.summarize (medians over passes, QPS at targets only when every pass reached
+    """chassis._bench.summarize (medians over passes, QPS at targets only when every pass reached
     them), plus the 2t/1t scaling and, for chassis, distances per query."""
     s = summarize(passes)
     s["add_flush_p90_ms"] = median(p.get("add_flush_p90_ms") for p in passes)
@@ -500,7 +502,7 @@ def versus_best(
     results: dict[str, Any], overhead: dict[str, Any], who: str = "chassis"
 ) -> dict[str, Any]:
     """{column: {"chassis", "best_peer", "peer_value", "ratio"}}: `who` (one of ours) / the
-    best peer (toolkit.versus_best_peer over the summary table's columns)."""
+    best peer (chassis._bench.versus_best_peer over the summary table's columns)."""
     columns = [(key, getter, better) for key, _, getter, better in _columns(overhead)]
     return versus_best_peer(results, columns, who, OURS)
 
@@ -728,7 +730,10 @@ def report(
 # ------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    engines, notes = speed_engines(args.engines)
+    try:
+        engines, notes = engine_status(args.engines)
+    except ValueError as exc:  # a name that is no engine
+        raise SystemExit(str(exc)) from None
     for note in notes:
         print(f"note: {note}", flush=True)
     if not engines:

@@ -218,18 +218,23 @@ def test_benchmark_results_name_no_folder_of_the_machine(tmp_path):
 
 
 def test_bench_module_is_shared_with_the_benchmarks():
-    """benchmarks/toolkit.py re-exports chassis._bench (the result schema among it) instead of
-    repeating it."""
+    """The benchmark scripts and toolkit.py take the engines and the result schema from
+    chassis._bench instead of repeating them (oracle: object identity), and none loads a file
+    of the package by path."""
     import importlib.util
     from pathlib import Path
 
-    toolkit = Path(__file__).resolve().parents[1] / "benchmarks" / "toolkit.py"
-    if not toolkit.exists():
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if not folder.exists():
         pytest.skip("no benchmarks/ next to the tests")
-    spec = importlib.util.spec_from_file_location("_bench_toolkit_under_test", toolkit)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in (
+    modules = {}
+    for path in [folder / "toolkit.py", *sorted(folder.glob("bench_*.py"))]:
+        assert "spec_from_file_location" not in path.read_text(), path.name
+        spec = importlib.util.spec_from_file_location(f"_bench_script_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules[path.stem] = module
+    names = (
         "make_engine",
         "interpolate_qps",
         "qps_at_targets",
@@ -238,8 +243,13 @@ def test_bench_module_is_shared_with_the_benchmarks():
         "versus_best_peer",
         "qps_cell",
         "write_json",
-    ):
-        assert getattr(module, name) is getattr(_bench, name), name
+    )
+    for name in names:
+        for stem, module in modules.items():
+            if hasattr(module, name):
+                assert getattr(module, name) is getattr(_bench, name), (stem, name)
+    used = {name for name in names for module in modules.values() if hasattr(module, name)}
+    assert {"qps_at_targets", "median_qps_at", "versus_best_peer", "write_json"} <= used
 
 
 def test_qps_at_targets_and_ratios_share_one_shape():

@@ -14,18 +14,15 @@ the engine's version and getrusage's peak RSS (which counts the input's pages to
 import json
 import resource
 import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from toolkit import SPEED_ENGINES  # noqa: E402
+from chassis._bench import ENGINES
 
 
 def main() -> None:
     name, path, base_file, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     base = np.load(base_file, mmap_mode="r")
-    engine = SPEED_ENGINES[name]()
+    engine = ENGINES[name]()
     seconds = engine.build(
         path, base, metric="euclidean", m=16, ef_construction=200, threads=threads
     )

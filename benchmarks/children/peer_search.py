@@ -8,7 +8,7 @@ Measured, in this order: the open of the evicted file (chassis and usearch map i
 faiss and chassisdb read it); the first query after that open (an mmap'd index reads its pages
 then); a second open with the file in the page cache; one untimed pass of every query at the
 largest ef (pages in, caches warm); then per ef (comma-separated EFS) recall@10 and QPS of a
-1-thread batch, a 1-thread loop of single calls and a 2-thread batch (toolkit.measure_sweep,
+1-thread batch, a 1-thread loop of single calls and a 2-thread batch (chassis._bench.measure_sweep,
 the median of up to 3 runs of at least a second together); the peak and current RSS.
 """
 
@@ -16,12 +16,9 @@ import json
 import resource
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from toolkit import SPEED_ENGINES, measure_sweep  # noqa: E402
+from chassis._bench import ENGINES, measure_sweep
 
 
 def rss_mib() -> float:
@@ -36,7 +33,7 @@ def main() -> None:
     name, path, qfile, gtfile = sys.argv[1:5]
     dims, efs = int(sys.argv[5]), [int(e) for e in sys.argv[6].split(",")]
     queries, gt = np.load(qfile), np.load(gtfile)
-    engine = SPEED_ENGINES[name]()
+    engine = ENGINES[name]()
     engine.dims, engine.metric, engine.m, engine.ef_construction = dims, "euclidean", 16, 200
     t0 = time.perf_counter()
     engine.open(path)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import html
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -33,12 +32,15 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from chassis import _bench, _machine, datasets
+from chassis._bench.inputs import METRICS as _METRICS
+from chassis._bench.inputs import Data, PathLike, describe, load_data
+from chassis._bench.sweep import Plan, measure_engine
 
 __all__ = [
     "BenchResult",
@@ -59,16 +61,8 @@ PEERS: tuple[str, ...] = ("hnswlib", "usearch", "faiss", "chassisdb")
 """The libraries `compare` can name ("all" names every one)."""
 TARGETS: tuple[float, ...] = _bench.TARGETS
 """The recall levels at which QPS is compared."""
-METRICS: tuple[str, ...] = ("euclidean", "cosine", "inner_product")
+METRICS: tuple[str, ...] = _METRICS
 """The distances `metric` can name."""
-
-QUICK_BASE = 10_000  # a quick run's generated vectors, and its cap on a data set's base
-QUICK_QUERIES = 200  # a quick run's queries, generated or kept of a data set's
-
-PathLike: TypeAlias = str | os.PathLike[str]
-Data: TypeAlias = (
-    PathLike | datasets.Dataset | npt.NDArray[Any] | tuple[npt.ArrayLike, npt.ArrayLike] | None
-)
 
 
 # ------------------------------------------------------------------ options
@@ -109,178 +103,6 @@ def _ef_list(ef: Iterable[int] | None, quick: bool) -> list[int]:
     if not efs or min(efs) < 1:
         raise ValueError(f"ef is {efs}: give one or more positive ints, such as 16, 32, 64")
     return efs
-
-
-# ------------------------------------------------------------------ data
-@dataclass
-class _Data:
-    label: str
-    base: npt.NDArray[np.float32]
-    queries: npt.NDArray[np.float32]
-    truth: np.ndarray | None
-    metric: str
-    source: str
-    sampled_from: dict[str, int] | None = None  # a quick run's sample: the sizes before it
-    truth_origin: str = "computed"
-    truth_seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        self.truth_origin = "given" if self.truth is not None else "computed"
-
-
-def _describe(value: Any) -> Any:
-    """A run() argument as a JSON-friendly value: arrays by shape, paths as strings."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, datasets.Dataset):
-        return f"Dataset {value.name!r}"
-    if isinstance(value, np.ndarray):
-        return f"array {value.shape}"
-    if isinstance(value, tuple):
-        return [_describe(v) for v in value]
-    return str(value)
-
-
-def _matrix(array: npt.ArrayLike, what: str) -> np.ndarray:
-    out = array if isinstance(array, np.ndarray) else np.asarray(array)
-    if out.ndim != 2:
-        raise ValueError(f"{what} has shape {out.shape}, not (count, dimensions)")
-    return out
-
-
-def _load(
-    data: Data,
-    *,
-    queries: int | PathLike | npt.NDArray[Any] | None,
-    truth: PathLike | npt.NDArray[Any] | None,
-    n: int | None,
-    dims: int | None,
-    metric: str | None,
-    seed: int,
-    quick: bool,
-) -> _Data:
-    """The base, queries, ground truth (or None) and metric for the arguments of run()."""
-    count = queries if isinstance(queries, int) and not isinstance(queries, bool) else None
-    if count is not None and count < 1:
-        raise ValueError(f"queries is {count}: give a positive count, a file or an array")
-    if n is not None and n < 1:
-        raise ValueError(f"n is {n}: give a positive count of base vectors")
-    given_queries = None if count is not None or queries is None else queries
-    if metric is not None and metric not in METRICS:
-        raise ValueError(f"metric is {metric!r}; known: {', '.join(METRICS)}")
-
-    if data is None:
-        if given_queries is not None or truth is not None:
-            raise ValueError(
-                "queries from a file or an array, and truth, need a data set: generated data "
-                "makes its own queries"
-            )
-        size = n or (QUICK_BASE if quick else 20_000)
-        q = count or (QUICK_QUERIES if quick else 1_000)
-        base, generated = datasets.clustered(size, dims or 64, q, seed=seed)
-        return _Data(
-            f"clustered (generated, seed {seed})",
-            base,
-            generated,
-            None,
-            metric or "euclidean",
-            "generated",
-        )
-    if dims is not None:
-        raise ValueError("dims is for generated data; a data set has its own dimensions")
-
-    gt: np.ndarray | None = None
-    qs: np.ndarray | None = None
-    found_metric = "euclidean"
-    if isinstance(data, datasets.Dataset):
-        base, qs, gt, found_metric, label = (
-            data.base,
-            data.queries,
-            data.gt_ids,
-            data.metric,
-            data.name,
-        )
-        source = f"Dataset {data.name!r}"
-    elif isinstance(data, tuple):
-        if len(data) != 2:
-            raise ValueError(f"data is a tuple of {len(data)}: give (base, queries)")
-        base, qs = _matrix(data[0], "the base"), _matrix(data[1], "the queries")
-        label = source = "arrays"
-    elif isinstance(data, np.ndarray):
-        base, label, source = _matrix(data, "data"), "array", "array"
-    else:
-        path = Path(data)
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no such file or folder")
-        source = str(path)
-        if path.is_dir() or path.suffix.lower() in datasets.HDF5_EXTENSIONS:
-            ds = datasets.load(path)
-            base, qs, gt, found_metric, label = (
-                ds.base,
-                ds.queries,
-                ds.gt_ids,
-                ds.metric,
-                ds.name,
-            )
-        else:
-            base, label = datasets.read(path), path.name
-            if base.ndim != 2:
-                raise ValueError(f"{path} holds an array of shape {base.shape}, not (count, dims)")
-
-    if given_queries is not None:
-        if isinstance(given_queries, str | os.PathLike):
-            qs = datasets.read(given_queries)
-            label += f" + queries {Path(given_queries).name}"
-        else:
-            qs = _matrix(given_queries, "queries")
-            label += " + queries (array)"
-        gt = None
-    elif qs is None or len(qs) == 0:
-        # one file or array (or a folder of base vectors only): its last Q rows are the queries
-        q = count or min(QUICK_QUERIES if quick else 1_000, max(1, len(base) // 10))
-        if q >= len(base):
-            raise ValueError(f"{label} has {len(base)} rows: too few to split off {q} queries")
-        base, qs = base[:-q], base[-q:]
-        gt, count = None, None
-        label += f" (last {q} rows as queries)"
-    if truth is not None:
-        # a big-ann ground-truth .ibin reads as its ids
-        gt = datasets.read(truth) if isinstance(truth, str | os.PathLike) else np.asarray(truth)
-    if metric and metric != found_metric:
-        found_metric, gt = metric, None  # the given ground truth is for another metric
-    if n is not None and n < len(base):
-        base, gt = base[:n], None  # the given ground truth covers the whole base
-    if count is not None and count < len(qs):
-        qs = qs[:count]
-        gt = None if gt is None else gt[:count]
-
-    sampled_from = None
-    if quick and (
-        (n is None and len(base) > QUICK_BASE) or (count is None and len(qs) > QUICK_QUERIES)
-    ):
-        sampled_from = {"n": len(base), "queries": len(qs)}
-        if n is None and len(base) > QUICK_BASE:
-            rows = np.sort(np.random.default_rng(seed).choice(len(base), QUICK_BASE, replace=False))
-            base, gt = base[rows], None  # ids change: the ground truth is computed again
-        if count is None and len(qs) > QUICK_QUERIES:
-            qs = qs[:QUICK_QUERIES]
-            gt = None if gt is None else gt[:QUICK_QUERIES]  # same base: still exact
-
-    if gt is not None and len(gt) != len(qs):
-        raise ValueError(f"the ground truth has {len(gt)} rows for {len(qs)} queries")
-    if qs.ndim != 2 or qs.shape[1] != base.shape[1]:
-        raise ValueError(f"queries have shape {qs.shape}, the base {base.shape}")
-    return _Data(
-        label,
-        np.ascontiguousarray(base, dtype=np.float32),
-        np.ascontiguousarray(qs, dtype=np.float32),
-        gt,
-        found_metric,
-        source,
-        sampled_from,
-    )
 
 
 # ------------------------------------------------------------------ words
@@ -670,67 +492,6 @@ def _sample_text(data: Mapping[str, Any]) -> str:
     return text
 
 
-# ------------------------------------------------------------------ measuring
-@dataclass
-class _Plan:
-    k: int
-    ef: list[int]
-    modes: list[str]
-    m: int
-    ef_construction: int
-    opens: int
-    min_seconds: float
-    max_runs: int
-
-
-def _measure(
-    engine: _bench.Engine, data: _Data, plan: _Plan, folder: Path, threads: int
-) -> dict[str, Any]:
-    """Build, persist, reopen and sweep one engine; every figure in a dict."""
-    path = str(folder / f"{engine.name}.index")
-    assert data.truth is not None
-    out: dict[str, Any] = {"version": engine.version}
-    out["build_s"] = engine.build(
-        path,
-        data.base,
-        metric=data.metric,
-        m=plan.m,
-        ef_construction=plan.ef_construction,
-        threads=threads,
-    )
-    out["vectors_per_s"] = len(data.base) / max(out["build_s"], 1e-12)
-    out["persist_s"] = engine.persist_seconds
-    engine.close()
-    out["file_bytes"] = _bench.path_bytes(path)
-    opens = [engine.open_seconds(path) for _ in range(plan.opens)]
-    out["open_ms"] = statistics.median(opens) * 1e3
-    if isinstance(engine, _bench.ChassisEngine):
-        engine.read_only = True
-        try:
-            out["open_read_only_ms"] = (
-                statistics.median(engine.open_seconds(path) for _ in range(plan.opens)) * 1e3
-            )
-        finally:
-            engine.read_only = False
-    engine.open(path)
-    try:
-        out["sweep"] = _bench.measure_sweep(
-            engine,
-            data.queries,
-            data.truth,
-            plan.k,
-            plan.ef,
-            plan.modes,
-            min_seconds=plan.min_seconds,
-            max_runs=plan.max_runs,
-            warmup=min(len(data.queries), 1_000),
-        )
-    finally:
-        engine.close()
-    out["qps_at"] = {mode: _bench.qps_at_targets(points) for mode, points in out["sweep"].items()}
-    return out
-
-
 def run(
     data: Data = None,
     *,
@@ -844,7 +605,7 @@ def run(
     efs = _ef_list(ef, quick)
     peers_asked = engine_names(compare)
     modes = ["batch", "loop"] if loop else ["batch"]
-    plan = _Plan(
+    plan = Plan(
         k=k,
         ef=efs,
         modes=modes,
@@ -855,9 +616,9 @@ def run(
         max_runs=5,
     )
     settings: dict[str, Any] = {
-        "data": _describe(data),
-        "queries": _describe(queries),
-        "truth": _describe(truth),
+        "data": describe(data),
+        "queries": describe(queries),
+        "truth": describe(truth),
         "n": n,
         "dims": dims,
         "metric": metric,
@@ -891,7 +652,7 @@ def run(
     peers, notes = _bench.engine_status(peers_asked)
     engines.update(peers)
 
-    loaded = _load(
+    loaded = load_data(
         data,
         queries=queries,
         truth=truth,
@@ -951,7 +712,7 @@ def run(
         for name, engine in engines.items():
             start = time.perf_counter()
             try:
-                results[name] = r = _measure(engine, loaded, plan, folder, build_threads)
+                results[name] = r = measure_engine(engine, loaded, plan, folder, build_threads)
             except _bench.EngineUnavailable as exc:
                 notes.append(f"skipped {name}: {exc}")
                 say(f"note: skipped {name}: {exc}")
