@@ -65,7 +65,7 @@ impl KernelSet {
         let (l2, dot) = match precision {
             Precision::Full => ((self.l2_f32, self.l2_f32_x4), (self.dot_f32, self.dot_f32_x4)),
             Precision::Half => ((self.l2_f16, self.l2_f16_x4), (self.dot_f16, self.dot_f16_x4)),
-            Precision::Int8 => panic!("codes are measured by the code kernels of the quant module"),
+            Precision::CodesOnly => panic!("codes are measured by the code kernels of the quant module"),
         };
         let ((one, four), bias, sign) = match metric {
             Metric::Euclidean => (l2, 0.0, 1.0),

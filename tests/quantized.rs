@@ -292,7 +292,7 @@ fn a_codes_only_index_returns_the_distances_of_what_its_codes_stand_for() {
     for metric in [Metric::Euclidean, Metric::Cosine, Metric::InnerProduct] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c");
-        let o = Options { precision: Precision::Int8, ..opts(metric, Quantization::None) };
+        let o = Options { precision: Precision::CodesOnly, ..opts(metric, Quantization::None) };
         let idx = Index::open(&path, Some(d), Some(&o), Mode::Write).unwrap();
         assert_eq!(idx.quantization(), Quantization::Int8, "codes only implies codes");
         // Its ranges come from the first batch: 500 rows are too few, and nothing is added.
@@ -393,7 +393,7 @@ fn a_codes_only_index_returns_the_distances_of_what_its_codes_stand_for() {
     }
     // Trained from a sample first, single adds work from the start.
     let dir = tempfile::tempdir().unwrap();
-    let o = Options { precision: Precision::Int8, ..opts(Metric::Euclidean, Quantization::None) };
+    let o = Options { precision: Precision::CodesOnly, ..opts(Metric::Euclidean, Quantization::None) };
     let idx = Index::open(&dir.path().join("s"), Some(d), Some(&o), Mode::Write).unwrap();
     idx.train(&data[..300 * d], 300, None, &Control::default()).unwrap();
     for i in 0..20 {
@@ -434,7 +434,7 @@ fn codes_only_storage_with_4_bit_codes_is_refused_on_every_way_in() {
     // constructor must refuse it rather than quietly keep 8-bit codes.
     use chassis::error::ErrorKind;
     use chassis::format::Precision;
-    let o = Options { precision: Precision::Int8, ..opts(Metric::Euclidean, Quantization::Int4) };
+    let o = Options { precision: Precision::CodesOnly, ..opts(Metric::Euclidean, Quantization::Int4) };
     let err = Index::memory(16, Some(&o)).err().expect("memory must refuse");
     assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
     let dir = tempfile::tempdir().unwrap();

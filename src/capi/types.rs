@@ -69,7 +69,7 @@ impl COptions {
         let precision = match self.precision {
             0 | 1 => Precision::Full,
             2 => Precision::Half,
-            3 => Precision::Int8,
+            3 => Precision::CodesOnly,
             p => return bad("precision", p as i64, "a CHASSIS_PRECISION_ value"),
         };
         let quantization = match self.quantization {

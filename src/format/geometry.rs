@@ -68,20 +68,20 @@ impl Geometry {
             cap_slots: 1 << cap_log2,
             cap_log2,
             code_stride: 0,
-            code_len: if precision == Precision::Int8 { dims } else { 0 },
+            code_len: if precision == Precision::CodesOnly { dims } else { 0 },
             code_bits: 8,
         }
     }
 
     /// Whether the slots hold 8-bit codes: in a codes area, or as the vectors themselves.
     pub fn has_codes(&self) -> bool {
-        self.code_stride > 0 || self.precision == Precision::Int8
+        self.code_stride > 0 || self.precision == Precision::CodesOnly
     }
 
     /// Bytes from one slot's codes to the next: the codes area's rows, or, for a codes-only
     /// index (no codes area: `code_stride` 0), its vectors' rows, which are the codes.
     pub fn code_row_stride(&self) -> usize {
-        if self.precision == Precision::Int8 {
+        if self.precision == Precision::CodesOnly {
             self.stride
         } else {
             self.code_stride

@@ -130,7 +130,7 @@ impl Header {
     /// codes-only index's vectors are its codes.
     pub fn geometry(&self) -> Geometry {
         let g = Geometry::new(self.dims as usize, self.precision, self.max_connections as usize);
-        if self.quantization == Quantization::None || self.precision == Precision::Int8 {
+        if self.quantization == Quantization::None || self.precision == Precision::CodesOnly {
             g
         } else {
             g.with_codes(self.quantization.bits())
@@ -222,7 +222,7 @@ impl Header {
         if version != FORMAT_VERSION && version != version_of(quantization, quantizer) {
             return Err(bad("quantization for the format version"));
         }
-        if precision == Precision::Int8 && quantization != Quantization::Int8 {
+        if precision == Precision::CodesOnly && quantization != Quantization::Int8 {
             return Err(bad("precision int8 without 8-bit codes"));
         }
         let mut regions = Vec::with_capacity(n);
@@ -332,7 +332,7 @@ impl Header {
         }
         // A codes-only index stores nothing before its quantizer: rows without one could not
         // be read (`get`) or searched.
-        if h.precision == Precision::Int8 && h.slots > 0 && h.quantizer == 0 {
+        if h.precision == Precision::CodesOnly && h.slots > 0 && h.quantizer == 0 {
             let limit = "a codes-only index holds no rows before its quantizer is named";
             return Err(field("quantizer", 0, limit));
         }

@@ -120,9 +120,10 @@ pub enum Precision {
     Full = 1,
     /// f16 storage, f32 queries.
     Half = 2,
-    /// 8-bit codes only (version 2, with `Quantization::Int8`): the stored vector is its code
-    /// under the quantizer in effect, and distances are the codes'.
-    Int8 = 3,
+    /// Codes only (`precision="int8"`; version 2, with `Quantization::Int8`): the stored
+    /// vector is its 8-bit code under the quantizer in effect, and distances are the codes'.
+    /// Not to be confused with `Quantization::Int8`, codes kept beside full vectors.
+    CodesOnly = 3,
 }
 
 impl Precision {
@@ -130,14 +131,14 @@ impl Precision {
         match self {
             Precision::Full => "full",
             Precision::Half => "half",
-            Precision::Int8 => "int8",
+            Precision::CodesOnly => "int8",
         }
     }
     pub fn parse(s: &str) -> Result<Precision> {
         match s {
             "full" | "f32" | "float32" => Ok(Precision::Full),
             "half" | "f16" | "float16" => Ok(Precision::Half),
-            "int8" | "i8" => Ok(Precision::Int8),
+            "int8" | "i8" => Ok(Precision::CodesOnly),
             _ => Err(Error::invalid(
                 format!("unknown precision {s:?}"),
                 "use \"full\", \"half\" or \"int8\" (8-bit codes only)",
@@ -148,14 +149,14 @@ impl Precision {
         match self {
             Precision::Full => 4,
             Precision::Half => 2,
-            Precision::Int8 => 1,
+            Precision::CodesOnly => 1,
         }
     }
     fn from_u8(v: u8) -> Option<Precision> {
         match v {
             1 => Some(Precision::Full),
             2 => Some(Precision::Half),
-            3 => Some(Precision::Int8),
+            3 => Some(Precision::CodesOnly),
             _ => None,
         }
     }

@@ -11,7 +11,7 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
             .iter_mut()
             .zip(bytes.chunks_exact(4))
             .for_each(|(o, c)| *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        Precision::Int8 => panic!("8-bit codes decode through their quantizer (Quantizer::decode)"),
+        Precision::CodesOnly => panic!("8-bit codes decode through their quantizer (Quantizer::decode)"),
         Precision::Half => {
             use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
             let n = out.len().min(bytes.len() / 2);
@@ -40,7 +40,7 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
 pub fn encode_vector(v: &[f32], precision: Precision, out: &mut Vec<u8>) {
     match precision {
         Precision::Full => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
-        Precision::Int8 => panic!("8-bit codes encode through their quantizer (Quantizer::encode)"),
+        Precision::CodesOnly => panic!("8-bit codes encode through their quantizer (Quantizer::encode)"),
         Precision::Half => {
             use half::slice::HalfFloatSliceExt;
             let mut h = [half::f16::ZERO; 64];

@@ -104,7 +104,7 @@ fn sample() -> Header {
 #[test]
 fn a_codes_only_header_with_rows_and_no_quantizer_is_refused() {
     let mut h = sample();
-    (h.precision, h.quantization) = (Precision::Int8, Quantization::Int8);
+    (h.precision, h.quantization) = (Precision::CodesOnly, Quantization::Int8);
     let e = Header::decode(&h.encode()).unwrap_err();
     assert!(matches!(&e, CopyDamage::Invalid(w) if w.contains("quantizer")), "{e:?}");
     (h.slots, h.linked) = (0, 0);
@@ -318,7 +318,7 @@ fn segments_double_then_stay_at_the_cap_and_locate_agrees() {
 fn locate_agrees_at_the_32_bit_slot_limit() {
     let last = u32::MAX as u64 - 2;
     for dims in [1usize, 4, 16, 32, 100, 384, 1536] {
-        for p in [Precision::Full, Precision::Half, Precision::Int8] {
+        for p in [Precision::Full, Precision::Half, Precision::CodesOnly] {
             let g = Geometry::new(dims, p, 16);
             for slot in [(1u64 << 31) - 1, 1 << 31, last - 1, last] {
                 let (k, local) = g.locate(slot);

@@ -421,7 +421,7 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let n = pos.len();
         let total = start + n as u64;
         // A codes-only index has nothing else to link on.
-        let codes_only = st.geo.precision == Precision::Int8;
+        let codes_only = st.geo.precision == Precision::CodesOnly;
         let pays = halfcopy::pays(&st.geo, n as u64, total);
         // Small batches only: a large one that the half copy does not take (memory short, or
         // CHASSIS_HALF_COPY=0) links on the vectors, as measured.
@@ -512,7 +512,7 @@ impl<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> Repairer<'l, 'a, H> {
         // A codes-only index measures codes: nodes' vectors (what their codes stand for) are
         // made ready for them. Every comparison is between distances from one node.
         let g = match linker.quant {
-            Some(z) if st.geo.precision == Precision::Int8 => {
+            Some(z) if st.geo.precision == Precision::CodesOnly => {
                 Graph::linking_on_codes(st, linker.metric, n, z)
             }
             _ => Graph::new(st, linker.metric, n),

@@ -329,7 +329,7 @@ impl<'a> Graph<'a> {
         // A codes-only storage is measured by the code kernels, whose queries are prepared
         // (`quant::Prepared` carries the query's own constant): twice the dimensions under
         // euclidean.
-        let codes_only = geo.precision == format::Precision::Int8;
+        let codes_only = geo.precision == format::Precision::CodesOnly;
         let l2 = metric == format::Metric::Euclidean;
         let k = if codes_only {
             let c = crate::quant::code_kernels();
@@ -507,7 +507,7 @@ impl<'a> Graph<'a> {
                 return self.st.vector_f32(slot);
             }
             buf.resize(self.dims, 0.0);
-            if self.st.geo.precision == format::Precision::Int8 {
+            if self.st.geo.precision == format::Precision::CodesOnly {
                 z.decode(self.st.code_bytes(slot), buf);
                 return buf;
             }

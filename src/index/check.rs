@@ -41,7 +41,7 @@ impl Index {
             stored_quantizer(st, named)?;
         }
         let n = snap.slots as u32;
-        let codes_only = self.precision() == Precision::Int8;
+        let codes_only = self.precision() == Precision::CodesOnly;
         let g = Graph::new(st, self.metric(), n);
         let clipped = AtomicU64::new(0);
         // Each thread reads a run of slots in order: readahead, not a fault per page.

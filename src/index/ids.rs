@@ -54,7 +54,7 @@ impl Index {
                 self.path.display()
             )));
         }
-        if self.precision() == Precision::Int8 {
+        if self.precision() == Precision::CodesOnly {
             // What the code stands for (a codes-only index keeps nothing else).
             let q = snap.quant.as_ref().expect("a codes-only index with rows has a quantizer");
             let mut v = vec![0f32; self.dims()];

@@ -214,7 +214,7 @@ impl Index {
         // A codes-only index keeps its quantizer (its codes are copied as they are); beside
         // float vectors a trained quantizer is learned again, from the live vectors (evenly
         // spread).
-        if let (Some(q), Precision::Int8) = (&snap.quant, new.precision()) {
+        if let (Some(q), Precision::CodesOnly) = (&snap.quant, new.precision()) {
             new.install_quantizer_locked(&mut nw, q)?;
         } else if snap.quant.is_some() && !live.is_empty() {
             let d = new.geo.dims;

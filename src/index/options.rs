@@ -85,14 +85,14 @@ impl Options {
     pub fn normalized(&self) -> Result<Options> {
         self.validate()?;
         let mut o = self.clone();
-        if o.precision == Precision::Int8 {
+        if o.precision == Precision::CodesOnly {
             o.quantization = Quantization::Int8;
         }
         Ok(o)
     }
 
     pub fn validate(&self) -> Result<()> {
-        if self.precision == Precision::Int8 && self.quantization == Quantization::Int4 {
+        if self.precision == Precision::CodesOnly && self.quantization == Quantization::Int4 {
             return Err(Error::invalid(
                 "precision=\"int8\" keeps 8-bit codes only, and quantization=\"int4\" asks for 4-bit",
                 "use precision=\"full\" or \"half\" with quantization=\"int4\", or drop quantization",

@@ -98,7 +98,7 @@ impl Index {
             return Cold::default();
         }
         let s = r.state.load(Relaxed);
-        let codes = snap.st.geo.has_codes() && self.precision() != Precision::Int8;
+        let codes = snap.st.geo.has_codes() && self.precision() != Precision::CodesOnly;
         Cold {
             walk: s & WALK != 0,
             vectors: s & (if codes { VECTORS } else { WALK }) != 0,
@@ -125,7 +125,7 @@ impl Index {
         if !larger {
             return 0;
         }
-        let codes_beside = snap.st.geo.has_codes() && snap.st.geo.precision != Precision::Int8;
+        let codes_beside = snap.st.geo.has_codes() && snap.st.geo.precision != Precision::CodesOnly;
         let ps = os::page_size();
         let mut rng = seed | 1;
         let mut cold_in = |keep: &dyn Fn(&crate::storage::Written) -> bool| -> bool {

@@ -266,7 +266,7 @@ impl Index {
     ) -> Vec<(f32, u32)> {
         // A codes-only index measures codes everywhere (walk and scans): the query is made
         // ready for them once, and its constant added to the distances found.
-        if self.precision() == Precision::Int8 {
+        if self.precision() == Precision::CodesOnly {
             let Some(z) = snap.quant.clone() else { return Vec::new() };
             return with_prepared(&z, self.metric(), q, |values, bias| {
                 let mut out = self.search_measured(snap, values, k, ef, None, filter, bad, start);
@@ -295,7 +295,7 @@ impl Index {
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
         // Codes beside float vectors: the walk measures codes and the vectors rerank.
-        let rerank_on = snap.quant.as_ref().filter(|_| self.precision() != Precision::Int8);
+        let rerank_on = snap.quant.as_ref().filter(|_| self.precision() != Precision::CodesOnly);
         // Deleted nodes route but are never returned (the check is skipped when none are).
         let any_deleted = snap.live < snap.slots;
         let accept = |s: u32| {

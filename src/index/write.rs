@@ -267,7 +267,7 @@ impl Index {
     /// A codes-only index stores codes: it needs its quantizer before the first row is
     /// written, learned from that first batch when it is large enough.
     fn first_quantizer(&self, snap: &Snap, data: &[f32], n: usize) -> Result<Option<Quantizer>> {
-        if self.precision() != Precision::Int8 || snap.quant.is_some() {
+        if self.precision() != Precision::CodesOnly || snap.quant.is_some() {
             return Ok(None);
         }
         if n < TRAIN_MIN as usize || data.is_empty() {
@@ -296,7 +296,7 @@ impl Index {
         ctl: &Control,
     ) -> Result<Vec<u32>> {
         let (d, vb, precision) = (self.dims(), self.geo.vec_bytes, self.precision());
-        let codes_only = precision == Precision::Int8;
+        let codes_only = precision == Precision::CodesOnly;
         let quant = snap.quant.clone();
         let row = |i: usize, out: &mut [f32]| match rows {
             Rows::Values(v) => out.copy_from_slice(&v[i * d..(i + 1) * d]),
@@ -346,7 +346,7 @@ impl Index {
         threads: Option<usize>,
     ) -> Result<()> {
         let (d, vb, n, start) = (self.dims(), self.geo.vec_bytes, plan.n, plan.start);
-        let codes_only = self.precision() == Precision::Int8;
+        let codes_only = self.precision() == Precision::CodesOnly;
         let clipped = AtomicU64::new(0);
         let quant_now: Option<Arc<Quantizer>> =
             room.trained.as_ref().map(|t| t.1.clone()).or_else(|| plan.snap.quant.clone());

@@ -1015,7 +1015,7 @@ impl VectorIndex {
         let cls = if self.read_only { "IndexReader" } else { "VectorIndex" };
         let quant = match (self.precision, self.quantization.name()) {
             // Codes only: say that the distances are the codes'.
-            (Precision::Int8, _) => ", distances=\"8-bit codes\"".to_string(),
+            (Precision::CodesOnly, _) => ", distances=\"8-bit codes\"".to_string(),
             (_, Some(q)) => format!(", quantization={q:?}"),
             (_, None) => String::new(),
         };

@@ -58,7 +58,7 @@ impl Storage {
     /// vector of a codes-only index; an index with codes only (panics otherwise).
     #[inline(always)]
     pub fn code_ptr(&self, slot: u32) -> *const u8 {
-        if self.geo.precision == format::Precision::Int8 {
+        if self.geo.precision == format::Precision::CodesOnly {
             return self.vector_ptr(slot);
         }
         assert!(self.geo.code_stride > 0, "codes of an index without codes");
@@ -188,7 +188,7 @@ impl Storage {
         let (seg, local) = self.seg_of(slot);
         let l = &seg.layout;
         let (at, len) = match area {
-            Area::Code if self.geo.precision != format::Precision::Int8 => {
+            Area::Code if self.geo.precision != format::Precision::CodesOnly => {
                 (l.codes + local * self.geo.code_stride as u64, self.geo.code_len)
             }
             Area::Vector | Area::Code => {
