@@ -152,7 +152,8 @@ typedef struct chassis_memory_stats {
     uint32_t huge_pages_asked;
     uint32_t huge_pages_refused;
     uint32_t warm_running;
-    uint32_t naming_pages;
+    uint32_t naming_pages;  /* 1: searches prefetch their next pages (WILLNEED advice): the
+                               index was short of memory at the last sample */
     uint32_t in_memory;   /* 1: no file */
     char populate[32];    /* how warm reads in: "MADV_POPULATE_READ", "MADV_WILLNEED", "none" */
 } chassis_memory_stats;
