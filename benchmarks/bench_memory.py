@@ -70,22 +70,19 @@ from chassis._bench import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from toolkit import (  # noqa: E402
     MINILM,
+    MiB,
     add_json_option,
     child_script,
     evict_file,
+    log,
     write_results,
 )
 
 TARGETS = (0.90, 0.95)
-MiB = 1 << 20
 
 
 def now() -> float:
     return time.clock_gettime(time.CLOCK_MONOTONIC)
-
-
-def log(*a: Any) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------ data and index files

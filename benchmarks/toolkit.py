@@ -19,6 +19,7 @@ import mmap
 import os
 import platform
 import re
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
 CHILDREN = HERE / "children"
+MiB = 1 << 20
+
+
+def log(*parts: Any) -> None:
+    """A progress line on stderr, so that stdout holds the report alone."""
+    print(*parts, file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------ data
