@@ -9,7 +9,8 @@
 //! rust-numpy's `as_slice` accepts Fortran-ordered arrays (they are contiguous too) and would
 //! then read them transposed, so C order is checked explicitly.
 
-use super::errors::{named, type_error};
+use super::errors::{named, to_py, type_error};
+use crate::error::{Error, ErrorKind};
 use numpy::ndarray::Array2;
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
@@ -34,6 +35,24 @@ fn invalid(py: Python<'_>, message: String, help: &str) -> PyErr {
     named(py, "InvalidArgumentError", message, help)
 }
 
+/// `obj` itself when it is an aligned, C-contiguous float32 array of rank `ndim`.
+fn readable_in_place<'py>(
+    obj: &Bound<'py, PyAny>,
+    ndim: usize,
+) -> Option<Bound<'py, PyArrayDyn<f32>>> {
+    let a = obj.cast::<PyArrayDyn<f32>>().ok()?;
+    let aligned = (a.data() as usize).is_multiple_of(align_of::<f32>());
+    (a.ndim() == ndim && a.is_c_contiguous() && aligned).then(|| a.clone())
+}
+
+/// `numpy.asarray(obj)`; NumPy's refusal as InvalidArgumentError, `message (NumPy's reason)`.
+fn asarray<'py>(obj: &Bound<'py, PyAny>, message: &str, help: &str) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    numpy(py)?
+        .call_method1("asarray", (obj,))
+        .map_err(|e| invalid(py, format!("{message} ({})", e.value(py)), help))
+}
+
 /// `obj` as an aligned, C-contiguous float32 array of rank `ndim`, without a copy when it
 /// already is one.
 pub fn f32_array<'py>(
@@ -42,13 +61,8 @@ pub fn f32_array<'py>(
     what: &str,
 ) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
     let py = obj.py();
-    if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-        if a.ndim() == ndim
-            && a.is_c_contiguous()
-            && (a.data() as usize).is_multiple_of(align_of::<f32>())
-        {
-            return Ok(a.clone());
-        }
+    if let Some(a) = readable_in_place(obj, ndim) {
+        return Ok(a);
     }
     if obj.is_instance_of::<pyo3::types::PyString>() || obj.is_instance_of::<pyo3::types::PyBytes>()
     {
@@ -58,7 +72,6 @@ pub fn f32_array<'py>(
             "pass a NumPy array or a list of floats",
         ));
     }
-    let np = numpy(py)?;
     let interop = interop(py)?;
     // Other libraries' arrays as NumPy views of their memory; a float32 one needs nothing more.
     let mut obj = obj.clone();
@@ -66,25 +79,15 @@ pub fn f32_array<'py>(
         let view = interop.call_method1("foreign_array", (&obj, what))?;
         if !view.is_none() {
             obj = view;
-            if let Ok(a) = obj.cast::<PyArrayDyn<f32>>() {
-                if a.ndim() == ndim
-                    && a.is_c_contiguous()
-                    && (a.data() as usize).is_multiple_of(align_of::<f32>())
-                {
-                    return Ok(a.clone());
-                }
+            if let Some(a) = readable_in_place(&obj, ndim) {
+                return Ok(a);
             }
         }
     }
     // Lists and other array-likes: see what NumPy makes of them before converting, so that
     // strings (which NumPy would parse) and objects are refused.
-    let a = np.call_method1("asarray", (&obj,)).map_err(|e| {
-        invalid(
-            py,
-            format!("{what} cannot be read as an array of numbers ({})", e.value(py)),
-            "pass a NumPy array or a list of floats",
-        )
-    })?;
+    let numbers = format!("{what} cannot be read as an array of numbers");
+    let a = asarray(&obj, &numbers, "pass a NumPy array or a list of floats")?;
     let u = a.cast::<PyUntypedArray>()?;
     let kind = u.dtype().kind();
     if !matches!(kind, b'f' | b'i' | b'u') {
@@ -174,13 +177,7 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     } else {
         py.import("builtins")?.getattr("list")?.call1((obj,))?
     };
-    let a = np.call_method1("asarray", (seq,)).map_err(|e| {
-        invalid(
-            py,
-            format!("ids cannot be read as integers ({})", e.value(py)),
-            "pass integers from 0 to 2**64-2",
-        )
-    })?;
+    let a = asarray(&seq, "ids cannot be read as integers", "pass integers from 0 to 2**64-2")?;
     let u = a.cast::<PyUntypedArray>()?;
     if u.ndim() != 1 {
         return Err(invalid(
@@ -300,4 +297,17 @@ pub fn opt_count(
     max: usize,
 ) -> PyResult<Option<usize>> {
     obj.filter(|o| !o.is_none()).map(|o| count_arg(o, name, max)).transpose()
+}
+
+/// A batch of `n` vectors `width` long for an index of `dims` dimensions (`what`: "vectors",
+/// "queries"): DimensionMismatchError unless `width` is `dims` or the batch is empty.
+pub fn check_width(what: &str, n: usize, width: usize, dims: usize) -> PyResult<()> {
+    if width == dims || n == 0 {
+        return Ok(());
+    }
+    Err(to_py(Error::new(
+        ErrorKind::DimensionMismatch,
+        format!("{what} have {width} dimensions; this index holds {dims}"),
+        format!("pass an array of shape (n, {dims})"),
+    )))
 }

@@ -1,6 +1,6 @@
 //! The exception hierarchy: `ChassisError` and one class per error kind, each also a subclass
 //! of the built-in exception users already catch (`ValueError`, `OSError`, ...). Each class has
-//! the integer `code` chassisdb gave it.
+//! the integer `code` chassisdb gave it. And the warnings the core leaves for the user.
 
 use crate::error::{Error, ErrorKind};
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
@@ -10,107 +10,35 @@ use pyo3::types::{PyDict, PyTuple, PyType};
 
 pyo3::create_exception!(chassis, ChassisError, PyException, "Base class of every Chassis error.");
 
-/// One exception class: (name, kind, built-in bases, code, doc). `None` kind: raised from
-/// Python code only. A kind's code is `ErrorKind::code` (the C API's status), checked here.
-type Class = (&'static str, Option<ErrorKind>, &'static [&'static str], u32, &'static str);
+/// One exception class: (name, kind, bases, doc). Its `code` is its kind's (`ErrorKind::code`,
+/// the C API's status). A class without a kind is raised from Python code only and inherits
+/// its code from its Chassis base. Bases are built-in exceptions (`module.name` outside
+/// builtins) or classes earlier in the table.
+type Class = (&'static str, Option<ErrorKind>, &'static [&'static str], &'static str);
 
-const CLASSES: &[Class] = &[
-    (
-        "InvalidArgumentError",
-        Some(ErrorKind::InvalidArgument),
-        &["ValueError"],
-        1,
-        "An argument has a bad value.",
-    ),
-    (
-        "DimensionMismatchError",
-        Some(ErrorKind::DimensionMismatch),
-        &["ValueError"],
-        2,
-        "A vector's length is not the index's dimensions.",
-    ),
-    (
-        "OptionsMismatchError",
-        Some(ErrorKind::OptionsMismatch),
-        &["ValueError"],
-        3,
-        "The file was created with other fixed options.",
-    ),
-    (
-        "IndexNotFoundError",
-        Some(ErrorKind::IndexNotFound),
-        &["FileNotFoundError"],
-        4,
-        "There is no index at the path.",
-    ),
-    (
-        "NotAnIndexError",
-        Some(ErrorKind::NotAnIndex),
-        &["ValueError"],
-        5,
-        "The file is not a Chassis index (or a newer format).",
-    ),
-    (
-        "IdInUseError",
-        Some(ErrorKind::IdInUse),
-        &["ValueError"],
-        6,
-        "The id is already in the index.",
-    ),
-    (
-        "IndexLockedError",
-        Some(ErrorKind::IndexLocked),
-        &["OSError"],
-        7,
-        "Another writer has the file open.",
-    ),
-    (
-        "ReadOnlyError",
-        Some(ErrorKind::ReadOnly),
-        &["io.UnsupportedOperation"],
-        8,
-        "A write on an index opened read-only.",
-    ),
-    ("CorruptIndexError", Some(ErrorKind::CorruptIndex), &["OSError"], 9, "The file is damaged."),
-    (
-        "IndexFullError",
-        Some(ErrorKind::IndexFull),
-        &["OSError"],
-        10,
-        "The index or its ids are exhausted.",
-    ),
-    (
-        "InvalidPathError",
-        Some(ErrorKind::InvalidPath),
-        &["OSError"],
-        11,
-        "The path cannot hold an index.",
-    ),
-    (
-        "IdNotFoundError",
-        Some(ErrorKind::IdNotFound),
-        &["KeyError"],
-        13,
-        "The id is not in the index.",
-    ),
-    ("IndexClosedError", Some(ErrorKind::Closed), &["ValueError"], 14, "The index was closed."),
-    (
-        "StorageError",
-        Some(ErrorKind::Io),
-        &["OSError"],
-        15,
-        "The operating system refused a file operation (disk full, permissions).",
-    ),
-    // Subclass of InvalidArgumentError: wrong types and unknown option names, which chassisdb
-    // reported as TypeError.
-    (
-        "ArgumentTypeError",
-        None,
-        &["InvalidArgumentError", "TypeError"],
-        1,
-        "An argument has the wrong type, or an option name is unknown.",
-    ),
-];
+// One row a class: a table reads best with its columns aligned.
+#[rustfmt::skip]
+const CLASSES: &[Class] = {
+    use ErrorKind::*;
+    &[
+        ("InvalidArgumentError",   Some(InvalidArgument),   &["ValueError"],              "An argument has a bad value."),
+        ("DimensionMismatchError", Some(DimensionMismatch), &["ValueError"],              "A vector's length is not the index's dimensions."),
+        ("OptionsMismatchError",   Some(OptionsMismatch),   &["ValueError"],              "The file was created with other fixed options."),
+        ("IndexNotFoundError",     Some(IndexNotFound),     &["FileNotFoundError"],       "There is no index at the path."),
+        ("NotAnIndexError",        Some(NotAnIndex),        &["ValueError"],              "The file is not a Chassis index (or a newer format)."),
+        ("IdInUseError",           Some(IdInUse),           &["ValueError"],              "The id is already in the index."),
+        ("IndexLockedError",       Some(IndexLocked),       &["OSError"],                 "Another writer has the file open."),
+        ("ReadOnlyError",          Some(ReadOnly),          &["io.UnsupportedOperation"], "A write on an index opened read-only."),
+        ("CorruptIndexError",      Some(CorruptIndex),      &["OSError"],                 "The file is damaged."),
+        ("IndexFullError",         Some(IndexFull),         &["OSError"],                 "The index or its ids are exhausted."),
+        ("InvalidPathError",       Some(InvalidPath),       &["OSError"],                 "The path cannot hold an index."),
+        ("IdNotFoundError",        Some(IdNotFound),        &["KeyError"],                "The id is not in the index."),
+        ("IndexClosedError",       Some(Closed),            &["ValueError"],              "The index was closed."),
+        ("StorageError",           Some(Io),                &["OSError"],                 "The operating system refused a file operation (disk full, permissions)."),
+        // Wrong types and unknown option names, which chassisdb reported as TypeError.
+        ("ArgumentTypeError",      None,                    &["InvalidArgumentError", "TypeError"], "An argument has the wrong type, or an option name is unknown."),
+    ]
+};
 
 static TYPES: PyOnceLock<Vec<(Option<ErrorKind>, Py<PyType>)>> = PyOnceLock::new();
 
@@ -136,8 +64,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ChassisError", &base)?;
     let mut made: Vec<(&str, Bound<'_, PyType>)> = Vec::new();
     let mut table = Vec::new();
-    for (name, kind, bases, code, doc) in CLASSES {
-        assert!(kind.is_none_or(|k| k.code() == *code), "{name}: code {code} is not its kind's");
+    for (name, kind, bases, doc) in CLASSES {
         let mut b = vec![base.clone().into_any()];
         for n in *bases {
             b.push(builtin(py, n, &made)?);
@@ -149,7 +76,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         let ns = PyDict::new(py);
         ns.set_item("__module__", "chassis")?;
         ns.set_item("__doc__", *doc)?;
-        ns.set_item("code", *code)?;
+        if let Some(k) = kind {
+            ns.set_item("code", k.code())?;
+        }
         let t = py
             .get_type::<PyType>()
             .call1((*name, PyTuple::new(py, b)?, ns))?
@@ -208,4 +137,23 @@ impl<T> IntoPyResult<T> for crate::error::Result<T> {
     fn py(self) -> PyResult<T> {
         self.map_err(to_py)
     }
+}
+
+/// A `RuntimeWarning` with `message`.
+pub fn warn(py: Python<'_>, message: &str) -> PyResult<()> {
+    let cat = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+    PyErr::warn(py, &cat, &std::ffi::CString::new(message).unwrap_or_default(), 1)
+}
+
+/// What the core asked to tell the user once (a refusal of huge pages): each as a
+/// RuntimeWarning and a line on the "chassis" logger.
+pub fn emit_notices(py: Python<'_>) -> PyResult<()> {
+    for msg in crate::os::take_notices() {
+        let _ = py
+            .import("logging")
+            .and_then(|l| l.call_method1("getLogger", ("chassis",)))
+            .and_then(|l| l.call_method1("warning", (msg.as_str(),)));
+        warn(py, &msg)?;
+    }
+    Ok(())
 }

@@ -1,16 +1,17 @@
 //! The native module `chassis._chassis`: the only code that touches pyo3.
 //!
-//! | file              | what it holds                                                        |
-//! |-------------------|----------------------------------------------------------------------|
-//! | `mod.rs`          | the module: its classes, `cpu_info` and the private helpers          |
-//! | `vector_index.rs` | `VectorIndex` (the writer, and the base of `IndexReader`)            |
-//! | `snapshot.rs`     | `Snapshot`, one pinned state                                         |
-//! | `search.rs`       | query arguments, `SearchResult`, the search calls both classes share |
-//! | `options.rs`      | `IndexOptions` to the core's options and back                        |
-//! | `convert.rs`      | NumPy in (the one conversion, other libraries' arrays) and out       |
-//! | `errors.rs`       | the exception classes, each also a built-in exception                |
-//! | `run.rs`          | long calls: without the GIL, with progress and Ctrl-C                |
-//! | `doc/`            | docstrings the two classes share (`search`, `search_batch`, ...)     |
+//! | file            | what it holds                                                          |
+//! |-----------------|------------------------------------------------------------------------|
+//! | `mod.rs`        | the module: its classes, `cpu_info` and the private helpers            |
+//! | `vector_index/` | `VectorIndex` (the writer, and the base of `IndexReader`), by part     |
+//! | `snapshot.rs`   | `Snapshot`, one pinned state                                           |
+//! | `reads.rs`      | the read methods both classes share, written once (a macro)            |
+//! | `search.rs`     | query arguments, `SearchResult`, the search calls both classes make    |
+//! | `options.rs`    | `IndexOptions` to the core's options and back                          |
+//! | `convert.rs`    | NumPy in (the one conversion, other libraries' arrays) and out         |
+//! | `errors.rs`     | the exception classes, each also a built-in exception; warnings        |
+//! | `run.rs`        | long calls: without the GIL, with progress and Ctrl-C                  |
+//! | `doc/`          | the docstrings longer than about 15 lines, each included once          |
 //!
 //! Docstrings are NumPy style; tests/test_docstrings.py walks the public API and checks each
 //! against the stub `python/chassis/_chassis.pyi`. They are Python's reStructuredText, not
@@ -20,6 +21,7 @@
 mod convert;
 mod errors;
 mod options;
+mod reads;
 mod run;
 mod search;
 mod snapshot;

@@ -8,10 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 /// Options from a Python `IndexOptions` (or a dict of its fields), validated there.
-pub fn options_from(
-    py: Python<'_>,
-    obj: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<(Options, Py<PyAny>)>> {
+pub fn options_from(py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Options>> {
     let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
     let cls = py.import("chassis._options")?.getattr("IndexOptions")?;
     let obj = if let Ok(d) = obj.cast::<PyDict>() { cls.call((), Some(d))? } else { obj.clone() };
@@ -39,7 +36,7 @@ pub fn options_from(
         warm: obj.getattr("warm")?.extract()?,
         placement: Placement::parse(&obj.getattr("placement")?.extract::<String>()?).py()?,
     };
-    Ok(Some((o, obj.unbind())))
+    Ok(Some(o))
 }
 
 pub fn options_to_py(py: Python<'_>, o: &Options) -> PyResult<Py<PyAny>> {

@@ -60,69 +60,33 @@ impl<'py> Progress<'py> {
     }
 }
 
-/// Run `work` (given the cancel/progress control) without the GIL; small work inline.
-pub fn run_long<T, F>(
-    py: Python<'_>,
-    total: u64,
-    progress: bool,
-    desc: &str,
-    work: F,
-) -> PyResult<T>
-where
-    T: Send,
-    F: FnOnce(&Control) -> Result<T> + Send,
-{
-    run(py, total, progress, desc, "vec", total < INLINE_BELOW && !progress, work)
+/// What a long call counts on its progress bar, and where it runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// Vectors; fewer than `INLINE_BELOW` without a bar run on the calling thread.
+    Vectors,
+    /// Vectors, for work their number does not bound (a scan, a rebuild, encoding the stored
+    /// vectors): always on a helper thread, so that Ctrl-C stops it.
+    VectorsThreaded,
+    /// Bytes (a copy, a load, warming), on a helper thread.
+    Bytes,
 }
 
-/// `run_long_threaded` counting in `unit` (say "B" for bytes) instead of vectors.
-pub fn run_long_units<T, F>(
+/// Run `work` (given the cancel/progress control) without the GIL, `total` items of `count`
+/// long; with `progress`, a bar titled `desc`.
+pub fn run_long<T: Send>(
     py: Python<'_>,
     total: u64,
+    count: Count,
     progress: bool,
     desc: &str,
-    unit: &str,
-    work: F,
-) -> PyResult<T>
-where
-    T: Send,
-    F: FnOnce(&Control) -> Result<T> + Send,
-{
-    run(py, total, progress, desc, unit, false, work)
-}
-
-/// `run_long` for work whose size does not tell its length (a scan, a compaction).
-pub fn run_long_threaded<T, F>(
-    py: Python<'_>,
-    total: u64,
-    progress: bool,
-    desc: &str,
-    work: F,
-) -> PyResult<T>
-where
-    T: Send,
-    F: FnOnce(&Control) -> Result<T> + Send,
-{
-    run(py, total, progress, desc, "vec", false, work)
-}
-
-fn run<T, F>(
-    py: Python<'_>,
-    total: u64,
-    progress: bool,
-    desc: &str,
-    unit: &str,
-    inline: bool,
-    work: F,
-) -> PyResult<T>
-where
-    T: Send,
-    F: FnOnce(&Control) -> Result<T> + Send,
-{
+    work: impl FnOnce(&Control) -> Result<T> + Send,
+) -> PyResult<T> {
     let ctl = Control::default();
-    if inline {
+    if count == Count::Vectors && total < INLINE_BELOW && !progress {
         return py.detach(|| work(&ctl)).map_err(to_py);
     }
+    let unit = if count == Count::Bytes { "B" } else { "vec" };
     let mut bar = Progress::new(py, progress, total, desc, unit);
     let mut interrupt: Option<PyErr> = None;
     let out = std::thread::scope(|s| {

@@ -1,16 +1,17 @@
-//! Searching, shared by `VectorIndex` and `Snapshot`: the query arguments (k, ef, allowed,
-//! excluded) parsed once, the call without the GIL, and the results: a list of `SearchResult`
-//! for one query, two NumPy arrays handed over without a copy for a batch.
+//! Searching, shared by `VectorIndex` and `Snapshot` (`reads.rs`): the query arguments (k, ef,
+//! allowed, excluded) parsed once, the call without the GIL, and the results: a list of
+//! `SearchResult` for one query, two NumPy arrays handed over without a copy for a batch.
 
-use super::convert::{count_arg, f32_array, filter_ids_arg, is_per_query, matrix, opt_count};
+use super::convert::{
+    check_width, count_arg, f32_array, filter_ids_arg, is_per_query, matrix, opt_count,
+};
 use super::errors::{self, to_py};
-use super::run;
-use crate::error::Error;
-use crate::index::{BatchFilter, Filter, Hit, Index, Snap, MAX_K};
+use super::reads::View;
+use super::run::{self, Count};
+use crate::index::{BatchFilter, Filter, Hit, MAX_K};
 use numpy::{PyArray2, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use std::sync::Arc;
 
 /// What `search_batch` returns: ids and distances, (queries, k) each.
 pub type BatchArrays<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>>);
@@ -18,26 +19,7 @@ pub type BatchArrays<'py> = (Bound<'py, PyArray2<u64>>, Bound<'py, PyArray2<f32>
 /// The default number of results, as chassisdb had it.
 pub const DEFAULT_K: usize = 10;
 
-/// One search hit: the caller's id and its distance to the query.
-///
-/// Smaller distances are nearer: the Euclidean distance for ``"euclidean"``,
-/// ``1 - cosine similarity`` for ``"cosine"``, the negated inner product for
-/// ``"inner_product"``. A result unpacks and compares as the tuple ``(id, distance)``.
-///
-/// Parameters
-/// ----------
-/// id : int
-///     The vector's id.
-/// distance : float
-///     Its distance to the query.
-///
-/// Examples
-/// --------
-/// >>> from chassis import SearchResult
-/// >>> hit = SearchResult(7, 0.25)
-/// >>> id, distance = hit
-/// >>> hit == (7, 0.25)
-/// True
+#[doc = include_str!("doc/SearchResult.md")]
 #[pyclass(module = "chassis", frozen, name = "SearchResult")]
 pub struct SearchResult {
     /// The vector's id (the caller's, or the one `add` gave it).
@@ -192,8 +174,7 @@ impl SearchArgs {
 
 pub fn do_search<'py>(
     py: Python<'py>,
-    idx: &Index,
-    snap: Option<&Arc<Snap>>,
+    view: &View,
     query: &Bound<'py, PyAny>,
     a: SearchArgs,
 ) -> PyResult<Bound<'py, PyList>> {
@@ -202,10 +183,7 @@ pub fn do_search<'py>(
     // while the array is kept alive by `arr`.
     let q = unsafe { arr.as_slice() }?;
     let hits = py
-        .detach(|| {
-            let snap = snap.cloned().unwrap_or_else(|| idx.snap());
-            idx.search_in(&snap, q, a.k, a.ef, a.rerank, a.filter.as_ref())
-        })
+        .detach(|| view.idx.search_in(&view.snap(), q, a.k, a.ef, a.rerank, a.filter.as_ref()))
         .map_err(to_py)?;
     hits_to_list(py, hits)
 }
@@ -213,8 +191,7 @@ pub fn do_search<'py>(
 #[allow(clippy::type_complexity)]
 pub fn do_search_batch<'py>(
     py: Python<'py>,
-    idx: &Index,
-    snap: Option<&Arc<Snap>>,
+    view: &View,
     queries: &Bound<'py, PyAny>,
     args: (
         Option<&Bound<'py, PyAny>>,
@@ -231,26 +208,17 @@ pub fn do_search_batch<'py>(
     let shape = arr.shape().to_vec();
     let (nq, d) = (shape[0], shape[1]);
     let a = SearchArgs::parse_batch(args.0, args.1, args.2, args.3, nq)?.with_rerank(rerank)?;
-    let dims = idx.dims();
-    if d != dims && nq > 0 {
-        return Err(to_py(Error::new(
-            crate::error::ErrorKind::DimensionMismatch,
-            format!("queries have {d} dimensions; this index holds {dims}"),
-            format!("pass an array of shape (n, {dims})"),
-        )));
-    }
+    check_width("queries", nq, d, view.idx.dims())?;
     // SAFETY: as in `do_search`.
     let qs = unsafe { arr.as_slice() }?;
-    let snap = match snap {
-        Some(s) => s.clone(),
-        None => py.detach(|| idx.snap()),
-    };
-    let (ids, dists) = run::run_long(py, nq as u64, progress, "searching", |ctl| {
-        let filters = match &a.per_query {
-            Some(v) => BatchFilter::PerQuery(v),
-            None => BatchFilter::Same(a.filter.as_ref()),
-        };
-        idx.search_batch_in(&snap, qs, nq, a.k, a.ef, a.rerank, filters, threads, ctl)
-    })?;
+    let snap = py.detach(|| view.snap());
+    let (ids, dists) =
+        run::run_long(py, nq as u64, Count::Vectors, progress, "searching", |ctl| {
+            let filters = match &a.per_query {
+                Some(v) => BatchFilter::PerQuery(v),
+                None => BatchFilter::Same(a.filter.as_ref()),
+            };
+            view.idx.search_batch_in(&snap, qs, nq, a.k, a.ef, a.rerank, filters, threads, ctl)
+        })?;
     Ok((matrix(py, nq, a.k, ids), matrix(py, nq, a.k, dists)))
 }

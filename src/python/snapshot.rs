@@ -1,13 +1,9 @@
 //! `Snapshot`: one committed state of an index, pinned for as long as the Python object lives.
-//! Its search docstrings are the index's own (`doc/*.md`, shared with `VectorIndex`).
+//! Its read methods and their docstrings are the index's own (`reads.rs`).
 
-use super::convert::{id_arg, int_arg, vector};
-use super::errors::to_py;
-use super::search::{do_search, do_search_batch, BatchArrays, SearchArgs};
+use super::reads::{pymethods_with_reads, View};
 use crate::index::{Index, Snap};
-use numpy::PyArray1;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
 use std::sync::Arc;
 
 /// One state of an index, pinned for several calls that must agree.
@@ -35,13 +31,20 @@ impl Snapshot {
     pub fn new(idx: Arc<Index>, snap: Arc<Snap>) -> Snapshot {
         Snapshot { idx, snap }
     }
+
+    /// What the shared read methods read: the pinned state (never closed: it holds its index).
+    fn view(&self) -> PyResult<View> {
+        Ok(View { idx: self.idx.clone(), pinned: Some(self.snap.clone()) })
+    }
 }
 
-#[pymethods]
-impl Snapshot {
+pymethods_with_reads!(
+    type Class = Snapshot;
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
+
     #[pyo3(signature = (_exc_type = None, _exc = None, _tb = None))]
     fn __exit__(
         &self,
@@ -50,83 +53,6 @@ impl Snapshot {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> bool {
         false
-    }
-
-    #[doc = include_str!("doc/search.md")]
-    #[pyo3(
-        signature = (query, k = None, allowed = None, excluded = None, *, ef = None, rerank = None),
-        text_signature = "($self, query, k=10, allowed=None, excluded=None, *, ef=None, rerank=None)"
-    )]
-    #[allow(clippy::too_many_arguments)]
-    fn search<'py>(
-        &self,
-        py: Python<'py>,
-        query: &Bound<'py, PyAny>,
-        k: Option<&Bound<'py, PyAny>>,
-        allowed: Option<&Bound<'py, PyAny>>,
-        excluded: Option<&Bound<'py, PyAny>>,
-        ef: Option<&Bound<'py, PyAny>>,
-        rerank: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let a = SearchArgs::parse(k, ef, allowed, excluded)?.with_rerank(rerank)?;
-        do_search(py, &self.idx, Some(&self.snap), query, a)
-    }
-
-    #[doc = include_str!("doc/search_batch.md")]
-    #[pyo3(
-        signature = (queries, k = None, allowed = None, excluded = None, *, ef = None, rerank = None, threads = None, progress = false),
-        text_signature = "($self, queries, k=10, allowed=None, excluded=None, *, ef=None, rerank=None, threads=None, progress=False)"
-    )]
-    #[allow(clippy::too_many_arguments)]
-    fn search_batch<'py>(
-        &self,
-        py: Python<'py>,
-        queries: &Bound<'py, PyAny>,
-        k: Option<&Bound<'py, PyAny>>,
-        allowed: Option<&Bound<'py, PyAny>>,
-        excluded: Option<&Bound<'py, PyAny>>,
-        ef: Option<&Bound<'py, PyAny>>,
-        rerank: Option<&Bound<'py, PyAny>>,
-        threads: Option<&Bound<'py, PyAny>>,
-        progress: bool,
-    ) -> PyResult<BatchArrays<'py>> {
-        do_search_batch(
-            py,
-            &self.idx,
-            Some(&self.snap),
-            queries,
-            (k, ef, allowed, excluded),
-            rerank,
-            threads,
-            progress,
-        )
-    }
-
-    #[doc = include_str!("doc/get.md")]
-    fn get<'py>(
-        &self,
-        py: Python<'py>,
-        id: &Bound<'py, PyAny>,
-    ) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
-        let id = id_arg(id)?;
-        Ok(py.detach(|| self.idx.get_in(&self.snap, id)).map_err(to_py)?.map(|v| vector(py, v)))
-    }
-
-    #[doc = include_str!("doc/ids.md")]
-    fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
-        Ok(vector(py, py.detach(|| self.idx.ids_in(&self.snap)).map_err(to_py)?))
-    }
-
-    fn __contains__(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let v = int_arg(id, "id")?;
-        if v < 0 || v >= u64::MAX as i128 {
-            return Ok(false);
-        }
-        py.detach(|| self.idx.contains_in(&self.snap, v as u64)).map_err(to_py)
-    }
-
-    fn __len__(&self) -> usize {
-        self.snap.live as usize
     }
 
     /// The commit sequence number of this state (it grows by one per flush).
@@ -144,4 +70,4 @@ impl Snapshot {
     fn __repr__(&self) -> String {
         format!("Snapshot(seq={}, len={})", self.snap.seq, self.snap.live)
     }
-}
+);
