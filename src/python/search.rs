@@ -90,7 +90,7 @@ pub struct SearchArgs {
     filter: Option<Filter>,
     /// search_batch: one filter per query.
     per_query: Option<Vec<Filter>>,
-    /// With codes: candidates measured again on the full vectors.
+    /// With codes: candidates whose distances are computed again on the full vectors.
     rerank: Option<usize>,
 }
 

@@ -43,8 +43,8 @@ pub struct VectorIndex {
     inner: RwLock<Option<Arc<Index>>>,
     /// `os.fspath` of the path the index was opened with; None in memory.
     fspath: Py<PyAny>,
-    /// `fspath` as a `pathlib.Path`, made when first asked for (importing pathlib took 3.9
-    /// ms of a fresh process's first open).
+    /// `fspath` as a `pathlib.Path`, made when first asked for: importing pathlib is a large
+    /// share of a fresh process's first open (docs/design/larger-than-memory.md).
     path: OnceLock<Py<PyAny>>,
     dims: usize,
     metric: Metric,
