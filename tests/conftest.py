@@ -4,7 +4,9 @@
 * ``brute_force_knn`` / ``pairwise_distances``: exact k-NN in float64 NumPy with Chassis's metric
   definitions (euclidean = true L2, cosine = 1 - cos on normalised vectors, inner_product = -dot);
 * ``assert_exact_knn``: checks that one search answer is exact (up to near ties);
-* ``clustered_data``: seeded Gaussian-cluster data;
+  ``ExactOracle`` the same for a fixed query set over growing prefixes of the data;
+  ``exact_search``: an index's own search with ef >= len;
+* ``clustered_data``: seeded Gaussian-cluster data; ``vecs``: seeded standard-normal vectors;
 * ``run_python`` / ``dump_index``: run a script in a fresh interpreter that imports the same
   ``chassis`` as the tests, and read back an index's whole state from such a process;
 * the ``--kills N`` command-line option used by tests/test_kill.py;
@@ -95,6 +97,11 @@ def clustered_data(
     return np.ascontiguousarray(pts, dtype=np.float32)
 
 
+def vecs(n: int, d: int = 8, seed: int = 0) -> np.ndarray:
+    """(n, d) seeded standard-normal float32 vectors."""
+    return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+
+
 def to_half(x: np.ndarray) -> np.ndarray:
     """What half-precision storage keeps of ``x``: f16 rounding (nearest even), as float32."""
     return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
@@ -164,6 +171,51 @@ def brute_force_knn(
     order = np.argsort(d, axis=1, kind="stable")[:, :kk]
     row_ids = np.arange(n, dtype=np.uint64) if ids is None else np.asarray(ids, dtype=np.uint64)
     return row_ids[order], np.take_along_axis(d, order, axis=1)
+
+
+def exact_search(
+    index: chassis.VectorIndex | chassis.IndexReader | chassis.Snapshot,
+    query: np.ndarray,
+    k: int = 10,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, distances) of an index's exact search: ef >= len, so the whole visible state is
+    scanned (the index's answer, to hold against brute force or against itself)."""
+    hits = index.search(query, k, ef=max(len(index), k, 1) + 1000)
+    return np.array([h.id for h in hits], dtype=np.uint64), np.array([h.distance for h in hits])
+
+
+class ExactOracle:
+    """Brute-force answers for a fixed query set over prefixes of the data (ids 0..n-1)."""
+
+    def __init__(self, data: np.ndarray, queries: np.ndarray, k: int) -> None:
+        self.k = k
+        self.true = pairwise_distances(data, queries, "euclidean")  # (q, n)
+        self.scale = float(np.abs(data).max() + np.abs(queries).max())
+        self._best: dict[tuple[int, int], np.ndarray] = {}
+
+    def best(self, qi: int, n: int) -> np.ndarray:
+        key = (qi, n)
+        if key not in self._best:
+            kk = min(self.k, n)
+            self._best[key] = np.sort(np.partition(self.true[qi, :n], kk - 1)[:kk])
+        return self._best[key]
+
+    def matches(self, qi: int, ids, dists, n: int) -> bool:
+        """Whether (ids, dists) is the exact k-NN answer over ids 0..n-1 (up to near ties):
+        min(k, n) distinct ids below n, reported distances their true ones, and their true
+        distances the k smallest."""
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        dists = np.asarray(dists, dtype=np.float64).ravel()
+        keep = ids >= 0  # search_batch pads with 2**64-1, which is -1 here
+        ids, dists = ids[keep], dists[keep]
+        kk = min(self.k, n)
+        if len(ids) != kk or len(set(ids.tolist())) != kk or (ids >= n).any():
+            return False
+        atol, rtol = 1e-4 * self.scale, 1e-4
+        true_of_got = self.true[qi, ids]
+        if not np.allclose(dists, true_of_got, rtol=rtol, atol=atol):
+            return False
+        return bool(np.allclose(np.sort(true_of_got), self.best(qi, n), rtol=rtol, atol=atol))
 
 
 def default_tolerance(
