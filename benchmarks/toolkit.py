@@ -12,13 +12,14 @@ result schema, also behind `chassis bench`, which the scripts import from there)
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import gc
 import mmap
 import os
 import platform
 import re
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -170,38 +171,18 @@ def child_script(name: str) -> str:
 
 # ------------------------------------------------------------------ page cache (Linux)
 def file_resident_bytes(path: str | os.PathLike) -> int:
-    """Bytes of the file in the page cache now: mincore over a fresh read-only mapping of the
-    whole file (mapping reads nothing). Linux (and other systems with mincore)."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap {path}")
-    finally:
-        os.close(fd)
-    try:
-        page = mmap.PAGESIZE
-        vec = (ctypes.c_ubyte * ((size + page - 1) // page))()
-        if libc.mincore(addr, size, vec) != 0:
-            raise OSError(ctypes.get_errno(), f"mincore {path}")
-        return sum(b & 1 for b in bytes(vec)) * page
-    finally:
-        libc.munmap(addr, size)
+    """Bytes of the file in the page cache now, as util-linux's fincore reports them (mincore
+    over a mapping of the file, which reads nothing)."""
+    fincore = shutil.which("fincore")
+    if fincore is None:
+        raise RuntimeError("fincore (util-linux) is needed to see what the page cache holds")
+    out = subprocess.run(
+        [fincore, "--bytes", "--noheadings", "--output", "RES", os.fspath(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip() or 0)
 
 
 def evict_file(path: str | os.PathLike, *, check: bool = True) -> int:

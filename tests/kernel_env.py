@@ -1,5 +1,6 @@
 """What the running kernel grants this process, asked directly through ctypes, and the
-emulated kernel variants of the matrix (`tests/kernel_matrix.py`).
+emulated kernel variants of the matrix (`tests/kernel_matrix.py`); also which pages of a file
+the page cache holds (mincore: `resident_pages`), the tests' oracle for warm and eviction.
 
 Why: Chassis's memory policies depend on the kernel (`MADV_POPULATE_READ` exists from Linux
 5.14; `MADV_HUGEPAGE` fails where transparent huge pages are not built in; THP can be
@@ -30,8 +31,13 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LINUX = sys.platform.startswith("linux")
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 # <sys/mman.h> and <linux/prctl.h>, the same on every Linux architecture.
@@ -69,6 +75,7 @@ def _libc() -> ctypes.CDLL:
         ctypes.c_long,
     ]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     libc.prctl.argtypes = [
         ctypes.c_int,
@@ -91,6 +98,37 @@ def madvise_errno(advice: int, length: int = 4 << 20) -> int:
         return 0 if libc.madvise(p, length, advice) == 0 else ctypes.get_errno()
     finally:
         libc.munmap(p, length)
+
+
+def resident_pages(path: str | os.PathLike) -> np.ndarray:
+    """One bool per page of the file: in the page cache now (mincore over a fresh read-only
+    mapping of the whole file; mapping it reads nothing)."""
+    import numpy as np  # here: a child that only applies a variant need not load NumPy first
+
+    size = os.path.getsize(path)
+    if size == 0:
+        return np.zeros(0, dtype=bool)
+    libc = _libc()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+    finally:
+        os.close(fd)
+    try:
+        n = (size + PAGE - 1) // PAGE
+        vec = (ctypes.c_ubyte * n)()
+        if libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return (np.frombuffer(vec, dtype=np.uint8) & 1).astype(bool)
+    finally:
+        libc.munmap(addr, size)
+
+
+def resident_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the file in the page cache now (`resident_pages`)."""
+    return int(resident_pages(path).sum()) * PAGE
 
 
 def thp_mode() -> str | None:

@@ -34,7 +34,6 @@ elsewhere.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import os
@@ -45,10 +44,12 @@ import sys
 import time
 from pathlib import Path
 
+import kernel_env
 import numpy as np
 import pytest
 from chassis import IndexOptions, IndexReader, VectorIndex
 from conftest import assert_child_ok, run_python
+from kernel_env import resident_bytes, resident_pages
 
 LINUX = sys.platform.startswith("linux")
 ON_LINUX = pytest.mark.skipif(
@@ -62,16 +63,6 @@ MiB = 1 << 20
 
 
 # --------------------------------------------------------------------------- system helpers
-def thp_setting() -> str | None:
-    """The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled, or None."""
-    try:
-        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    except OSError:
-        return None
-    start, end = text.find("["), text.find("]")
-    return text[start + 1 : end] if 0 <= start < end else None
-
-
 def huge_pages_grantable() -> tuple[bool, str]:
     """Whether this system can put a file mapping on huge pages at all (the only reasons to
     skip the "granted" assertions)."""
@@ -80,54 +71,12 @@ def huge_pages_grantable() -> tuple[bool, str]:
             False,
             f"huge pages for file mappings are asked with madvise on Linux only (this is {sys.platform})",
         )
-    if thp_setting() == "never":
+    if kernel_env.thp_mode() == "never":
         return (
             False,
             "transparent huge pages are disabled on this machine (/sys/kernel/mm/transparent_hugepage/enabled: [never])",
         )
     return True, ""
-
-
-if LINUX:
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.mmap.restype = ctypes.c_void_p
-    _libc.mmap.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_size_t,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_int,
-        ctypes.c_long,
-    ]
-    _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
-
-
-def resident_pages(path: str | os.PathLike) -> np.ndarray:
-    """One bool per page of the file: in the page cache now (mincore over a fresh read-only
-    mapping of the whole file; mapping it reads nothing)."""
-    size = os.path.getsize(path)
-    if size == 0:
-        return np.zeros(0, dtype=bool)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = _libc.mmap(None, size, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), "mmap")
-    finally:
-        os.close(fd)
-    try:
-        n = (size + PAGE - 1) // PAGE
-        vec = (ctypes.c_ubyte * n)()
-        if _libc.mincore(addr, size, vec) != 0:
-            raise OSError(ctypes.get_errno(), "mincore")
-        return (np.frombuffer(vec, dtype=np.uint8) & 1).astype(bool)
-    finally:
-        _libc.munmap(addr, size)
-
-
-def resident_bytes(path: str | os.PathLike) -> int:
-    return int(resident_pages(path).sum()) * PAGE
 
 
 def evict(path: str | os.PathLike) -> None:
