@@ -65,7 +65,9 @@ impl KernelSet {
         let (l2, dot) = match precision {
             Precision::Full => ((self.l2_f32, self.l2_f32_x4), (self.dot_f32, self.dot_f32_x4)),
             Precision::Half => ((self.l2_f16, self.l2_f16_x4), (self.dot_f16, self.dot_f16_x4)),
-            Precision::CodesOnly => panic!("codes are measured by the code kernels of the quant module"),
+            Precision::CodesOnly => {
+                panic!("distances to codes come from the code kernels of the quant module")
+            }
         };
         let ((one, four), bias, sign) = match metric {
             Metric::Euclidean => (l2, 0.0, 1.0),
@@ -337,7 +339,8 @@ pub(crate) mod x86 {
     macro_rules! avx512_kernel {
         ($name:ident, $load:ident, $op:ident) => {
             // avx512vl: the 256-bit masked load of f16 values needs it; without it that load
-            // was a function call per step (3x slower than AVX2).
+            // is a function call per step, slower than AVX2 (measured:
+            // `docs/design/search-path.md`).
             #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
             unsafe fn $name(q: *const f32, v: *const u8, n: usize) -> f32 {
                 let mut a = [_mm512_setzero_ps(); 4];

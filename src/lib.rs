@@ -28,7 +28,7 @@
 //! ```text
 //! capi, python          the two front ends; neither imports the other
 //! index                 the index a caller uses
-//! graph                 HNSW over a storage, measuring vectors, a half copy or codes
+//! graph                 HNSW over a storage: distances to vectors, a half copy or codes
 //! commit, warm          the commit protocol; background read-in
 //! storage, quant        the file's mappings; codes and their kernels (neither uses the other)
 //! distance              float kernels

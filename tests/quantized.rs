@@ -393,7 +393,8 @@ fn a_codes_only_index_returns_the_distances_of_what_its_codes_stand_for() {
     }
     // Trained from a sample first, single adds work from the start.
     let dir = tempfile::tempdir().unwrap();
-    let o = Options { precision: Precision::CodesOnly, ..opts(Metric::Euclidean, Quantization::None) };
+    let o =
+        Options { precision: Precision::CodesOnly, ..opts(Metric::Euclidean, Quantization::None) };
     let idx = Index::open(&dir.path().join("s"), Some(d), Some(&o), Mode::Write).unwrap();
     idx.train(&data[..300 * d], 300, None, &Control::default()).unwrap();
     for i in 0..20 {
@@ -434,7 +435,8 @@ fn codes_only_storage_with_4_bit_codes_is_refused_on_every_way_in() {
     // constructor must refuse it rather than quietly keep 8-bit codes.
     use chassis::error::ErrorKind;
     use chassis::format::Precision;
-    let o = Options { precision: Precision::CodesOnly, ..opts(Metric::Euclidean, Quantization::Int4) };
+    let o =
+        Options { precision: Precision::CodesOnly, ..opts(Metric::Euclidean, Quantization::Int4) };
     let err = Index::memory(16, Some(&o)).err().expect("memory must refuse");
     assert_eq!(err.kind, ErrorKind::InvalidArgument, "{err}");
     let dir = tempfile::tempdir().unwrap();

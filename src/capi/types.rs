@@ -113,7 +113,7 @@ pub struct CSearchParams {
     pub size: usize,
     /// 0: the index's ef_search.
     pub ef: usize,
-    /// 8-bit codes: candidates measured again on the vectors (0: the default).
+    /// 8-bit codes: candidates whose distances are computed again on the vectors (0: the default).
     pub rerank: usize,
     /// Batch searches: threads (0: one per core).
     pub threads: usize,
@@ -191,6 +191,8 @@ pub struct CMemoryStats {
     pub huge_pages_asked: u32,
     pub huge_pages_refused: u32,
     pub warm_running: u32,
+    /// 1: searches prefetch the pages they read next (`WILLNEED` advice); the field keeps its
+    /// older name, part of the ABI.
     pub naming_pages: u32,
     /// 1: the index is in memory (no file).
     pub in_memory: u32,

@@ -2,9 +2,9 @@
 //!
 //! Why: a commit through the index file (`commit::commit`) syncs the undo log, the index's
 //! data and its header: three `fdatasync` calls, the second of which writes every page an add
-//! touched (a new node links back into about 2M neighbors' lists, scattered over the file).
-//! Measured on 100,000 x 384 clustered vectors, one `add` + `flush()`: 1.38 ms median, 0.94 of
-//! it the flush. A small commit instead appends the new bytes of everything it changed (its
+//! touched (a new node links back into about 2M neighbors' lists, scattered over the file),
+//! and that flush is most of an `add` + `flush()` (measured: `docs/design/small-commits.md`).
+//! A small commit instead appends the new bytes of everything it changed (its
 //! new slots' rows, the changed lists and markers, the new upper lists, the new header) to
 //! this log in one record, and syncs this one file, written in place (so the sync carries no
 //! metadata); the index file's pages are written back later, at a checkpoint (the next commit
@@ -53,8 +53,8 @@ const MAGIC: [u8; 8] = *b"CHREDO\0\x01";
 const RECORDS: u64 = 4096;
 /// The log's size: written once (zeros, synced) so that appends overwrite blocks the file
 /// already has and a sync carries no metadata. Records past it go through the index file.
-/// (Tried: records on 4 KiB boundaries written with `O_DIRECT`: flush 0.96x the time, within
-/// the noise of 4 pairs.)
+/// Records are written through the page cache: `O_DIRECT` gained nothing (tried:
+/// `docs/design/small-commits.md`).
 pub const CAPACITY: u64 = 2 << 20;
 /// A record's fixed part: len, pieces, seq, and the trailing checksum.
 const FIXED: usize = 16 + 8;

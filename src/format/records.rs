@@ -11,15 +11,18 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
             .iter_mut()
             .zip(bytes.chunks_exact(4))
             .for_each(|(o, c)| *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        Precision::CodesOnly => panic!("8-bit codes decode through their quantizer (Quantizer::decode)"),
+        Precision::CodesOnly => {
+            panic!("8-bit codes decode through their quantizer (Quantizer::decode)")
+        }
         Precision::Half => {
             use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
             let n = out.len().min(bytes.len() / 2);
             // Stored vectors are 64-byte aligned: as u16s (the format is little-endian, and so is
             // every target it builds for) they convert in one pass
             // of the half crate's slice conversion (F16C, eight at a time, where the CPU has
-            // it); one `to_f32` per element checked the CPU each time and made a build of a
-            // half-precision index, which decodes every candidate, 1.2-1.6x as slow as full.
+            // it); one `to_f32` per element checks the CPU each time, which slows a build of a
+            // half-precision index, whose every candidate is decoded (measured:
+            // `docs/design/search-path.md`).
             if (bytes.as_ptr() as usize).is_multiple_of(2) {
                 // SAFETY: n u16s lie within `bytes` (n <= bytes.len() / 2), the address is
                 // 2-byte aligned, and every bit pattern is a valid u16.
@@ -40,7 +43,9 @@ pub fn decode_vector(bytes: &[u8], precision: Precision, out: &mut [f32]) {
 pub fn encode_vector(v: &[f32], precision: Precision, out: &mut Vec<u8>) {
     match precision {
         Precision::Full => out.extend(v.iter().flat_map(|x| x.to_le_bytes())),
-        Precision::CodesOnly => panic!("8-bit codes encode through their quantizer (Quantizer::encode)"),
+        Precision::CodesOnly => {
+            panic!("8-bit codes encode through their quantizer (Quantizer::encode)")
+        }
         Precision::Half => {
             use half::slice::HalfFloatSliceExt;
             let mut h = [half::f16::ZERO; 64];

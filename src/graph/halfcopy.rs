@@ -2,11 +2,11 @@
 //! and dropped after it.
 //!
 //! Why: a build is bound by how many bytes its searches read, not by arithmetic (an insertion
-//! measures about 2,400 vectors it has not met before; at 384 dimensions that is 3.7 MB, and a
-//! core here draws random 1.5 KB vectors from L3 at about 12 GB/s). Linking a batch on a 16-bit
-//! copy reads half the bytes. The copy only guides which nodes become neighbors: the file's
-//! vectors, every search and every returned distance stay full precision, and nothing of the
-//! copy is ever written to the file.
+//! computes distances to a few thousand vectors it has not met before, more than L2 holds), and
+//! linking a batch on a 16-bit copy reads half the bytes (measured:
+//! `docs/design/half-precision-copy.md`). The copy only guides which nodes become neighbors:
+//! the file's vectors, every search and every returned distance stay full precision, and
+//! nothing of the copy is ever written to the file.
 //!
 //! Values are scaled by one power of two (exact, and the same for every vector) so that the
 //! largest magnitude lands near 2^13: far from the 16-bit limit of 65,504 and far above the
@@ -45,7 +45,7 @@ impl HalfCopy {
     /// capacity), or None if one cannot be made (no memory, or a non-finite value). Each block
     /// of a file's vectors is let go of once converted (`Storage::release_vectors`: they stay in
     /// the page cache), so the process holds the copy or the vectors, not both (the peak
-    /// memory this saves is in `docs/design/half-precision-copy.md`).
+    /// memory this saves: `docs/design/half-precision-copy.md`).
     pub fn new(st: &Storage, slots: u32) -> Option<HalfCopy> {
         let geo = Self::geometry(&st.geo);
         if st.geo.precision != Precision::Full || slots == 0 {
@@ -107,11 +107,10 @@ impl HalfCopy {
 }
 
 /// A batch is linked on a half-precision copy of the vectors (`halfcopy`) when they are at
-/// least HALFCOPY_MIN_BYTES long (a 2-thread build: 0.77-0.84x the time at 384 dimensions,
-/// none gained at 128, whose 512 bytes the prefetch of ADR-0015 covers whole), has at
-/// least HALFCOPY_MIN_ROWS rows and is at least 1/HALFCOPY_SHARE of the index it makes: the
-/// copy reads every vector of the index twice, the batch gains about a fifth of its linking
-/// (about 200 us an insertion at 384 dimensions on two threads).
+/// least HALFCOPY_MIN_BYTES long (shorter ones the prefetch of ADR-0015 covers whole, and the
+/// copy gains nothing), has at least HALFCOPY_MIN_ROWS rows and is at least 1/HALFCOPY_SHARE
+/// of the index it makes: the copy reads every vector of the index twice, and the batch must
+/// gain more than that from its linking (measured: `docs/design/half-precision-copy.md`).
 const HALFCOPY_MIN_BYTES: usize = 1024;
 
 const HALFCOPY_MIN_ROWS: u64 = 1024;

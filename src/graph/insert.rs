@@ -24,16 +24,16 @@ pub fn level_for(place: u64, m: usize) -> usize {
 }
 
 /// How many candidates ahead the neighbor heuristic asks for a candidate's vector (see
-/// `Graph::select`). Measured on a one-thread minilm build, alternating processes: the layer-0
-/// heuristic took 0.75-0.80x the time with 4 ahead (8 gave no more), about 3% of the build.
+/// `Graph::select`): enough to hide the misses, as more ahead gave no more (measured:
+/// `docs/design/search-path.md`).
 const SELECT_AHEAD: usize = 4;
 
 impl<'a> Graph<'a> {
     /// The heuristic of the HNSW paper (algorithm 4): walk the candidates nearest first and
     /// keep one only if it is nearer to the base than to every node kept so far.
     /// Each candidate's vector is asked for SELECT_AHEAD candidates before it is weighed: an
-    /// insertion's search meets about 2,500 vectors (3.8 MB at 384 dimensions, more than L2),
-    /// so most of the 200 candidates have left the core's caches by now.
+    /// insertion's search meets more vectors than L2 holds, so most of the candidates have
+    /// left the core's caches by now.
     pub(super) fn select(
         &self,
         cands: &[(f32, u32)],
@@ -175,8 +175,8 @@ impl<'a> Graph<'a> {
                 &raw
             };
             // A new node keeps as many neighbors as its lists hold (2M on layer 0, as faiss
-            // does; hnswlib keeps M there): on clustered data recall at a given ef rose from
-            // 0.938 to 0.954 at ef=64 (hnswlib: 0.942) for 8% more distances.
+            // does; hnswlib keeps M there): higher recall at a given ef for a few more
+            // distances (measured: `docs/design/search-path.md`).
             let cap = if layer == 0 { 2 * self.m } else { self.m };
             let chosen = self.select(cands, cap, sc);
             {
@@ -277,17 +277,13 @@ impl<'a> Graph<'a> {
 /// the vectors: `CHASSIS_LINK_CODES=1` always, `=0` never (for measuring); by default a batch
 /// too small for the half copy (`halfcopy::large_batch`: single adds), when its codes are
 /// 8-bit and its vectors float32 of 1 KiB or more.
-/// - Large batches stay on the half copy: linking a whole MiniLM build on codes took 10.3 s
-///   against 8.3 s (medians of 4, alternating processes; since codes are measured four at a
-///   time 5.72-5.90 s against 5.78-5.82, 3 pairs, recall at ef 16 / 32 0.9406 / 0.9781 against
-///   0.9420 / 0.9764): the neighbor heuristic reads each kept neighbor's full vector to
-///   prepare it, and nothing is gained.
-/// - Single adds read their walk's vectors from the file: on codes, 15,000 `add` calls after a
-///   30,000-row MiniLM batch took 0.223-0.224 ms each against 0.288-0.296 (2 pairs of
-///   processes), recall at ef 12-64 within 0.0015; on 1,000,000 x 384 int8 `add` took
-///   0.405-0.409 ms against 0.495-0.502 (medians of 600, 2 pairs). At 128 dimensions (512-byte
-///   vectors) codes were slower, 0.121 ms against 0.109-0.112; with 4-bit codes recall at ef
-///   16 fell by 0.007.
+/// - Large batches stay on the half copy: the neighbor heuristic reads each kept neighbor's
+///   full vector to prepare it, and linking on codes gains nothing there.
+/// - Single adds read their walk's vectors from the file, where the codes' fewer bytes pay;
+///   not at 128 dimensions (preparing costs more than the shorter rows save), nor with 4-bit
+///   codes (recall drops).
+///
+/// (Measured: `docs/design/quantization.md`.)
 ///
 /// A codes-only index always links on its codes (it has nothing else). Read once.
 fn link_on_codes() -> Option<bool> {
@@ -299,7 +295,7 @@ const LINK_ON_CODES_MIN_BYTES: usize = 1024;
 
 /// Whether small batches look at the nodes they took out of lists (`Linker::repair_around`)
 /// and walk the whole graph once a sixty-fourth of it was added: `CHASSIS_REPAIR_AROUND=0`
-/// walks it every 1,000 rows instead, as before, for measuring. Read once.
+/// walks it every 1,000 rows instead, for measuring. Read once.
 pub fn repair_around() -> bool {
     crate::tuning::get().repair_around.unwrap_or(true)
 }
@@ -327,8 +323,9 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
     /// Make every node reachable on layer 0 from the entry point: for each node `u` that is
     /// not, add it to the list of its nearest reachable out-neighbor `v` (or, with none, of
     /// the nearest reachable node a search finds; see `give_way_in`). The pruning heuristic
-    /// can leave many nodes with no way in (2,147 of 17,000 with four connections and a beam
-    /// of eight). A walk of the whole graph: 3 s at 10,000,000 nodes.
+    /// can leave many nodes with no way in where lists are short and the beam small. A walk of
+    /// the whole graph takes seconds at ten million nodes (measured:
+    /// `docs/design/small-commits.md`).
     pub fn repair(&self, n: u32) -> Result<()> {
         let (entry, max_level) = *self.entry.lock();
         if entry == EMPTY || entry >= n {
@@ -369,11 +366,10 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
     /// After a small batch: give a way in to each node of `nodes` (the batch's own, the entry
     /// point it replaced, and those its links took out of level-0 lists) that none of its own
     /// out-neighbors links to any more, or that a search from the entry point for its own
-    /// vector does not find (an island of nodes linking each other: six of them after a
-    /// 256-row batch with four connections when only the lists were looked at). That is where
-    /// the pruning leaves nodes without a way in, and it costs a few list reads and one search
-    /// a node where `repair` walks the whole graph (256 single adds to 100,000 x 384 linked in
-    /// 176-234 ms with the search, 187-227 without it, 3 pairs). A node without one gets it
+    /// vector does not find (an island of nodes linking each other, which looking at the lists
+    /// alone missed). That is where the pruning leaves nodes without a way in, and it costs a
+    /// few list reads and one search a node where `repair` walks the whole graph (measured:
+    /// `docs/design/small-commits.md`). A node without one gets it
     /// from the nearest node that search finds (so a reachable one), and what its own list
     /// lets go of then is looked at in turn. A way in from elsewhere is left to `repair`, which
     /// still runs once the rows since the last one reach a sixty-fourth of the index.
@@ -390,9 +386,8 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
             }
             // A way in: an out-neighbor `w` that links back, and has a way in itself from one
             // of its own out-neighbors but `u` (links go both ways mostly; the second step
-            // finds the pairs that lose their way in together: with four connections, a tenth
-            // of the batches left 3 to 17 nodes unreachable with it, most batches 6 to 68
-            // without it).
+            // finds the pairs that lose their way in together, which the first alone misses:
+            // `docs/design/small-commits.md`).
             let mut out_u = r.entries(u);
             let local = out_u
                 .iter()
@@ -424,7 +419,7 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let codes_only = st.geo.precision == Precision::CodesOnly;
         let pays = halfcopy::pays(&st.geo, n as u64, total);
         // Small batches only: a large one that the half copy does not take (memory short, or
-        // CHASSIS_HALF_COPY=0) links on the vectors, as measured.
+        // CHASSIS_HALF_COPY=0) links on the vectors, where codes gained nothing.
         let by_default = !halfcopy::large_batch(n as u64, total)
             && st.geo.code_bits == 8
             && st.geo.precision == Precision::Full
@@ -496,8 +491,8 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
     }
 }
 
-/// What `repair` and `repair_around` share: the graph measured on, a node's entries and its
-/// vector, and the change that gives a node a way in.
+/// What `repair` and `repair_around` share: the graph distances are computed on, a node's
+/// entries and its vector, and the change that gives a node a way in.
 struct Repairer<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> {
     linker: &'l Linker<'a, H>,
     g: Graph<'a>,
@@ -509,8 +504,9 @@ struct Repairer<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> {
 impl<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> Repairer<'l, 'a, H> {
     fn new(linker: &'l Linker<'a, H>, n: u32) -> Self {
         let st = linker.st;
-        // A codes-only index measures codes: nodes' vectors (what their codes stand for) are
-        // made ready for them. Every comparison is between distances from one node.
+        // A codes-only index computes distances to codes: nodes' vectors (what their codes
+        // stand for) are made ready for them. Every comparison is between distances from one
+        // node.
         let g = match linker.quant {
             Some(z) if st.geo.precision == Precision::CodesOnly => {
                 Graph::linking_on_codes(st, linker.metric, n, z)

@@ -7,8 +7,8 @@
 //! where they enter the graph (`Index::batch_starts`), find them still cached.
 //!
 //! Only the *slots* follow this order. Nodes are still linked in the order the rows came in: a
-//! graph built by inserting clustered data cluster by cluster is worse (measured: recall at
-//! ef 24 on minilm 0.9672 -> 0.9597), and with the insertion order unchanged the graph is the
+//! graph built by inserting clustered data cluster by cluster is worse (measured:
+//! `docs/design/search-path.md`), and with the insertion order unchanged the graph is the
 //! one it would have been but for what slot numbers decide: ties between equal distances, and
 //! the order in which `repair` looks at the nodes it gives a way in (so after small batches, an
 //! island `repair_around` leaves to the next walk may differ). Recall is the same.
@@ -20,15 +20,10 @@
 //! between clusters, not through one, so clusters that no handful of global directions tells
 //! apart still end up in runs of slots. The same rows always give the same order.
 //!
-//! Measured: 1,000,000 x 384 generated vectors in 1,024 clusters, the 100 nearest of a query
-//! and their level-0 neighbours (1,045 nodes on average): laid out by the k-d split on the
-//! batch's 16 leading principal components used before, their 8-bit codes lay on 273 pages and
-//! their lists on 56; in this order on 179 and 43 (a breadth-first order of the finished graph,
-//! which a batch cannot have before it is linked: 215 and 47). With a quarter of that int8
-//! file in memory (after `warm(vectors=False)`), searches answered 1.18-1.63x the queries a
-//! second and read 0.22 MiB a query against 0.26-0.29 (3 pairs of files built each way); in
-//! memory MiniLM and clustered 128-d searched 0.99-1.12x as fast (median 1.02x; 3 pairs each at
-//! ef 16, 32, 64), the same recall. The order takes about 3 s of a 1M x 384 build on 2 threads.
+//! A query's nearest nodes and their neighbours then lie on fewer pages than under a k-d split
+//! on principal components or a breadth-first order of the finished graph, which makes searches
+//! of an index larger than memory faster and costs those in memory nothing (measured, with
+//! the order's share of a build: `docs/design/larger-than-memory.md`).
 
 use crate::distance::{dot, l2_squared};
 use rayon::prelude::*;
@@ -250,7 +245,6 @@ mod tests {
         // Embeddings' case: more clusters than any few global directions tell apart (200 blobs
         // in 128 dimensions, centres drawn at random). The oracle is again each row's blob.
         let (n, dims, k) = (12_000, 128, 200);
-        // (The k-d split on 16 principal components used before made 566 runs here.)
         let runs = blob_runs(n, dims, k, 5);
         assert!(runs <= 2 * k, "{runs} runs of one blob for {k} blobs");
     }

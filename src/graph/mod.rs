@@ -38,14 +38,16 @@ pub use crate::format::MAX_LEVEL;
 
 pub const LOCK_STRIPES: usize = 1 << 14;
 
-/// How many of the nodes the descent measured a search of layer 0 starts from (see `Start`).
+/// How many of the nodes whose distances the descent computed a search of layer 0 starts from
+/// (see `Start`).
 pub const SEEDS: usize = 16;
 
-/// Where a search of layer 0 starts: the `SEEDS` nearest nodes the descent through the upper
-/// layers measured (every node there is on layer 0 too), as packed keys, unused ones
-/// `u64::MAX`. Starting from them rather than from the walk's end alone costs no distance,
-/// and layer 0 does not measure them again: on minilm and clustered data 1-2% fewer distances
-/// at equal recall (the descent's nodes near the query are also met on layer 0).
+/// Where a search of layer 0 starts: the `SEEDS` nearest nodes whose distances the descent
+/// through the upper layers computed (every node there is on layer 0 too), as packed keys,
+/// unused ones `u64::MAX`. Starting from them rather than from the walk's end alone costs no
+/// distance, and layer 0 does not compute theirs again: fewer distances at equal recall, since
+/// the descent's nodes near the query are also met on layer 0 (measured:
+/// `docs/design/search-path.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Start([u64; SEEDS]);
 
@@ -63,8 +65,8 @@ impl Start {
     }
 
     /// The seeds as (distance, slot), nearest first: the first is where the greedy walk ended
-    /// (it moves to every nearer node it measures), unless another node measured at the same
-    /// distance has a lower slot.
+    /// (it moves to every nearer node it meets), unless another node met at the same distance
+    /// has a lower slot.
     pub fn entries(&self) -> impl Iterator<Item = (f32, u32)> + '_ {
         self.0.iter().take_while(|&&e| e != u64::MAX).map(|&e| (unkey(e), slot_of(e)))
     }
@@ -127,7 +129,7 @@ pub struct Scratch {
     buf: Vec<u32>,
     /// The nodes of a beam round (`search_beam`).
     round: Vec<u32>,
-    /// Nodes the current descent measured, as packed keys (see `Start`).
+    /// Nodes whose distances the current descent computed, as packed keys (see `Start`).
     seen: Vec<u64>,
     /// A decoded stored vector (f16 storage) for node-to-node distances.
     vec_a: Vec<f32>,
@@ -184,8 +186,9 @@ impl Scratch {
             // 8 GiB; a test on a sparse file searches one), and the first search of a thread
             // on a large index does not write the whole table.
             // With room to grow: single adds raise the limit by one each, and a table made
-            // anew for each of them cost an add on 10,000,000 x 384 about 2 ms (20 MB taken
-            // from the kernel and faulted in again every time).
+            // anew for each of them, taken from the kernel and faulted in again every time,
+            // made every single add to a large index pay for a table of its size (measured:
+            // `docs/design/scale.md`).
             let len = limit.saturating_add(limit / 16).saturating_add(1024).max(self.visited.len());
             self.visited = Vec::new(); // the old table goes before the new one is made
             self.visited = vec![0; len];
@@ -225,10 +228,9 @@ fn code_group_min_bytes() -> usize {
     crate::tuning::get().code_group_min_bytes.unwrap_or(0)
 }
 
-/// Candidates a search short of memory expands per round on layer 0 (see `search_beam`).
-/// 1,000,000 x 384 float32 at a quarter of the file, paired against one at a time, one query
-/// at a time: 2 gave 1.03x, 4 1.36x, 8 1.63x, 16 1.70x but read 22% more pages (8: 10%), which
-/// a disk bound by its reads per second pays for (`docs/design/larger-than-memory.md`).
+/// Candidates a search short of memory expands per round on layer 0 (see `search_beam`): wider
+/// beams gain little past 8 and read more pages, which a disk bound by its reads per second
+/// pays for (measured: `docs/design/larger-than-memory.md`).
 const BEAM: usize = 8;
 
 /// BEAM, or `CHASSIS_BEAM` (`crate::tuning`; 1: one candidate at a time, as a search of an
@@ -268,12 +270,12 @@ pub struct Graph<'a> {
     /// Slots below this may be visited (they exist in the mapped segments).
     pub limit: u32,
     pf_lines: usize,
-    /// Lines of a whole row as measured (`prefetch_rows`).
+    /// Lines of a whole row as a distance reads it (`prefetch_rows`).
     row_lines: usize,
     pf_l1: bool,
     pub m: usize,
     /// Linking on codes (`linking_on_codes`): the quantizer a node's own vector is made ready
-    /// with before it measures codes, and the metric it is made ready for.
+    /// with before its distances to codes are computed, and the metric it is made ready for.
     quant: Option<&'a Quantizer>,
     metric: format::Metric,
     /// Where the vectors are read from, if not the storage: a batch's linking reads a
@@ -282,8 +284,8 @@ pub struct Graph<'a> {
     /// ... or a search's walk reads the codes the storage keeps (`on_stored_codes`).
     stored_codes: bool,
     /// The index is short of memory (`index::residency`): prefetch the pages of the rows a node's
-    /// neighbors are measured on (`will_need`), and of the next candidate's list (`lists_cold`),
-    /// to the system before reading them.
+    /// neighbors' distances are computed on (`will_need`), and of the next candidate's list
+    /// (`lists_cold`), to the system before reading them.
     will_need: bool,
     lists_cold: bool,
     /// Candidates layer 0 expands per round (`search_beam`): `beam_width()` while pages are
@@ -299,12 +301,12 @@ impl<'a> Graph<'a> {
         Self::reading(st, metric, limit, &st.geo, None)
     }
 
-    /// A graph whose distances are measured on `copy` (slots below its length) instead of the
+    /// A graph whose distances are computed on `copy` (slots below its length) instead of the
     /// stored vectors: for linking only (the lists are the storage's either way).
-    /// Its rows are measured four at a time whenever they are longer than the prefetched lines
-    /// (a 768-byte row at 384 dimensions, which the search rule leaves to single distances):
-    /// a 2-thread minilm build on the copy took 0.77-0.84x the time of one on the file with
-    /// that, 0.73-1.05x (median 0.98x) without it.
+    /// Its rows get their distances four at a time whenever they are longer than the prefetched
+    /// lines (a 768-byte row at 384 dimensions, which the search rule leaves to single
+    /// distances): without that the copy gains a build nothing (measured:
+    /// `docs/design/half-precision-copy.md`).
     pub fn on_copy(
         st: &'a Storage,
         metric: format::Metric,
@@ -326,9 +328,9 @@ impl<'a> Graph<'a> {
         copy: Option<&'a HalfCopy>,
     ) -> Graph<'a> {
         let ci = cpu::info();
-        // A codes-only storage is measured by the code kernels, whose queries are prepared
-        // (`quant::Prepared` carries the query's own constant): twice the dimensions under
-        // euclidean.
+        // A codes-only storage gets its distances from the code kernels, whose queries are
+        // prepared (`quant::Prepared` carries the query's own constant): twice the dimensions
+        // under euclidean.
         let codes_only = geo.precision == format::Precision::CodesOnly;
         let l2 = metric == format::Metric::Euclidean;
         let k = if codes_only {
@@ -365,9 +367,9 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// A search of an index short of memory: prefetch the pages of the rows it is about to measure
-    /// (`rows`, on the storage only: never a copy or table in memory) and of the lists it is
-    /// about to read (`lists`) to the system first, so that their reads overlap.
+    /// A search of an index short of memory: prefetch the pages of the rows whose distances it
+    /// is about to compute (`rows`, on the storage only: never a copy or table in memory) and of
+    /// the lists it is about to read (`lists`) to the system first, so that their reads overlap.
     pub fn prefetching_pages(mut self, rows: bool, lists: bool) -> Self {
         self.will_need = rows && self.copy.is_none();
         self.lists_cold = lists;
@@ -382,14 +384,14 @@ impl<'a> Graph<'a> {
         self.st.will_need(slot, area);
     }
 
-    /// A graph whose distances are measured on the codes the storage keeps (an index created
+    /// A graph whose distances are computed on the codes the storage keeps (an index created
     /// with codes, whose quantizer is trained: every slot a walk can reach has its code
     /// written), for a search's walk: its queries are `quant::Prepared` values, and its
     /// distances are the metric's up to the prepared query's `bias` (the same for every slot
     /// of one query, so the order is the codes' distance order).
     pub fn on_stored_codes(st: &'a Storage, metric: format::Metric, limit: u32) -> Graph<'a> {
         assert!(st.geo.has_codes(), "a storage without codes");
-        let mut g = Self::reading(st, metric, limit, &st.geo, None).measuring_codes(
+        let mut g = Self::reading(st, metric, limit, &st.geo, None).with_code_kernels(
             metric,
             st.geo.code_row_stride(),
             st.geo.code_bits,
@@ -398,9 +400,9 @@ impl<'a> Graph<'a> {
         g
     }
 
-    /// A graph for linking a batch that measures the storage's codes (trained by `quantizer`,
-    /// written for every slot below `limit`): each node's full vector, read from the storage,
-    /// is made ready for the codes (`prepared`) before it measures them. The lists are the
+    /// A graph for linking a batch on the storage's codes (trained by `quantizer`, written for
+    /// every slot below `limit`): each node's full vector, read from the storage, is made ready
+    /// for the codes (`prepared`) before its distances to them are computed. The lists are the
     /// storage's either way.
     pub fn linking_on_codes(
         st: &'a Storage,
@@ -429,7 +431,7 @@ impl<'a> Graph<'a> {
     }
 
     /// The code kernels of `bits`-bit codes and their query form for rows `stride` bytes apart.
-    fn measuring_codes(mut self, metric: format::Metric, stride: usize, bits: u32) -> Self {
+    fn with_code_kernels(mut self, metric: format::Metric, stride: usize, bits: u32) -> Self {
         let k = crate::quant::code_kernels_bits(bits);
         let l2 = metric == format::Metric::Euclidean;
         (self.kernel, self.kernel4) = if l2 { (k.l2, k.l2_x4) } else { (k.dot, k.dot_x4) };
@@ -545,10 +547,8 @@ impl<'a> Graph<'a> {
 
     /// Ask for the whole rows of `slots` (up to `WHOLE_ROW_LINES` lines each, at least the
     /// CPU's policy): rows that will all be read next, as a rerank's first candidates, and
-    /// not guesses as a walk's neighbors are (ADR-0015's depth is for those). A MiniLM
-    /// `search` loop with 8-bit codes, the rerank's first k + 2 asked for whole (24 lines)
-    /// against not at all, alternating in one process, 12 rounds: 1.08x (1.06-1.33), 8 lines
-    /// 1.06x (0.94-1.14); `search_batch` 1.03x; identical ids.
+    /// not guesses as a walk's neighbors are (ADR-0015's depth is for those), so a rerank's
+    /// reads overlap (measured: `docs/design/quantization.md`).
     pub fn prefetch_rows(&self, slots: impl Iterator<Item = u32>) {
         let lines = self.row_lines.min(WHOLE_ROW_LINES.max(self.pf_lines));
         slots.for_each(|s| cpu::prefetch(self.vector_ptr(s), lines, false));

@@ -11,8 +11,9 @@ impl<'a> Graph<'a> {
     /// Greedy walk on an upper layer: move to the nearest neighbor below `limit` until none is
     /// nearer. The walk moves to every nearer node it meets, so `cur_d` is the least distance
     /// met so far and a node met before (on this layer or above) can never be nearer: it is
-    /// not measured again (visited in `sc`, whose epoch the descent starts). The walk ends
-    /// where it would if it measured every neighbor: same nodes, same order of comparisons.
+    /// not computed again (visited in `sc`, whose epoch the descent starts). The walk ends
+    /// where it would if it computed every neighbor's distance: same nodes, same order of
+    /// comparisons.
     pub(super) fn greedy(
         &self,
         q: &[f32],
@@ -43,7 +44,7 @@ impl<'a> Graph<'a> {
     }
 
     /// The entries of `list` below `limit` not visited yet, into `sc.buf` in list order: marked
-    /// visited, their vectors prefetched, counted as measured.
+    /// visited, their vectors prefetched, counted as distances computed.
     #[inline(always)]
     pub(super) fn gather(&self, list: &[AtomicU32], limit: u32, sc: &mut Scratch) {
         sc.buf.clear();
@@ -91,9 +92,8 @@ impl<'a> Graph<'a> {
     /// `lookahead` (layer 0 only): also prefetch the list of each neighbor that becomes the
     /// nearest candidate when it is found, not only the next candidate's when one is expanded:
     /// the node expanded next is then often that neighbor, whose list was otherwise a cache
-    /// miss. Searches: paired in alternating processes, 0.97-1.26x (median 1.08x) over minilm
-    /// and clustered, file and memory, batch and loop, identical results. Builds don't: with
-    /// ef_construction 200 most such prefetches are wasted and a minilm build took 1.06x as long.
+    /// miss. Searches do; builds don't, since with a large ef_construction most such prefetches
+    /// are wasted (measured: `docs/design/search-path.md`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn search_layer<F: Fn(u32) -> bool>(
         &self,
@@ -182,16 +182,15 @@ impl<'a> Graph<'a> {
     /// the `self.beam` nearest candidates together, so the reads of their lists and then of all
     /// their neighbors' rows are in flight at once, and a query waits a few disk round trips
     /// per round instead of per node. The lists of neighbors nearer than the round's farthest
-    /// expanded node (the next round's likely nodes) are prefetched as soon as they are measured.
+    /// expanded node (the next round's likely nodes) are prefetched as soon as their distances
+    /// are computed.
     /// The same results rule as `search_layer` (the `ef` nearest accepted); it expands more
     /// nodes than one at a time would (a round's later nodes are not held back by what its
     /// first finds), which costs distances, not recall.
     /// Apart from `search_layer`, which shares its start (`begin_layer`) and its gathering
     /// (`gather_more`) but keeps `offer` inline in its own loop: one function for both,
-    /// dispatching on the width, made a 1-thread MiniLM `search_batch` in memory 0.93-0.99x as
-    /// fast (5 pairs of processes, the build before and this one alternating; median 0.95x);
-    /// apart, 0.96-1.04x (6 pairs, median 1.01x); with the shared start and gathering,
-    /// 0.96-1.08x (6 pairs, median 1.00x), identical ids.
+    /// dispatching on the width, slowed searches of an index in memory (measured:
+    /// `docs/design/search-path.md`).
     #[inline(never)]
     fn search_beam<F: Fn(u32) -> bool>(
         &self,
@@ -380,9 +379,9 @@ impl<'a> Graph<'a> {
     }
 }
 
-/// Offer a measured neighbor to a layer search: a candidate (and a result where `accept`) if
-/// the results are short of `ef` or it is nearer than their `bound`, which then follows the
-/// results. Returns whether it was taken.
+/// Offer a neighbor (its distance computed) to a layer search: a candidate (and a result where
+/// `accept`) if the results are short of `ef` or it is nearer than their `bound`, which then
+/// follows the results. Returns whether it was taken.
 #[inline(always)]
 fn offer<F: Fn(u32) -> bool>(
     sc: &mut Scratch,

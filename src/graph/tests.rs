@@ -36,9 +36,9 @@ fn random_index(
     (idx, r)
 }
 
-/// The descent measures each node once but ends where the textbook greedy walk (every
-/// neighbor measured at every hop) ends, with the same path, on short vectors (one at a
-/// time) and long ones (four at a time).
+/// The descent computes each node's distance once but ends where the textbook greedy walk
+/// (every neighbor's distance computed at every hop) ends, with the same path, on short
+/// vectors (one at a time) and long ones (four at a time).
 #[test]
 fn descent_ends_where_the_plain_greedy_walk_ends() {
     for d in [8usize, 300] {
@@ -46,7 +46,7 @@ fn descent_ends_where_the_plain_greedy_walk_ends() {
         let snap = idx.snap();
         let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
         assert!(snap.max_level >= 2, "the test needs upper layers");
-        let mut measured_less = false;
+        let mut computed_fewer = false;
         for _ in 0..200 {
             let q: Vec<f32> = (0..d).map(|_| r()).collect();
             // The textbook walk.
@@ -83,17 +83,18 @@ fn descent_ends_where_the_plain_greedy_walk_ends() {
             assert_eq!((got.1, got.0.to_bits()), (cur, cd.to_bits()), "dims {d}");
             assert_eq!(path, want, "dims {d}");
             assert!(used <= plain);
-            measured_less |= used < plain;
+            computed_fewer |= used < plain;
         }
-        assert!(measured_less, "no node was met twice in 200 descents (dims {d})");
+        assert!(computed_fewer, "no node was met twice in 200 descents (dims {d})");
     }
 }
 
 /// Layer 0 starts from the descent's nearest nodes: the first is where the walk ended, the
-/// rest are the nearest others it measured, and layer 0 measures none of them again. With
-/// ef and k covering the whole graph every node is measured exactly once after the descent.
+/// rest are the nearest others whose distances it computed, and layer 0 computes none of those
+/// again. With ef and k covering the whole graph every node's distance is computed exactly once
+/// after the descent.
 #[test]
-fn layer_zero_starts_from_the_descents_nearest_nodes_without_measuring_them_again() {
+fn layer_zero_starts_from_the_descents_nearest_nodes_without_computing_them_again() {
     let (d, n) = (8usize, 1500usize);
     let (idx, mut r) = random_index(d, n, 0x2545_f491_4f6c_dd1du64, 1);
     let snap = idx.snap();
@@ -108,7 +109,7 @@ fn layer_zero_starts_from_the_descents_nearest_nodes_without_measuring_them_agai
         let descent = with_scratch(|sc| sc.dists);
         let seeds: Vec<(f32, u32)> = start.entries().collect();
         assert_eq!(seeds.len(), SEEDS.min(descent as usize));
-        assert!(seeds.len() > 1, "the test needs a descent that measures more than its end");
+        assert!(seeds.len() > 1, "the test needs a descent that computes more than its end");
         assert!(seeds.windows(2).all(|w| w[0].0 <= w[1].0), "seeds nearest first");
         for &(dd, slot) in &seeds {
             assert_eq!(dd.to_bits(), g.dist(&q, slot).to_bits());
@@ -117,7 +118,11 @@ fn layer_zero_starts_from_the_descents_nearest_nodes_without_measuring_them_agai
             g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, Some(&start));
         let layer0 = with_scratch(|sc| sc.dists);
         assert_eq!(given.len(), n, "every node reached");
-        assert_eq!(layer0 as usize, n - seeds.len(), "a seed was measured again on layer 0");
+        assert_eq!(
+            layer0 as usize,
+            n - seeds.len(),
+            "a seed's distance was computed again on layer 0"
+        );
         let own = g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, None);
         assert_eq!(
             with_scratch(|sc| sc.dists),
@@ -202,13 +207,9 @@ fn without_way_in(idx: &crate::index::Index) -> Vec<u32> {
 /// Small batches after a large one: the nodes their reverse links push out of full lists get
 /// a way in back after each batch (`repair_around`), and the whole graph is walked once the
 /// rows since the last walk add up to 1,000 (each tenth batch here), which leaves every node
-/// reachable. Counting only each batch's own rows left 653 unreachable after the first ten;
-/// walking every tenth batch alone left 110 unreachable after the first batch, 50 of them in
-/// no list at all (`CHASSIS_REPAIR_AROUND=0`). The single adds go to the tail, linked as a
-/// batch each time it is full: they leave every linked node reachable. With the first batch's
-/// slots laid out by 2-means bisection, the first tail's link once left six nodes of the
-/// earlier batches in an island (each with a way in from another of them) until the fourth
-/// tail's walk of the whole graph; `repair_around` now also searches for each node it looks at.
+/// reachable. The single adds go to the tail, linked as a batch each time it is full: they
+/// leave every linked node reachable, islands included (what weaker rules left here:
+/// `docs/design/small-commits.md`).
 #[test]
 fn small_batches_leave_every_node_reachable() {
     use crate::index::{Control, Index, Options};
@@ -243,7 +244,7 @@ fn small_batches_leave_every_node_reachable() {
 }
 
 /// Repair leaves no node without a way in, even where the pruning heuristic leaves many (few
-/// connections, a small beam: 73 unreachable of 17,000 before repair looked past a full list).
+/// connections, a small beam; what an earlier repair left: `docs/design/small-commits.md`).
 /// Oracle: a breadth-first walk of the level-0 lists from the entry point, made here.
 #[test]
 fn a_batch_with_few_connections_leaves_every_node_reachable() {

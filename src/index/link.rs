@@ -30,11 +30,10 @@ impl Index {
         // Then give nodes the pruning left without a way in one. The whole graph is walked
         // (`Linker::repair`, O(slots)) once the rows linked since the last walk reach an eighth
         // of the index, or 1,000 and a sixty-fourth of it: a large batch at once, small ones
-        // together (100 batches of 100 rows into 10,000 vectors at max_connections=8 left 42
-        // nodes unreachable when only large batches counted; the nodes their reverse links
-        // pushed out of full lists, mostly). Every other batch looks at the nodes its links
-        // took out of lists, and at its own (`Linker::repair_around`): at 10,000,000 vectors
-        // a walk took 3 s, every 1,000 single adds.
+        // together, since counting only large batches left the nodes small ones' reverse links
+        // pushed out of full lists unreachable. Every other batch looks at the nodes its links
+        // took out of lists, and at its own (`Linker::repair_around`), since a walk of a large
+        // index takes seconds (measured: `docs/design/small-commits.md`).
         let total = start + n as u64;
         let due = w.unrepaired + n as u64;
         let around = graph::insert::repair_around();

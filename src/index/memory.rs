@@ -18,7 +18,7 @@ pub struct MemoryStats {
     /// Of the vectors (not the codes), bytes in memory now.
     pub resident_vector_bytes: u64,
     /// Slot headers, lists, upper layers and the quantizer: what a search walks besides the
-    /// rows it measures; and of them bytes in memory now.
+    /// rows whose distances it computes; and of them bytes in memory now.
     pub graph_bytes: u64,
     pub resident_graph_bytes: u64,
     /// Whether searches prefetch their next pages (`WILLNEED` advice), the index being short of memory

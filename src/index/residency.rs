@@ -2,27 +2,26 @@
 //! index that is not prefetches its next pages (`WILLNEED` advice) before it reads them.
 //!
 //! A search that faults on a page of the file waits for that read before it knows what to read
-//! next: one disk round trip per page. Prefetching the pages of the neighbors it is about to measure
-//! (`Storage::will_need`, POSIX_FADV_WILLNEED: no wait) puts their reads in flight together, so
-//! a node's expansion waits about one round trip; layer 0 then also expands several candidates
-//! per round (`Graph::prefetching_pages` sets the beam), so a round of them waits about one. The
-//! advice is a system call per page, about 0.3 us here on a page already in memory: more than
-//! a whole distance, so it is given only while the index is short of memory. Whether it is
-//! comes from sampling: at most once a second, the search that finds the last sample stale
-//! asks `mincore` about 64 pages picked at random in each area searches read (codes, vectors,
-//! graph: slot headers, lists and the upper layers), about 0.1 ms in all; an area with 2 or
-//! more of its 64 pages out of memory (about 3%) is cold. An index read in by `warm`, or one
-//! that fits and has been searched long enough, samples warm and searches as before. (ADR-0019
-//! left paging in a node's neighbors from inside every search out, because it slowed the
-//! searches of a file already in memory: this is that, only where the file is not.)
+//! next: one disk round trip per page. Prefetching the pages of the neighbors whose distances it is
+//! about to compute (`Storage::will_need`, POSIX_FADV_WILLNEED: no wait) puts their reads in flight
+//! together, so a node's expansion waits about one round trip; layer 0 then also expands several
+//! candidates per round (`Graph::prefetching_pages` sets the beam), so a round of them waits about
+//! one. The advice is a system call per page, which costs more than a whole distance on a page
+//! already in memory, so it is given only while the index is short of memory. Whether it is comes
+//! from sampling: at most once a second, the search that finds the last sample stale asks `mincore`
+//! about 64 pages picked at random in each area searches read (codes, vectors, graph: slot headers,
+//! lists and the upper layers), a small cost once a second; an area with 2 or more of its 64 pages
+//! out of memory (about 3%) is cold. An index read in by `warm`, or one that fits and has been
+//! searched long enough, samples warm and searches as an index in memory does. (ADR-0019 left
+//! paging in a node's neighbors from inside every search out, because it slowed the searches of a
+//! file already in memory: this is that, only where the file is not.)
 //!
 //! The same sample first asks whether the index is larger than the memory it may use (more than
 //! 3/4 of MemAvailable, or of the process's cgroup limit where lower: `os::memory_available`).
 //! Only then are its mappings marked as read at random (`Storage::set_random`), so that a fault
 //! reads its own page and not read_ahead_kb around it, and only then are pages prefetched. An index
-//! that fits keeps the kernel's read-around: opened cold, MiniLM's 110 MB file gave its 100th
-//! result after 105-147 ms with it and 527-757 ms read at random. See
-//! `docs/design/larger-than-memory.md`.
+//! that fits keeps the kernel's read-around, which brings a file opened cold in several times
+//! faster than reading it at random (measured: `docs/design/larger-than-memory.md`).
 
 use super::*;
 use crate::os;
@@ -43,7 +42,7 @@ const LISTS: u8 = 4;
 /// What a search should prefetch (`WILLNEED`) before reading it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cold {
-    /// What the walk measures: the codes where there are codes, else the vectors.
+    /// What the walk computes distances to: the codes where there are codes, else the vectors.
     pub walk: bool,
     /// The full vectors (the rerank of an index with codes beside them).
     pub vectors: bool,

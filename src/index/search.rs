@@ -14,20 +14,15 @@ use rayon::prelude::*;
 /// graph's bottom layer (`batch_starts`); a smaller one has too little to share.
 const ORDER_MIN: usize = 32;
 
-/// How many of a code walk's best candidates are measured again on the full vectors: the
-/// caller's `rerank`, else at most `min(ef, max(2k, ef / 4))` (`rerank_found` stops early once
-/// the rest cannot enter the k nearest), and never fewer than k. Measured on
-/// MiniLM (`quant::probe`): reranking the whole beam kept the float walk's recall at every ef
-/// from 16 to 128. Reranking the best 2k alone lost nothing at any ef from 16 to 512 (recall to
-/// four places, k=10) on MiniLM, on generated clustered 128-d data (100,000) and 384-d data
-/// (1,000,000); a quarter of the beam beyond that is a margin for data whose codes are coarser.
-/// It was `ef / 2`: a search short of memory reads each reranked vector from the disk.
-/// With 4-bit codes (`coarse`) at most `min(ef, max(8k, ef / 2))`: they rank coarsely on some
-/// data, and `rerank_found` stops well before that where they rank finely (MiniLM: recall
-/// within 0.003 of 8-bit codes at every ef from 16 to 64). On 1,000,000 x 384 generated
-/// clustered vectors at ef 128, reranking the best 20 / 40 / 80 / 120 gave recall 0.840 /
-/// 0.931 / 0.949 / 0.952. The whole beam as the ceiling read 1.24 MiB per query at recall 0.95
-/// under a memory limit of a quarter of the file, against 0.80-0.91.
+/// How many of a code walk's best candidates get their distances computed again on the full
+/// vectors: the caller's `rerank`, else at most `min(ef, max(2k, ef / 4))` (`rerank_found`
+/// stops early once the rest cannot enter the k nearest), and never fewer than k. The best 2k
+/// alone keep the float walk's recall; a quarter of the beam beyond that is a margin for data
+/// whose codes are coarser, kept small because a search short of memory reads each reranked
+/// vector from the disk. With 4-bit codes (`coarse`) at most `min(ef, max(8k, ef / 2))`: they
+/// rank coarsely on some data, and `rerank_found` stops well before that where they rank
+/// finely; the whole beam as the ceiling read more from the disk per query (measured:
+/// `docs/design/quantization.md`).
 pub fn rerank_count(k: usize, ef: usize, rerank: Option<usize>, coarse: bool) -> usize {
     let default = |ef: usize| {
         if coarse {
@@ -39,28 +34,26 @@ pub fn rerank_count(k: usize, ef: usize, rerank: Option<usize>, coarse: bool) ->
     rerank.unwrap_or_else(|| default(ef)).max(k)
 }
 
-/// How far past the widest code error seen a default rerank still looks (see `rerank_found`).
-/// One width (the spread alone) lost 0.001 of recall at k=1 on clustered 128-d data; two lost
-/// nothing anywhere measured.
+/// How far past the widest code error seen a default rerank still looks (see `rerank_found`):
+/// one width lost recall, two lost none (measured: `docs/design/quantization.md`).
 const ERROR_WIDTHS: f32 = 2.0;
 
 /// The k nearest of a code walk's candidates `found` (nearest code first) by their exact
 /// distances (`exact`); `prefetch(slot)` is called before reading a candidate's vector (an index
 /// short of memory asks for the pages then), for candidates in runs so the reads overlap.
 ///
-/// With `adaptive` (no `rerank=` from the caller), measuring stops at the first candidate
+/// With `adaptive` (no `rerank=` from the caller), the rerank stops at the first candidate
 /// beyond k + 1 that cannot enter the k nearest even if its code erred in its favour by the
 /// most favourable error seen so far widened by `ERROR_WIDTHS` times the spread of the errors
 /// seen: `code + lo - w (hi - lo) > kth exact`, where `lo..hi` is the range of `exact - code`
-/// over the candidates measured. The codes' error is per dimension and mostly bounded (half a
+/// over the candidates reranked. The codes' error is per dimension and mostly bounded (half a
 /// step; 4-bit codes also clip each dimension's rarest 1% of values, `QUANTILE_4BIT`, so a few
 /// candidates err by more), so it varies little between neighbours of a query; the spread
 /// learns how much, and `rerank_count` lets the rerank of 4-bit codes go further (up to
 /// `max(8k, ef / 2)`) before the rule stops it. Candidates
-/// come nearest code first, so none after the first that fails could pass either.
-/// Measured (k=10, recall to four places against measuring all of `found`): MiniLM 11.1 to 11.3
-/// vectors measured at ef 16-128 (16-32 before), generated clustered 128-d 14.8-20.6 (16-64),
-/// 1,000,000 x 384 17.1-20.8 (20-48), with k=100 176 (200) and k=1 2.0-2.1 (2-16).
+/// come nearest code first, so none after the first that fails could pass either. It keeps
+/// the recall of the fixed count with fewer vectors read (measured:
+/// `docs/design/quantization.md`).
 fn rerank_found(
     found: &[(f32, u32)],
     k: usize,
@@ -76,7 +69,7 @@ fn rerank_found(
                 .for_each(|&(_, s)| prefetch(s));
         }
     };
-    // The first run: what a rerank of this data usually measures (2k on the sets above).
+    // The first run: what a rerank of this data usually reaches (2k on the sets above).
     let mut prefetched = 2 * k;
     prefetch_run(0, prefetched);
     let mut out: Vec<(f32, u32)> = Vec::with_capacity(found.len());
@@ -125,8 +118,8 @@ thread_local! {
 }
 
 /// `f(values, bias)` on `q` made ready for `quantizer` (`Prepared`), in this thread's buffer:
-/// a search allocates nothing for it once warm (a fresh buffer each query was 1.5% of a MiniLM
-/// search's time, perf).
+/// a search allocates nothing for it once warm (a fresh buffer each query showed in a
+/// profile: `docs/design/quantization.md`).
 fn with_prepared<R>(
     quantizer: &Quantizer,
     metric: Metric,
@@ -180,7 +173,8 @@ impl Index {
     }
 
     /// `search_filtered` on a given snapshot. `rerank`: with codes, how many of the
-    /// walk's best candidates are measured again on the full vectors (see `rerank_count`).
+    /// walk's best candidates get their distances computed again on the full vectors (see
+    /// `rerank_count`).
     pub fn search_in(
         &self,
         snap: &Snap,
@@ -231,7 +225,7 @@ impl Index {
         loop {
             let raw = self.search_slots(snap, q, k, ef, rerank, filter, &bad, start);
             // The results' headers are far apart and each read is a miss: ask for them all
-            // first, so the misses overlap (1.02x on a minilm batch at ef 16-24, paired).
+            // first, so the misses overlap (measured: `docs/design/search-path.md`).
             for &(_, s) in &raw {
                 crate::cpu::prefetch(st.header(s).as_ptr() as *const u8, 1, true);
             }
@@ -264,23 +258,24 @@ impl Index {
         bad: &[u32],
         start: Option<&Start>,
     ) -> Vec<(f32, u32)> {
-        // A codes-only index measures codes everywhere (walk and scans): the query is made
-        // ready for them once, and its constant added to the distances found.
+        // A codes-only index computes distances to codes everywhere (walk and scans): the
+        // query is made ready for them once, and its constant added to the distances found.
         if self.precision() == Precision::CodesOnly {
             let Some(z) = snap.quant.clone() else { return Vec::new() };
             return with_prepared(&z, self.metric(), q, |values, bias| {
-                let mut out = self.search_measured(snap, values, k, ef, None, filter, bad, start);
+                let mut out =
+                    self.search_kernel_query(snap, values, k, ef, None, filter, bad, start);
                 out.iter_mut().for_each(|h| h.0 += bias);
                 out
             });
         }
-        self.search_measured(snap, q, k, ef, rerank, filter, bad, start)
+        self.search_kernel_query(snap, q, k, ef, rerank, filter, bad, start)
     }
 
     /// `search_slots` with `q` as the storage's kernels take it (a codes-only index's: made
     /// ready for the codes, distances without the query's constant).
     #[allow(clippy::too_many_arguments)]
-    fn search_measured(
+    fn search_kernel_query(
         &self,
         snap: &Snap,
         q: &[f32],
@@ -294,7 +289,8 @@ impl Index {
         let visible = snap.slots as u32;
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
-        // Codes beside float vectors: the walk measures codes and the vectors rerank.
+        // Codes beside float vectors: the walk computes distances to codes and the vectors
+        // rerank.
         let rerank_on = snap.quant.as_ref().filter(|_| self.precision() != Precision::CodesOnly);
         // Deleted nodes route but are never returned (the check is skipped when none are).
         let any_deleted = snap.live < snap.slots;
@@ -316,7 +312,7 @@ impl Index {
                 // Short of memory: prefetch pages before reading them (see `residency`).
                 let cold = self.cold(snap);
                 let hits = match rerank_on {
-                    // Walk the codes, then measure the best candidates on the vectors: the
+                    // Walk the codes, then rerank the best candidates on the vectors: the
                     // distances returned are the vectors' own.
                     Some(quantizer) => {
                         let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
@@ -336,7 +332,7 @@ impl Index {
                         });
                         let prefetch = |s: u32| st.will_need(s, Area::Vector);
                         let prefetch = cold.vectors.then_some(&prefetch as &dyn Fn(u32));
-                        // The first k + 2 (about what a rerank measures on MiniLM) come
+                        // The first k + 2 (about what a rerank reaches on MiniLM) come
                         // in together; see `Graph::prefetch_rows`.
                         exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
                         rerank_found(&found, k, rerank.is_none(), prefetch, |s| exact.dist(q, s))
@@ -348,7 +344,7 @@ impl Index {
                 // Fewer than k from the walk with a filter (or rows refused): the exact scan
                 // below, which covers the tail too.
                 let short = hits.len() < k && (filter.is_some() || !bad.is_empty());
-                // The tail (stored, not linked yet: the deferred-linking record) measured
+                // The tail (stored, not linked yet: the deferred-linking record) scanned
                 // whole, at most `TAIL_MAX` rows.
                 let hits = if snap.linked < snap.slots && !short {
                     let tail = (snap.linked as u32..visible).filter(|&s| accept(s));
@@ -510,7 +506,8 @@ impl Index {
         let d = self.dims();
         let st = &snap.st;
         let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-        // The descent measures what the search's walk will: codes, once trained.
+        // The descent computes distances to what the search's walk will: codes, once
+        // trained.
         let g = match snap.quant {
             Some(_) => Graph::on_stored_codes(st, self.metric(), limit),
             None => Graph::new(st, self.metric(), limit),
@@ -553,7 +550,7 @@ impl Index {
 
 #[cfg(test)]
 mod tests {
-    //! `rerank_found` against its oracle: every candidate measured and sorted by exact distance.
+    //! `rerank_found` against its oracle: every candidate reranked and sorted by exact distance.
     use super::*;
     use std::cell::RefCell;
 
@@ -579,21 +576,21 @@ mod tests {
         all
     }
 
-    /// (results, slots measured in order, slots prefetched in order).
+    /// (results, slots reranked in order, slots prefetched in order).
     fn run(
         found: &[(f32, u32)],
         exact: &[f32],
         k: usize,
         adaptive: bool,
     ) -> (Vec<(f32, u32)>, Vec<u32>, Vec<u32>) {
-        let (measured, prefetched) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
+        let (reranked, prefetched) = (RefCell::new(Vec::new()), RefCell::new(Vec::new()));
         let prefetch = |s: u32| prefetched.borrow_mut().push(s);
         let out = rerank_found(found, k, adaptive, Some(&prefetch), |s| {
-            assert!(prefetched.borrow().contains(&s), "slot {s} measured before it was prefetched");
-            measured.borrow_mut().push(s);
+            assert!(prefetched.borrow().contains(&s), "slot {s} reranked before it was prefetched");
+            reranked.borrow_mut().push(s);
             exact[s as usize]
         });
-        (out, measured.into_inner(), prefetched.into_inner())
+        (out, reranked.into_inner(), prefetched.into_inner())
     }
 
     #[test]
@@ -604,36 +601,36 @@ mod tests {
             found.iter().for_each(|&(c, s)| e[s as usize] = c + 0.25);
             e
         };
-        let (out, measured, _) = run(&found, &exact, 10, true);
+        let (out, reranked, _) = run(&found, &exact, 10, true);
         assert_eq!(out, oracle(&found, &exact, 10));
-        assert_eq!(measured.len(), 11);
+        assert_eq!(reranked.len(), 11);
     }
 
     #[test]
-    fn adaptive_stops_only_where_the_rule_says_and_keeps_the_nearest_measured() {
+    fn adaptive_stops_only_where_the_rule_says_and_keeps_the_nearest_reranked() {
         let (k, w) = (10, ERROR_WIDTHS);
         let mut early = 0;
         for seed in 0..500 {
             // Errors from far below the gaps to several gaps wide.
             let err = 0.002 * (1 + seed % 25) as f32;
             let (found, exact) = candidates(48, 0.01, err, seed);
-            let (out, measured, prefetched) = run(&found, &exact, k, true);
-            // What was measured is a prefix of `found`, and every candidate was prefetched once.
-            let prefix: Vec<u32> = found[..measured.len()].iter().map(|c| c.1).collect();
-            assert_eq!(measured, prefix);
-            let mut all_named = prefetched.clone();
-            all_named.sort_unstable();
-            all_named.dedup();
-            assert_eq!(all_named.len(), prefetched.len());
-            // The results: the k nearest of what was measured, at their exact distances.
-            assert_eq!(out, oracle(&found[..measured.len()], &exact, k));
-            if measured.len() < found.len() {
+            let (out, reranked, prefetched) = run(&found, &exact, k, true);
+            // What was reranked is a prefix of `found`, and every candidate was prefetched once.
+            let prefix: Vec<u32> = found[..reranked.len()].iter().map(|c| c.1).collect();
+            assert_eq!(reranked, prefix);
+            let mut all_prefetched = prefetched.clone();
+            all_prefetched.sort_unstable();
+            all_prefetched.dedup();
+            assert_eq!(all_prefetched.len(), prefetched.len());
+            // The results: the k nearest of what was reranked, at their exact distances.
+            assert_eq!(out, oracle(&found[..reranked.len()], &exact, k));
+            if reranked.len() < found.len() {
                 early += 1;
                 // It stopped where the rule holds, and nowhere before it.
                 let (mut lo, mut hi, mut best) = (f32::INFINITY, f32::NEG_INFINITY, Vec::new());
                 for (i, &(code, s)) in found.iter().enumerate() {
                     let stop = i > k && code + lo - w * (hi - lo) > best[k - 1];
-                    assert_eq!(stop, i == measured.len(), "seed {seed}: candidate {i}");
+                    assert_eq!(stop, i == reranked.len(), "seed {seed}: candidate {i}");
                     if stop {
                         break;
                     }
@@ -652,10 +649,10 @@ mod tests {
     }
 
     #[test]
-    fn a_caller_s_count_is_measured_whole() {
+    fn a_caller_s_count_is_reranked_whole() {
         let (found, exact) = candidates(30, 0.01, 0.0, 7);
-        let (out, measured, prefetched) = run(&found, &exact, 10, false);
-        assert_eq!(measured.len(), 30);
+        let (out, reranked, prefetched) = run(&found, &exact, 10, false);
+        assert_eq!(reranked.len(), 30);
         assert_eq!(prefetched.len(), 30);
         assert_eq!(out, oracle(&found, &exact, 10));
     }

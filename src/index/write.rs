@@ -8,17 +8,16 @@ use crate::graph::{self, locality};
 use crate::storage::lists;
 use rayon::prelude::*;
 
-/// The most rows a tail holds (the deferred-linking record): a search scans it whole, which
-/// cost 0.031-0.034 ms per query at 1,024 rows of 384 dimensions and 0.13-0.21 ms at 4,096
-/// (float32, half, int8; one thread). At 256 it costs a search about 0.01 ms, and a call that
-/// finds it full links 256 rows as one batch (about 0.15 s at 10,000,000 x 384).
+/// The most rows a tail holds: a search scans it whole, so it stays a small share of a
+/// search, and a call that finds it full links it as one batch, so it stays a short pause
+/// (measured: `docs/design/deferred-linking.md`).
 pub const TAIL_MAX: u64 = 256;
 const _: () = assert!(TAIL_MAX <= format::MAX_TAIL);
 /// The largest batch stored as the tail instead of linked in the call.
 const DEFER_MAX: u64 = TAIL_MAX / 4;
 
-/// `CHASSIS_DEFER_LINK=0`: every add links before it returns, as before the tail (to measure
-/// what it gives).
+/// `CHASSIS_DEFER_LINK=0`: every add links before it returns, with no tail (to measure what
+/// the tail gives).
 fn defer_on() -> bool {
     crate::tuning::get().defer_link.unwrap_or(true)
 }

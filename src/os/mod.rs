@@ -63,7 +63,7 @@ mod windows;
 use windows as sys;
 
 /// Whether `fadvise_willneed` asks the system for anything (Linux only): searches of an index
-/// short of memory name their next pages with it (`index::residency`).
+/// short of memory prefetch their next pages with it (`index::residency`).
 pub const WILL_NEED: bool = cfg!(target_os = "linux");
 
 pub use sys::{

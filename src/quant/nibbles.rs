@@ -1,12 +1,11 @@
 //! 4-bit codes: their layout, and the distances of a prepared f32 query to them.
 //!
 //! Why: an index larger than memory walks its codes and its level-0 lists; what must stay in
-//! memory for a search not to wait on the disk is those two. At 1,000,000 x 384 the 8-bit codes
-//! are 366 MiB and the lists 130 MiB: 94% of a memory limit of a quarter of an int8 file (528
-//! MiB), so the codes do not stay (see `docs/design/larger-than-memory.md`). 4-bit codes are
-//! 183 MiB. They rank coarsely (16 levels per dimension), so a search reranks more candidates
-//! on the full vectors; the rerank's stopping rule (`rerank_found`) sees their larger errors
-//! and goes on further by itself.
+//! memory for a search not to wait on the disk is those two, and under a memory limit of a
+//! quarter of an int8 file 8-bit codes and lists together do not fit, where 4-bit codes, half
+//! the bytes, do (measured: `docs/design/quantization.md`). They rank coarsely (16 levels per
+//! dimension), so a search reranks more candidates on the full vectors; the rerank's stopping
+//! rule (`rerank_found`) sees their larger errors and goes on further by itself.
 //!
 //! **Layout.** Dimensions go in blocks of 32, each block 16 bytes: byte `16 b + j` holds
 //! dimension `32 b + j` in its low nibble and dimension `32 b + 16 + j` in its high one (zero

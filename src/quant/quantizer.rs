@@ -6,9 +6,8 @@
 //! `/ 15` for 4 bits).
 //! With `q = 1` the ends are the minimum and the maximum; a smaller `q` gives up the rarest
 //! values at each end (they are clipped to the nearest code, and counted) for a finer step
-//! everywhere else. Per dimension rather than one range for all: embedding dimensions differ in
-//! spread (on MiniLM the widest dimension's range is several times the median one's), and one
-//! range would give the narrow ones only a few codes.
+//! everywhere else. Per dimension rather than one range for all: embedding dimensions differ
+//! severalfold in spread, and one range would give the narrow ones only a few codes.
 
 use crate::error::{Error, Result};
 
@@ -16,15 +15,14 @@ use crate::error::{Error, Result};
 pub const LEVELS: f32 = 255.0;
 
 /// The quantile 4-bit codes learn their ranges at. With 16 levels the extremes cost every other
-/// value a coarser step: on generated clustered data (200,000 x 384) the 40 nearest by 4-bit
-/// codes held 0.869 of the true 10 nearest with the full range, 0.951 at 0.999, 0.970 at 0.99,
-/// 0.977 at 0.98 and 0.954 at 0.95; on MiniLM the top 20 held 0.998-1.000 at all of these.
+/// value a coarser step, and ranges a little inside them rank clustered data far better
+/// (measured: `docs/design/quantization.md`).
 pub const QUANTILE_4BIT: f64 = 0.99;
 
 /// Rows a quantile range is learned from at most (evenly spread over the rows given): each
 /// dimension's values are held together to select its quantiles, so this bounds that copy
-/// (30 MB at 384 dimensions, where 100,000 rows took 150 MB). At 20,000 rows the 0.99
-/// quantile is the 200th value from each end. A full range (quantile 1) sees every row.
+/// (30 MB at 384 dimensions). At 20,000 rows the 0.99 quantile is the 200th value from each
+/// end. A full range (quantile 1) sees every row.
 pub const QUANTILE_ROWS: usize = 20_000;
 
 /// The stored form's magics (8-bit and 4-bit codes) and the length of its head (magic, dims).
@@ -101,7 +99,8 @@ impl Quantizer {
         }
         // Dimension-major: each dimension's values together, for selecting its quantiles. The
         // full range (quantile 1) needs only each dimension's minimum and maximum, kept as the
-        // rows stream by (on MiniLM's 45,056 rows, 0.25 s for the columns, which a build paid).
+        // rows stream by rather than gathered in columns, which cost a build's training most
+        // of its time (measured: `docs/design/quantization.md`).
         let full = quantile == 1.0;
         let rows = rows.into_iter();
         // Quantiles: every `every`-th row (the callers' iterators know their length), in

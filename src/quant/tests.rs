@@ -87,7 +87,7 @@ fn grouped_code_kernels_give_bitwise_the_single_kernels_distances() {
 }
 
 #[test]
-fn a_prepared_query_measures_the_decoded_vector_exactly_for_every_metric() {
+fn a_prepared_query_gives_the_distance_to_the_decoded_vector_exactly_for_every_metric() {
     // Oracle: the float distance from the query to the vector the code stands for.
     let dims = 77;
     let rows: Vec<Vec<f32>> = (0..300).map(|r| data(dims, 1000 + r, -0.3, 0.5)).collect();
@@ -369,7 +369,7 @@ fn grouped_4bit_kernels_give_bitwise_the_single_kernels_distances() {
 }
 
 #[test]
-fn a_4bit_code_is_within_half_a_step_inside_the_range_and_a_prepared_query_measures_it() {
+fn a_4bit_code_is_within_half_a_step_inside_the_range_and_a_prepared_query_gives_its_distance() {
     // Oracles: the value each code stands for, recomputed from offset and step; the float
     // distance from the query to the decoded vector.
     for dims in [1, 31, 33, 77, 384] {

@@ -642,9 +642,9 @@ impl Storage {
     pub fn read_header_bytes(file: &File, path: &Path) -> Result<Vec<u8>> {
         // What a copy's checksum covers: the fixed fields and the region table, within the
         // first page for tables of up to 165 regions. So the first page of each copy is read
-        // (both asked for at once), and the rest of a copy only when its table is longer.
-        // Opening an evicted file, the two 4 KiB reads took 0.27 ms against 0.81 ms for one
-        // read of both whole copies (128 KiB: the kernel reads around it too), medians of 15.
+        // (both asked for at once), and the rest of a copy only when its table is longer:
+        // one read of both whole copies makes the kernel read around them too (measured:
+        // `docs/design/scale.md`).
         const FIRST: usize = 4096;
         let len = file.metadata().map_err(|e| Error::io(e, "reading", path))?.len();
         let end = len.min(2 * HEADER_COPY_SIZE as u64) as usize;

@@ -4,10 +4,9 @@
 //! links back from the nodes linked after it). In the file's mapping every such write to a
 //! page the kernel has written back since makes the page dirty again, with a fault to make it
 //! writable. Once a build's dirty pages pass the kernel's background threshold (a tenth of
-//! memory), writeback never stops: a 10,000,000 x 384 half-precision build (a 9.2 GB file,
-//! 23 GiB of memory) had written 1.1 TB, 120 times the file, and spent a quarter of its CPU
-//! time in the kernel when it was stopped at 70%. Held here, the lists cost 4 bytes per entry
-//! of anonymous memory (1.3 GiB at 10M, M=16) and reach the file in one pass, in order.
+//! memory), writeback never stops, and a build of ten million vectors writes the file many
+//! times over (measured: `docs/design/scale.md`). Held here, the lists cost 4 bytes per entry
+//! of anonymous memory and reach the file in one pass, in order.
 //!
 //! While a shadow is in place, `Storage::l0` of its slots answers from it. Nothing but the
 //! batch reads those slots: they lie past the published count, which every search stops at
@@ -15,7 +14,7 @@
 //! who links the batch. A buffer is never unmapped while the storage lives: when a batch is
 //! done its memory is given back (`AlignedMap::discard`, the addresses then read zeros) and a
 //! larger batch maps a new one, so no reference into a shadow can dangle. Linux only (where
-//! memory can be given back so); elsewhere the lists are written in place, as before.
+//! memory can be given back so); elsewhere the lists are written in place.
 
 use super::Storage;
 use crate::format::HUGE_PAGE;
@@ -23,8 +22,8 @@ use crate::os::AlignedMap;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 
-/// Batches of fewer rows write their lists in place: the buffer would be small and its copy
-/// all the gain (a batch of 65,536 rows at M=16 has 8.9 MB of lists).
+/// Batches of fewer rows write their lists in place: their lists are small (a few MB), and
+/// copying them would cost all the gain (`docs/design/scale.md`).
 pub const SHADOW_MIN: u64 = 65_536;
 
 #[derive(Default)]
