@@ -9,19 +9,26 @@
 * ``clustered_data``: seeded Gaussian-cluster data; ``vecs``: seeded standard-normal vectors;
 * ``run_python`` / ``dump_index``: run a script in a fresh interpreter that imports the same
   ``chassis`` as the tests, and read back an index's whole state from such a process;
+* ``killed_child``, ``wait_for``, ``read_log``, ``flush_candidates``, ``child_module``: the
+  SIGKILL harness of tests/test_kill*.py and the reader processes' tests;
 * the ``--kills N`` command-line option used by tests/test_kill.py;
 * the hypothesis profile (``deadline=None``, modest ``max_examples``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import chassis
 import numpy as np
@@ -444,3 +451,93 @@ def assert_has_help(exc: BaseException) -> None:
     assert len(lines) >= 2, f"message has no second line: {text!r}"
     assert lines[0].strip(), f"first line of the message is empty: {text!r}"
     assert lines[1].startswith("help:"), f"second line does not start with 'help:': {text!r}"
+
+
+# --------------------------------------------------------------------------- killed children
+def child_module(folder: Path, name: str, source: str) -> tuple[ModuleType, Path]:
+    """A child program's `source` written to `folder/name.py` and loaded in this process too,
+    so that the test and its child share one definition of the plan (module, script)."""
+    script = folder / f"{name}.py"
+    script.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, script
+
+
+def read_log(log: Path) -> list[str]:
+    """The complete lines of a child's log (a line still being written is left out)."""
+    try:
+        text = log.read_text()
+    except FileNotFoundError:
+        return []
+    return text[: text.rfind("\n") + 1].splitlines()
+
+
+@contextlib.contextmanager
+def killed_child(argv: list[str]) -> Iterator[subprocess.Popen]:
+    """Run `argv` (its stderr kept) for the body of the `with`, then SIGKILL it: the body waits
+    for the moment to kill at. Fails when the child ends on its own first, or dies of anything
+    but the SIGKILL."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+    )
+    try:
+        yield proc
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"child ended on its own ({describe_returncode(proc.returncode)})\n"
+                f"{proc.stderr.read().decode(errors='replace')[-4000:]}"
+            )
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, describe_returncode(proc.returncode)
+
+
+def wait_for(
+    proc: subprocess.Popen,
+    log: Path,
+    ready: Callable[[list[str]], bool],
+    what: str,
+    timeout: float = 120.0,
+    poll: float = 0.001,
+) -> list[str]:
+    """Poll a `killed_child`'s log until ``ready(lines)`` or the child logged DONE; fail if the
+    child died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = read_log(log)
+        if ready(lines) or "DONE" in lines:
+            return lines
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"child ended on its own ({describe_returncode(proc.returncode)}) before {what}; "
+                f"log tail {lines[-5:]}\n--- stderr ---\n"
+                f"{proc.stderr.read().decode(errors='replace')[-4000:]}"
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"gave up waiting for {what}; log tail {lines[-5:]}")
+        time.sleep(poll)
+
+
+def flush_candidates(lines: list[str]) -> list[int]:
+    """The flushes a killed child's log allows the file to be at: its last completed flush (END
+    j), and the next one when it had begun (BEGIN j+1). The log must show the index opened and
+    no id other than the contract says (MISMATCH)."""
+    assert "OPENED" in lines
+    mismatches = [x for x in lines if x.startswith("MISMATCH")]
+    assert not mismatches, f"the index assigned other ids than the contract says: {mismatches}"
+    ended = [int(x.split()[1]) for x in lines if x.startswith("END ")]
+    begun = [int(x.split()[1]) for x in lines if x.startswith("BEGIN ")]
+    last_end = max(ended, default=0)
+    return [last_end] + ([last_end + 1] if (last_end + 1) in begun else [])

@@ -22,12 +22,8 @@ The number of randomised trials is ``--kills N`` (default 30).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import random
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,10 +36,13 @@ from conftest import (
     assert_bit_identical,
     assert_child_ok,
     assert_exact_knn,
-    child_env,
-    describe_returncode,
+    child_module,
+    flush_candidates,
+    killed_child,
+    read_log,
     run_python,
     to_half,
+    wait_for,
 )
 
 pytestmark = [
@@ -239,42 +238,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kill-harness")
-    script = d / "chassis_kill_child.py"
-    script.write_text(KILL_CHILD)
-    spec = importlib.util.spec_from_file_location("chassis_kill_child", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, script
-
-
-def read_log(log: Path) -> list[str]:
-    """The complete lines of the child's log (a line still being written is left out)."""
-    try:
-        text = log.read_text()
-    except FileNotFoundError:
-        return []
-    return text[: text.rfind("\n") + 1].splitlines()
-
-
-def wait_for(
-    proc: subprocess.Popen, log: Path, ready, what: str, timeout: float = 120.0
-) -> list[str]:
-    """Poll the log until ``ready(lines)`` or the child logged DONE; fail if the child died."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = read_log(log)
-        if ready(lines) or "DONE" in lines:
-            return lines
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"child ended on its own ({describe_returncode(proc.returncode)}) before {what}; "
-                f"log tail {lines[-5:]}\n--- stderr ---\n{proc.stderr.read().decode(errors='replace')[-4000:]}"
-            )
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"gave up waiting for {what}; log tail {lines[-5:]}")
-        time.sleep(0.001)
+    return child_module(tmp_path_factory.mktemp("kill-harness"), "chassis_kill_child", KILL_CHILD)
 
 
 def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
@@ -291,7 +255,7 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
     with VectorIndex(path, DIMS, module.options(precision)):
         pass  # the file exists (empty, flushed) before the child starts
 
-    proc = subprocess.Popen(
+    with killed_child(
         [
             sys.executable,
             str(script),
@@ -302,13 +266,8 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
             precision,
             mode,
             str(stop),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-    )
-    try:
+        ]
+    ) as proc:
         if kind in ("random", "with"):
             wait_for(proc, log, lambda ls: "OPENED" in ls, "OPENED")
             time.sleep(rnd.uniform(0.0, 1.5))
@@ -328,27 +287,9 @@ def run_trial(harness, tmp_path: Path, trial: int, kind: str) -> dict:
         elif kind == "close":
             wait_for(proc, log, lambda ls: "CLOSE_BEGIN" in ls, "CLOSE_BEGIN")
             time.sleep(rnd.choice([0.0, 0.0, rnd.uniform(0.0, 0.002)]))
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"child ended on its own ({describe_returncode(proc.returncode)})\n"
-                f"{proc.stderr.read().decode(errors='replace')[-4000:]}"
-            )
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, describe_returncode(proc.returncode)
 
     lines = read_log(log)
-    assert "OPENED" in lines
-    mismatches = [x for x in lines if x.startswith("MISMATCH")]
-    assert not mismatches, f"the index assigned other ids than the contract says: {mismatches}"
-    ended = [int(x.split()[1]) for x in lines if x.startswith("END ")]
-    begun = [int(x.split()[1]) for x in lines if x.startswith("BEGIN ")]
-    last_end = max(ended, default=0)
-    candidates = [last_end] + ([last_end + 1] if (last_end + 1) in begun else [])
+    candidates = flush_candidates(lines)
 
     ops = ops_all[:stop]
     all_ids, all_vecs, counts, total = module.flatten(ops)

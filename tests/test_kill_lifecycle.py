@@ -32,12 +32,11 @@ import os
 import pickle
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import conftest
 import numpy as np
 import pytest
 from chassis import IndexOptions, VectorIndex
@@ -45,9 +44,10 @@ from conftest import (
     assert_bit_identical,
     assert_child_ok,
     assert_exact_knn,
-    child_env,
     clustered_data,
-    describe_returncode,
+    flush_candidates,
+    killed_child,
+    read_log,
     run_python,
 )
 
@@ -269,29 +269,9 @@ def pytest_generate_tests(metafunc):
 
 
 # --------------------------------------------------------------------------- harness
-def read_log(log: Path) -> list[str]:
-    try:
-        text = log.read_text()
-    except FileNotFoundError:
-        return []
-    return text[: text.rfind("\n") + 1].splitlines()
-
-
-def wait_for(proc, log, ready, what, timeout=120.0) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = read_log(log)
-        if ready(lines) or "DONE" in lines:
-            return lines
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"child ended on its own ({describe_returncode(proc.returncode)}) before {what}; log tail "
-                f"{lines[-5:]}\n--- stderr ---\n{proc.stderr.read().decode(errors='replace')[-4000:]}"
-            )
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"gave up waiting for {what}; log tail {lines[-5:]}")
-        time.sleep(0.0005)
+def wait_for(*args, **kwargs) -> list[str]:
+    """conftest.wait_for with this harness's finer polling (every half millisecond)."""
+    return conftest.wait_for(*args, poll=0.0005, **kwargs)
 
 
 def run_trial(templates, tmp_path: Path, trial: int) -> dict:
@@ -313,14 +293,9 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
     with open(plan_file, "wb") as f:
         pickle.dump(rounds, f)
 
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), str(dest), str(log), str(plan_file), kind],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=child_env(),
-    )
-    try:
+    with killed_child(
+        [sys.executable, "-c", CHILD, str(path), str(dest), str(log), str(plan_file), kind]
+    ) as proc:
         if kind == "delete":
             j = rnd.randint(1, n_rounds)
             if rnd.random() < 0.5:
@@ -358,27 +333,9 @@ def run_trial(templates, tmp_path: Path, trial: int) -> dict:
         else:
             wait_for(proc, log, lambda ls: "BK_BEGIN 2" in ls, "BK_BEGIN 2")
             time.sleep(rnd.uniform(0.0, 0.25))
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"child ended on its own ({describe_returncode(proc.returncode)})\n"
-                f"{proc.stderr.read().decode(errors='replace')[-4000:]}"
-            )
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=60)
-        proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, describe_returncode(proc.returncode)
 
     lines = read_log(log)
-    assert "OPENED" in lines
-    mismatches = [x for x in lines if x.startswith("MISMATCH")]
-    assert not mismatches, mismatches
-    ended = [int(x.split()[1]) for x in lines if x.startswith("END ")]
-    begun = [int(x.split()[1]) for x in lines if x.startswith("BEGIN ")]
-    last_end = max(ended, default=0)
-    candidates = [last_end] + ([last_end + 1] if (last_end + 1) in begun else [])
+    candidates = flush_candidates(lines)
     before = sorted(os.listdir(tmp_path))
     dest_existed = dest.exists()
     left_compacting = [f for f in before if f.startswith(f".{INDEX_NAME}.compacting-")]

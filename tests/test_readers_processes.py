@@ -13,7 +13,6 @@ assertion is about timing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -34,8 +33,10 @@ from chassis import (
 from conftest import (
     assert_bit_identical,
     child_env,
+    child_module,
     describe_returncode,
     exact_search,
+    read_log,
 )
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and SIGKILL")
@@ -225,12 +226,7 @@ PROC_POOL = 60_000
 @pytest.fixture
 def child(tmp_path):
     """(the child module loaded in this process, the path of its script)."""
-    script = tmp_path / "chassis_readers_child.py"
-    script.write_text(CHILD)
-    spec = importlib.util.spec_from_file_location("chassis_readers_child", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, script
+    return child_module(tmp_path, "chassis_readers_child", CHILD)
 
 
 class Children:
@@ -296,15 +292,6 @@ def children(tmp_path):
         yield c
     finally:
         c.cleanup()
-
-
-def read_log(log: Path) -> list[str]:
-    """The complete lines of a child's log (a line still being written is left out)."""
-    try:
-        text = log.read_text()
-    except FileNotFoundError:
-        return []
-    return text[: text.rfind("\n") + 1].splitlines()
 
 
 def wait_until(cond, what: str, procs=(), children_=None, timeout: float = 60.0) -> None:
