@@ -22,18 +22,14 @@ import numpy as np
 import pytest
 from chassis import (
     ChassisError,
-    CorruptIndexError,
     DimensionMismatchError,
     IdInUseError,
-    IdNotFoundError,
     IndexClosedError,
-    IndexFullError,
     IndexLockedError,
     IndexNotFoundError,
     IndexOptions,
     InvalidArgumentError,
     InvalidPathError,
-    NotAnIndexError,
     OptionsMismatchError,
     ReadOnlyError,
     SearchResult,
@@ -51,19 +47,19 @@ def search_state(index: VectorIndex, queries: np.ndarray, k: int = 5) -> list:
 
 # =========================================================================== errors
 ERROR_BASES = {
-    InvalidArgumentError: ValueError,
-    DimensionMismatchError: ValueError,
-    OptionsMismatchError: ValueError,
-    NotAnIndexError: ValueError,
-    IdInUseError: ValueError,
-    IndexClosedError: ValueError,
-    IndexNotFoundError: FileNotFoundError,
-    IndexLockedError: OSError,
-    CorruptIndexError: OSError,
-    InvalidPathError: OSError,
-    IndexFullError: OSError,
-    IdNotFoundError: KeyError,
-    ReadOnlyError: io.UnsupportedOperation,
+    chassis.InvalidArgumentError: ValueError,
+    chassis.DimensionMismatchError: ValueError,
+    chassis.OptionsMismatchError: ValueError,
+    chassis.NotAnIndexError: ValueError,
+    chassis.IdInUseError: ValueError,
+    chassis.IndexClosedError: ValueError,
+    chassis.IndexNotFoundError: FileNotFoundError,
+    chassis.IndexLockedError: OSError,
+    chassis.CorruptIndexError: OSError,
+    chassis.InvalidPathError: OSError,
+    chassis.IndexFullError: OSError,
+    chassis.IdNotFoundError: KeyError,
+    chassis.ReadOnlyError: io.UnsupportedOperation,
 }
 
 

@@ -11,56 +11,21 @@ in any process while it is written, `IndexOptions` holds construction and search
 The API is a superset of chassisdb 0.10.0's: switching is a change of import.
 """
 
-from chassis._chassis import (
-    ArgumentTypeError,
-    ChassisError,
-    CorruptIndexError,
-    DimensionMismatchError,
-    IdInUseError,
-    IdNotFoundError,
-    IndexClosedError,
-    IndexFullError,
-    IndexLockedError,
-    IndexNotFoundError,
-    InvalidArgumentError,
-    InvalidPathError,
-    NotAnIndexError,
-    OptionsMismatchError,
-    ReadOnlyError,
-    SearchResult,
-    Snapshot,
-    StorageError,
-    VectorIndex,
-    __version__,
-    cpu_info,
-)
+from chassis import exceptions
+from chassis._chassis import SearchResult, Snapshot, VectorIndex, __version__, cpu_info
 from chassis._check import Check
 from chassis._options import IndexOptions
 from chassis._reader import IndexReader
+from chassis.exceptions import *  # noqa: F403 (the error classes, listed there)
 
 __all__ = [
-    "ArgumentTypeError",
-    "ChassisError",
     "Check",
-    "CorruptIndexError",
-    "DimensionMismatchError",
-    "IdInUseError",
-    "IdNotFoundError",
-    "IndexClosedError",
-    "IndexFullError",
-    "IndexLockedError",
-    "IndexNotFoundError",
     "IndexOptions",
     "IndexReader",
-    "InvalidArgumentError",
-    "InvalidPathError",
-    "NotAnIndexError",
-    "OptionsMismatchError",
-    "ReadOnlyError",
     "SearchResult",
     "Snapshot",
-    "StorageError",
     "VectorIndex",
     "__version__",
     "cpu_info",
 ]
+__all__ += exceptions.__all__

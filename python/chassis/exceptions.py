@@ -1,6 +1,6 @@
 """The exception classes, also importable from here (as from ``chassisdb.exceptions``)."""
 
-from chassis._chassis import (  # noqa: F401
+from chassis._chassis import (
     ArgumentTypeError,
     ChassisError,
     CorruptIndexError,
@@ -18,3 +18,22 @@ from chassis._chassis import (  # noqa: F401
     ReadOnlyError,
     StorageError,
 )
+
+__all__ = [
+    "ArgumentTypeError",
+    "ChassisError",
+    "CorruptIndexError",
+    "DimensionMismatchError",
+    "IdInUseError",
+    "IdNotFoundError",
+    "IndexClosedError",
+    "IndexFullError",
+    "IndexLockedError",
+    "IndexNotFoundError",
+    "InvalidArgumentError",
+    "InvalidPathError",
+    "NotAnIndexError",
+    "OptionsMismatchError",
+    "ReadOnlyError",
+    "StorageError",
+]
