@@ -51,7 +51,8 @@ def read_bin(path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True) -> np.
     Returns
     -------
     numpy.ndarray
-        (n, d) values of `dtype`.
+        (n, d) values of `dtype`: a read-only `np.memmap` from byte 8, or with ``mmap=False``
+        an array in memory.
 
     Raises
     ------
@@ -100,10 +101,8 @@ def read_bin(path: _PathLike, dtype: npt.DTypeLike, *, mmap: bool = True) -> np.
 def write_bin(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> None:
     """Write an (n, d) array as a big-ann file: uint32 n, uint32 d, then the values as `dtype`.
 
-    Values are converted to `dtype`: to an integer type only when every value fits (floats are
-    refused), to a float type from any numeric type (rounded to its precision; a finite value
-    beyond its range is refused rather than made infinite). The file is
-    replaced.
+    The values are converted as `write_vecs` converts them (never a float to an integer type,
+    never a value out of range, never a finite value made infinite); the file is replaced.
 
     Parameters
     ----------

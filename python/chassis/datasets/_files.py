@@ -285,7 +285,7 @@ def load_folder(path: _PathLike) -> Dataset:
     Parameters
     ----------
     path : str or os.PathLike
-        The folder.
+        The folder, of any of the layouts above.
 
     Returns
     -------

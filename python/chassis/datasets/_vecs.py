@@ -110,8 +110,7 @@ def write_vecs(path: _PathLike, array: npt.ArrayLike, dtype: npt.DTypeLike) -> N
 
     Values are converted to `dtype`: to an integer type only when every value fits (floats are
     refused), to a float type from any numeric type (rounded to its precision; a finite value
-    beyond its range is refused rather than made infinite). The file is
-    replaced.
+    beyond its range is refused rather than made infinite). The file is replaced.
 
     Parameters
     ----------
