@@ -34,22 +34,10 @@ from typing import Any
 import chassis
 import numpy as np
 from chassis import _chassis, datasets
-from chassis._bench import (
-    TARGETS,
-    fmt,
-    machine_info,
-    qps_at_targets,
-    ratio,
-    sweep_points,
-    table,
-)
+from chassis._bench import TARGETS, fmt, machine_info, qps_at_targets, ratio, sweep_points, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
-    add_json_option,
-    write_results,
-)
+from toolkit import MINILM, add_json_option, write_results  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:

@@ -68,15 +68,7 @@ from chassis._bench import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
-    MiB,
-    add_json_option,
-    child_script,
-    evict_file,
-    log,
-    write_results,
-)
+from toolkit import MINILM, MiB, add_json_option, child_script, evict_file, log, write_results  # noqa: E402
 
 TARGETS = (0.90, 0.95)
 

@@ -94,15 +94,7 @@ from chassis._bench import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from placement_numa import bench_numa, numa_info, pct, shares  # noqa: E402
-from toolkit import (  # noqa: E402
-    MINILM,
-    MiB,
-    add_json_option,
-    csv,
-    evict_file,
-    log,
-    write_results,
-)
+from toolkit import MINILM, MiB, add_json_option, csv, evict_file, log, write_results  # noqa: E402
 
 BALANCED_MIN = 16_384  # batches from this size are spread by balanced placement (src/index.rs)
 CHASSIS_VARIANTS = ("file", "balanced", "local")

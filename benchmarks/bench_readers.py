@@ -47,21 +47,10 @@ from typing import Any
 
 import numpy as np
 from chassis import datasets
-from chassis._bench import (
-    fmt,
-    machine_info,
-    median,
-    table,
-    timed,
-)
+from chassis._bench import fmt, machine_info, median, table, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
-    add_json_option,
-    child_script,
-    write_results,
-)
+from toolkit import MINILM, add_json_option, child_script, write_results  # noqa: E402
 
 
 # ------------------------------------------------------------------ the writer process

@@ -82,30 +82,13 @@ from typing import Any
 
 import numpy as np
 from chassis import datasets
-from chassis._bench import (
-    machine_info,
-    table,
-)
+from chassis._bench import machine_info, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # OURS is read as bench_scale.OURS by report.py.
 from scale_peers import OURS as OURS  # noqa: E402
-from scale_peers import (  # noqa: E402
-    PEERS,
-    bench_alone,
-    bench_peers,
-    load_data,
-    print_alone,
-    print_peers,
-)
-from toolkit import (  # noqa: E402
-    MiB,
-    add_json_option,
-    child_script,
-    evict_file,
-    log,
-    write_results,
-)
+from scale_peers import PEERS, bench_alone, bench_peers, load_data, print_alone, print_peers  # noqa: E402
+from toolkit import MiB, add_json_option, child_script, evict_file, log, write_results  # noqa: E402
 
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 

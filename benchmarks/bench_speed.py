@@ -93,13 +93,7 @@ from chassis._bench import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import (  # noqa: E402
-    MINILM,
-    add_json_option,
-    csv,
-    load_dataset,
-    write_results,
-)
+from toolkit import MINILM, add_json_option, csv, load_dataset, write_results  # noqa: E402
 
 DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
 QUICK_EF = "10,20,40,80,160"

@@ -190,12 +190,9 @@ def evict_file(path: str | os.PathLike, *, check: bool = True) -> int:
     reads come from the disk; returns the bytes still cached, and with `check` raises if more
     than a page is (a process that still maps the file keeps its pages). Linux."""
     gc.collect()
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     left = file_resident_bytes(path)
     if check and left > mmap.PAGESIZE:
         raise RuntimeError(

@@ -41,20 +41,14 @@ NO_ID = 2**64 - 1  # the reserved id used to pad search_batch results
 MAX_ID = 2**64 - 2  # the largest id a caller may use
 
 # --------------------------------------------------------------------------- hypothesis
-settings.register_profile(
-    "chassis",
-    deadline=None,
-    max_examples=25,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
-settings.register_profile(
-    "thorough",
-    deadline=None,
-    max_examples=300,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
+for _profile, _examples in (("chassis", 25), ("thorough", 300)):
+    settings.register_profile(
+        _profile,
+        deadline=None,
+        max_examples=_examples,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        print_blob=True,
+    )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "chassis"))
 
 

@@ -12,12 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from chassis import (
-    DimensionMismatchError,
-    IndexOptions,
-    InvalidArgumentError,
-    VectorIndex,
-)
+from chassis import DimensionMismatchError, IndexOptions, InvalidArgumentError, VectorIndex
 from conftest import assert_has_help, normalise, to_half, vecs
 
 D = 8

@@ -25,11 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chassis import (
-    IndexLockedError,
-    IndexReader,
-    VectorIndex,
-)
+from chassis import IndexLockedError, IndexReader, VectorIndex
 from conftest import (
     assert_bit_identical,
     child_env,

@@ -18,15 +18,8 @@ import time
 
 import numpy as np
 import pytest
-from chassis import (
-    IndexOptions,
-    IndexReader,
-    VectorIndex,
-)
-from conftest import (
-    ExactOracle,
-    brute_force_knn,
-)
+from chassis import IndexOptions, IndexReader, VectorIndex
+from conftest import ExactOracle, brute_force_knn
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and SIGKILL")
 
