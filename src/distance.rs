@@ -263,8 +263,14 @@ pub(crate) mod x86 {
         dot_f16_x4: dot_f16_avx512_x4,
     };
 
+    /// The sum of four accumulators' lanes, in the one order every AVX2 kernel here and in
+    /// `quant` ends with.
+    ///
+    /// # Safety
+    /// The CPU must have AVX (the callers' own `target_feature`, into which it inlines).
     #[inline(always)]
-    unsafe fn hsum256(v: __m256) -> f32 {
+    pub(crate) unsafe fn sum256(a: &[__m256; 4]) -> f32 {
+        let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -291,9 +297,7 @@ pub(crate) mod x86 {
                     a[0] = $op(_mm256_loadu_ps(q.add(i)), load(v, i), a[0]);
                     i += 8;
                 }
-                let s =
-                    hsum256(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
-                s + $tail(q.add(i), v.add(i * $elem), n - i)
+                sum256(&a) + $tail(q.add(i), v.add(i * $elem), n - i)
             }
         };
     }
@@ -380,13 +384,22 @@ pub(crate) mod x86 {
     unsafe fn dot_step512(x: __m512, y: __m512, acc: __m512) -> __m512 {
         _mm512_fmadd_ps(x, y, acc)
     }
+    /// Sixteen f32s of `q` from element `i`, those of mask `m` (zeros elsewhere).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F (inlined as `sum512`); the lanes of `m` lie within `q`'s
+    /// valid f32s.
+    #[inline(always)]
+    pub(crate) unsafe fn load16(q: *const f32, i: usize, m: __mmask16) -> __m512 {
+        if m == 0xffff {
+            _mm512_loadu_ps(q.add(i))
+        } else {
+            _mm512_maskz_loadu_ps(m, q.add(i))
+        }
+    }
     #[inline(always)]
     unsafe fn load512_f32(v: *const u8, i: usize, m: __mmask16) -> __m512 {
-        if m == 0xffff {
-            _mm512_loadu_ps((v as *const f32).add(i))
-        } else {
-            _mm512_maskz_loadu_ps(m, (v as *const f32).add(i))
-        }
+        load16(v as *const f32, i, m)
     }
     #[inline(always)]
     unsafe fn load512_f16(v: *const u8, i: usize, m: __mmask16) -> __m512 {
@@ -497,19 +510,25 @@ mod neon {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    /// A seeded xorshift stream of `n` values in [lo, hi) (the kernels' tests here and in
+    /// `quant`).
+    pub(crate) fn uniform(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..n)
             .map(|_| {
                 s ^= s << 13;
                 s ^= s >> 7;
                 s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+                lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
             })
             .collect()
+    }
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        uniform(n, seed, -2.0, 2.0)
     }
 
     fn exact_l2(a: &[f32], b: &[f32]) -> f64 {

@@ -16,7 +16,7 @@
 use chassis::capi::{CCheckReport, CCpuInfo, CMemoryStats, COptions, CSearchParams};
 use std::collections::BTreeSet;
 use std::mem::{offset_of, size_of};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn root() -> PathBuf {
@@ -48,8 +48,12 @@ fn run(cmd: &mut Command) -> String {
     text
 }
 
-/// Compile `source` against the header and the shared library into `out`.
-fn compile(source: &Path, out: &Path) {
+/// Compile `source` (relative to the repository) against the header and the shared library,
+/// into a program in a new temporary folder (returned with it, to keep it alive).
+fn compiled(source: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let source = root().join(source);
+    let out = dir.path().join(source.file_stem().unwrap());
     let lib = lib_dir();
     run(Command::new("cc")
         .args(["-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pedantic"])
@@ -62,7 +66,8 @@ fn compile(source: &Path, out: &Path) {
         // older library from `cargo build` may lie.
         .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()))
         .args(["-lchassis", "-lpthread", "-lm", "-o"])
-        .arg(out));
+        .arg(&out));
+    (dir, out)
 }
 
 fn valgrind() -> bool {
@@ -128,9 +133,7 @@ fn header_declares_exactly_what_the_library_exports() {
 /// Oracle: `offsetof` and `sizeof` as the C compiler lays the header's structs out.
 #[test]
 fn structs_have_the_same_layout_in_c_and_rust() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("capi_test");
-    compile(&root().join("tests/c/capi_test.c"), &exe);
+    let (_dir, exe) = compiled("tests/c/capi_test.c");
     let c = run(Command::new(&exe).arg("layout"));
     let mut rust = String::new();
     macro_rules! layout {
@@ -191,9 +194,7 @@ fn structs_have_the_same_layout_in_c_and_rust() {
 /// Every call and every status from C (see tests/c/capi_test.c), under valgrind when there.
 #[test]
 fn c_program_exercises_every_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("capi_test");
-    compile(&root().join("tests/c/capi_test.c"), &exe);
+    let (dir, exe) = compiled("tests/c/capi_test.c");
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     let mut cmd = if valgrind() {
@@ -217,9 +218,7 @@ fn c_program_exercises_every_call() {
 
 #[test]
 fn c_example_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("quickstart");
-    compile(&root().join("examples/c/quickstart.c"), &exe);
+    let (dir, exe) = compiled("examples/c/quickstart.c");
     let path = dir.path().join("quickstart.chassis");
     let first = run(Command::new(&exe).arg(&path));
     assert!(first.starts_with("0 vectors before, 2000 added"), "{first}");

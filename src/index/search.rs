@@ -10,6 +10,18 @@ use filter::{scans, small_allowed, SlotFilter, SlotSet};
 use input::check_k;
 use rayon::prelude::*;
 
+/// What one search asks, checked: the k nearest at beam width `ef`, how many candidates a code
+/// walk reranks (`rerank_count`), the slots a filter allows, and where layer 0 starts if the
+/// caller already descended (`batch_starts`).
+#[derive(Clone, Copy)]
+pub(super) struct Ask<'a> {
+    pub k: usize,
+    pub ef: usize,
+    pub rerank: Option<usize>,
+    pub filter: Option<&'a SlotFilter>,
+    pub start: Option<&'a Start>,
+}
+
 /// A batch of at least this many queries runs in the order of where the queries enter the
 /// graph's bottom layer (`batch_starts`); a smaller one has too little to share.
 const ORDER_MIN: usize = 32;
@@ -190,7 +202,7 @@ impl Index {
         check_rerank(rerank)?;
         let q = self.prepare_query(q, "the query")?;
         let f = filter.map(|f| self.slot_filter(snap, f));
-        Ok(self.search_prepared(snap, &q, k, ef, rerank, f.as_ref(), None))
+        Ok(self.search_prepared(snap, &q, Ask { k, ef, rerank, filter: f.as_ref(), start: None }))
     }
 
     pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
@@ -202,18 +214,8 @@ impl Index {
         })
     }
 
-    /// `start`: where layer 0 starts, if the caller already descended (`batch_starts`).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn search_prepared(
-        &self,
-        snap: &Snap,
-        q: &[f32],
-        k: usize,
-        ef: usize,
-        rerank: Option<usize>,
-        filter: Option<&SlotFilter>,
-        start: Option<&Start>,
-    ) -> Vec<Hit> {
+    /// The hits of one prepared query (`q` in the search form).
+    pub(super) fn search_prepared(&self, snap: &Snap, q: &[f32], ask: Ask<'_>) -> Vec<Hit> {
         if snap.live == 0 {
             return Vec::new();
         }
@@ -223,7 +225,7 @@ impl Index {
         // returned (check() names them); the search runs again without them to fill k.
         let mut bad: Vec<u32> = Vec::new();
         loop {
-            let raw = self.search_slots(snap, q, k, ef, rerank, filter, &bad, start);
+            let raw = self.search_slots(snap, q, ask, &bad);
             // The results' headers are far apart and each read is a miss: ask for them all
             // first, so the misses overlap (measured: `docs/design/search-path.md`).
             for &(_, s) in &raw {
@@ -245,18 +247,14 @@ impl Index {
         }
     }
 
-    /// The search proper: (distance, slot) of the k nearest accepted slots, nearest first.
-    #[allow(clippy::too_many_arguments)]
+    /// The search proper: (distance, slot) of the k nearest accepted slots, nearest first,
+    /// never one of `bad`.
     pub(super) fn search_slots(
         &self,
         snap: &Snap,
         q: &[f32],
-        k: usize,
-        ef: usize,
-        rerank: Option<usize>,
-        filter: Option<&SlotFilter>,
+        ask: Ask<'_>,
         bad: &[u32],
-        start: Option<&Start>,
     ) -> Vec<(f32, u32)> {
         // A codes-only index computes distances to codes everywhere (walk and scans): the
         // query is made ready for them once, and its constant added to the distances found.
@@ -264,28 +262,24 @@ impl Index {
             let Some(z) = snap.quant.clone() else { return Vec::new() };
             return with_prepared(&z, self.metric(), q, |values, bias| {
                 let mut out =
-                    self.search_kernel_query(snap, values, k, ef, None, filter, bad, start);
+                    self.search_kernel_query(snap, values, Ask { rerank: None, ..ask }, bad);
                 out.iter_mut().for_each(|h| h.0 += bias);
                 out
             });
         }
-        self.search_kernel_query(snap, q, k, ef, rerank, filter, bad, start)
+        self.search_kernel_query(snap, q, ask, bad)
     }
 
     /// `search_slots` with `q` as the storage's kernels take it (a codes-only index's: made
     /// ready for the codes, distances without the query's constant).
-    #[allow(clippy::too_many_arguments)]
     fn search_kernel_query(
         &self,
         snap: &Snap,
         q: &[f32],
-        k: usize,
-        ef: usize,
-        rerank: Option<usize>,
-        filter: Option<&SlotFilter>,
+        ask: Ask<'_>,
         bad: &[u32],
-        start: Option<&Start>,
     ) -> Vec<(f32, u32)> {
+        let Ask { k, ef, rerank, filter, start } = ask;
         let visible = snap.slots as u32;
         let st = &snap.st;
         let exact = Graph::new(st, self.metric(), visible);
@@ -447,7 +441,7 @@ impl Index {
             };
             let start = starts.as_ref().and_then(|(_, s)| s[i].as_ref());
             let filter = own.as_ref().or(same.as_ref());
-            let hits = self.search_prepared(snap, q, k, ef, rerank, filter, start);
+            let hits = self.search_prepared(snap, q, Ask { k, ef, rerank, filter, start });
             ctl.done.fetch_add(1, Relaxed);
             hits
         };

@@ -455,6 +455,18 @@ unsafe impl Send for AlignedMap {}
 // SAFETY: as for Send.
 unsafe impl Sync for AlignedMap {}
 
+/// A fresh private anonymous mapping of `len` bytes with protection `prot`, zeroed.
+fn map_anonymous(len: usize, prot: libc::c_int) -> io::Result<*mut u8> {
+    // SAFETY: a new mapping at an address the kernel picks; nothing aliases it.
+    let base = unsafe {
+        libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_PRIVATE | libc::MAP_ANON, -1, 0)
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(base as *mut u8)
+}
+
 impl AlignedMap {
     pub fn new(
         file: &File,
@@ -464,21 +476,8 @@ impl AlignedMap {
         align: usize,
     ) -> io::Result<AlignedMap> {
         let reserved = len + align;
-        // SAFETY: an anonymous reservation with no access; nothing aliases it.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                reserved,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANON,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = base as *mut u8;
+        // A reservation with no access.
+        let base = map_anonymous(reserved, libc::PROT_NONE)?;
         let ptr = ((base as usize).div_ceil(align) * align) as *mut u8;
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: MAP_FIXED over part of our own reservation, which nothing else uses.
@@ -523,21 +522,7 @@ impl AlignedMap {
             });
         }
         let reserved = len + HUGE_PAGE;
-        // SAFETY: a fresh private anonymous mapping; nothing aliases it.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                reserved,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANON,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = base as *mut u8;
+        let base = map_anonymous(reserved, libc::PROT_READ | libc::PROT_WRITE)?;
         let ptr = ((base as usize).div_ceil(HUGE_PAGE) * HUGE_PAGE) as *mut u8;
         let map = AlignedMap { base, reserved, ptr, len, backing: Backing::Anonymous };
         // Without `huge`, MADV_NOHUGEPAGE: small pages even where THP is `always`.

@@ -35,6 +35,31 @@ macro_rules! four_calls {
     };
 }
 
+/// The AVX-512 and AVX2 sets of a module whose kernels are named `l2_avx512`, `dot_avx512`,
+/// `l2_avx512_x4`, `dot_avx512_x4`, `l2_avx2` and `dot_avx2` (8-bit codes here, 4-bit ones in
+/// `nibbles`); AVX2's grouped kernels are four calls.
+#[cfg(target_arch = "x86_64")]
+macro_rules! x86_code_sets {
+    () => {
+        pub const AVX512: CodeKernels = CodeKernels {
+            level: "avx512",
+            l2: l2_avx512,
+            dot: dot_avx512,
+            l2_x4: l2_avx512_x4,
+            dot_x4: dot_avx512_x4,
+        };
+        pub const AVX2: CodeKernels = CodeKernels {
+            level: "avx2",
+            l2: l2_avx2,
+            dot: dot_avx2,
+            l2_x4: l2_avx2_x4,
+            dot_x4: dot_avx2_x4,
+        };
+        four_calls!(l2_avx2_x4, l2_avx2);
+        four_calls!(dot_avx2_x4, dot_avx2);
+    };
+}
+
 pub const SCALAR: CodeKernels = CodeKernels {
     level: "scalar",
     l2: scalar::l2,
@@ -132,25 +157,10 @@ pub mod scalar {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::CodeKernels;
-    use crate::distance::x86::sum512;
+    use crate::distance::x86::{load16, sum256, sum512};
     use std::arch::x86_64::*;
 
-    pub const AVX512: CodeKernels = CodeKernels {
-        level: "avx512",
-        l2: l2_avx512,
-        dot: dot_avx512,
-        l2_x4: l2_avx512_x4,
-        dot_x4: dot_avx512_x4,
-    };
-    pub const AVX2: CodeKernels = CodeKernels {
-        level: "avx2",
-        l2: l2_avx2,
-        dot: dot_avx2,
-        l2_x4: l2_avx2_x4,
-        dot_x4: dot_avx2_x4,
-    };
-    four_calls!(l2_avx2_x4, l2_avx2);
-    four_calls!(dot_avx2_x4, dot_avx2);
+    x86_code_sets!();
 
     /// 16 codes from `c + i` (those of mask `m`, zeros elsewhere) as f32.
     #[inline(always)]
@@ -161,16 +171,6 @@ mod x86 {
             _mm_maskz_loadu_epi8(m, c.add(i) as *const _)
         };
         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b))
-    }
-
-    /// 16 query values from `q + i` (masked as `codes16`).
-    #[inline(always)]
-    unsafe fn q16(q: *const f32, i: usize, m: __mmask16) -> __m512 {
-        if m == 0xffff {
-            _mm512_loadu_ps(q.add(i))
-        } else {
-            _mm512_maskz_loadu_ps(m, q.add(i))
-        }
     }
 
     /// One AVX-512 body for both kernels: four accumulators over 64 values a step, then up to
@@ -212,7 +212,7 @@ mod x86 {
         acc: __m512,
     ) -> __m512 {
         // d = b - step * code, in one fused step
-        let d = _mm512_fnmadd_ps(q16(q.add(n), i, m), codes16(c, i, m), q16(q, i, m));
+        let d = _mm512_fnmadd_ps(load16(q.add(n), i, m), codes16(c, i, m), load16(q, i, m));
         _mm512_fmadd_ps(d, d, acc)
     }
     #[inline(always)]
@@ -224,7 +224,7 @@ mod x86 {
         m: __mmask16,
         acc: __m512,
     ) -> __m512 {
-        _mm512_fmadd_ps(q16(q, i, m), codes16(c, i, m), acc)
+        _mm512_fmadd_ps(load16(q, i, m), codes16(c, i, m), acc)
     }
     avx512_codes!(l2_avx512, l2_step512);
     avx512_codes!(dot_avx512, dot_step512);
@@ -241,8 +241,8 @@ mod x86 {
                 // The query's chunk at `i` (masked by `m`), and its steps' chunk where the
                 // query has them (`$steps`: l2's query is `2n` values, a dot's `n`).
                 let load = |i: usize, m: __mmask16| {
-                    let x = q16(q, i, m);
-                    (x, if $steps { q16(q.add(n), i, m) } else { x })
+                    let x = load16(q, i, m);
+                    (x, if $steps { load16(q.add(n), i, m) } else { x })
                 };
                 let mut a = [[_mm512_setzero_ps(); 4]; 4];
                 let mut i = 0;
@@ -313,11 +313,7 @@ mod x86 {
                     a[0] = $step(q, c, n, i, a[0]);
                     i += 8;
                 }
-                let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-                let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-                let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-                let s = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-                s + $tail(q, c, n, i)
+                sum256(&a) + $tail(q, c, n, i)
             }
         };
     }

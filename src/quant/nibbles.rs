@@ -92,23 +92,10 @@ pub mod scalar {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::CodeKernels;
-    use crate::distance::x86::sum512;
+    use crate::distance::x86::{load16, sum256, sum512};
     use std::arch::x86_64::*;
 
-    pub const AVX512: CodeKernels = CodeKernels {
-        level: "avx512",
-        l2: l2_avx512,
-        dot: dot_avx512,
-        l2_x4: l2_avx512_x4,
-        dot_x4: dot_avx512_x4,
-    };
-    pub const AVX2: CodeKernels = CodeKernels {
-        level: "avx2",
-        l2: l2_avx2,
-        dot: dot_avx2,
-        l2_x4: l2_avx2_x4,
-        dot_x4: dot_avx2_x4,
-    };
+    x86_code_sets!();
 
     /// Masks of a block of `r` dimensions (`r` in 1..=32): its bytes and low nibbles, and its
     /// high nibbles.
@@ -146,19 +133,6 @@ mod x86 {
         (_mm512_cvtepi32_ps(low), _mm512_cvtepi32_ps(high))
     }
 
-    /// Sixteen f32 of `q` from `i`, under mask `m`.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F; the lanes of `m` lie within `q`'s valid f32s.
-    #[inline(always)]
-    unsafe fn load(q: *const f32, i: usize, m: __mmask16) -> __m512 {
-        if m == 0xffff {
-            _mm512_loadu_ps(q.add(i))
-        } else {
-            _mm512_maskz_loadu_ps(m, q.add(i))
-        }
-    }
-
     /// The query's four chunks of the block at `i`: b (or w) and, for l2, the steps, for the
     /// low and the high half.
     ///
@@ -168,13 +142,13 @@ mod x86 {
     #[inline(always)]
     unsafe fn query(q: *const f32, n: usize, i: usize, l2: bool) -> [__m512; 4] {
         let (lo, hi) = masks(n - i);
-        let x0 = load(q, i, lo);
-        let x1 = if hi == 0 { _mm512_setzero_ps() } else { load(q, i + 16, hi) };
+        let x0 = load16(q, i, lo);
+        let x1 = if hi == 0 { _mm512_setzero_ps() } else { load16(q, i + 16, hi) };
         if !l2 {
             return [x0, x1, x0, x1];
         }
-        let y0 = load(q.add(n), i, lo);
-        let y1 = if hi == 0 { _mm512_setzero_ps() } else { load(q.add(n), i + 16, hi) };
+        let y0 = load16(q.add(n), i, lo);
+        let y1 = if hi == 0 { _mm512_setzero_ps() } else { load16(q.add(n), i + 16, hi) };
         [x0, x1, y0, y1]
     }
 
@@ -250,9 +224,6 @@ mod x86 {
         four(q, c, n, false)
     }
 
-    four_calls!(l2_avx2_x4, l2_avx2);
-    four_calls!(dot_avx2_x4, dot_avx2);
-
     /// AVX2: half a block a step (8 bytes: 8 low nibbles at `i + h`, 8 high at `i + 16 + h`),
     /// whole blocks only; the last partial block one dimension at a time.
     ///
@@ -290,10 +261,7 @@ mod x86 {
             }
             i += 32;
         }
-        let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let mut sum = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+        let mut sum = sum256(&a);
         for j in i..n {
             let code = super::nibble(c, j);
             sum += if l2 {

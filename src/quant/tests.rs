@@ -3,19 +3,7 @@
 
 use super::kernels::available;
 use super::*;
-
-/// A seeded xorshift stream of values in [lo, hi).
-fn data(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            lo + (hi - lo) * ((s >> 40) as f32 / (1u64 << 24) as f32)
-        })
-        .collect()
-}
+use crate::distance::tests::uniform as data;
 
 fn codes(n: usize, seed: u64) -> Vec<u8> {
     data(n, seed, 0.0, 256.0).into_iter().map(|x| x as u8).collect()
@@ -23,21 +11,26 @@ fn codes(n: usize, seed: u64) -> Vec<u8> {
 
 const LENGTHS: [usize; 9] = [127, 128, 129, 383, 384, 385, 768, 1536, 1537];
 
-#[test]
-fn every_available_code_kernel_matches_exact_math_at_every_length() {
-    for k in available() {
+/// Each kernel of `sets` against exact f64 arithmetic on the values its codes stand for, at
+/// every length: `code(n)` gives a code's values and its stored bytes (`code_len(n)`), `query(n)`
+/// the prepared query (`b = q - offset`, then the steps: 2n f32s).
+fn kernels_match_exact_math(
+    sets: &[CodeKernels],
+    code: impl Fn(usize) -> (Vec<u8>, Vec<u8>),
+    query: impl Fn(usize) -> Vec<f32>,
+) {
+    for k in sets {
         for n in (0..=70).chain(LENGTHS) {
-            let c = codes(n, 3 + n as u64);
-            let mut q = data(n, 1 + n as u64, -2.0, 2.0); // b = q - offset
-            q.extend(data(n, 50 + n as u64, 0.0, 0.02)); // step
+            let ((c, stored), q) = (code(n), query(n));
             let exact_l2: f64 =
                 (0..n).map(|i| (q[i] as f64 - q[n + i] as f64 * c[i] as f64).powi(2)).sum();
             let exact_dot: f64 = (0..n).map(|i| q[i] as f64 * c[i] as f64).sum();
-            // SAFETY: the query holds 2n f32s, the code n bytes; the set is from `available()`.
+            // SAFETY: the query holds 2n f32s, the code what its kernels read for n; the sets
+            // are this CPU's.
             let (l2, dot) = unsafe {
                 (
-                    (k.l2)(q.as_ptr(), c.as_ptr(), n) as f64,
-                    (k.dot)(q.as_ptr(), c.as_ptr(), n) as f64,
+                    (k.l2)(q.as_ptr(), stored.as_ptr(), n) as f64,
+                    (k.dot)(q.as_ptr(), stored.as_ptr(), n) as f64,
                 )
             };
             let tol = |x: f64, scale: f64| 1e-5 * (1.0 + x.abs() + scale);
@@ -46,7 +39,7 @@ fn every_available_code_kernel_matches_exact_math_at_every_length() {
                 "{} l2 n={n}: {l2} vs {exact_l2}",
                 k.level
             );
-            // a dot of +-2 against codes up to 255: cancellation, so scaled by the magnitudes
+            // a dot of +-2 against codes up to 255 (15): cancellation, so scaled by the magnitudes
             let scale: f64 = (0..n).map(|i| (q[i] as f64 * c[i] as f64).abs()).sum();
             assert!(
                 (dot - exact_dot).abs() < tol(exact_dot, scale),
@@ -55,6 +48,25 @@ fn every_available_code_kernel_matches_exact_math_at_every_length() {
             );
         }
     }
+}
+
+/// A prepared query of `n` dimensions: `b` in [-2, 2) from `seed`, steps in [0, step) from
+/// `seed_steps`.
+fn prepared(n: usize, seed: u64, seed_steps: u64, step: f32) -> Vec<f32> {
+    let mut q = data(n, seed, -2.0, 2.0);
+    q.extend(data(n, seed_steps, 0.0, step));
+    q
+}
+
+#[test]
+fn every_available_code_kernel_matches_exact_math_at_every_length() {
+    let code = |n: usize| {
+        let c = codes(n, 3 + n as u64);
+        (c.clone(), c)
+    };
+    kernels_match_exact_math(&available(), code, |n| {
+        prepared(n, 1 + n as u64, 50 + n as u64, 0.02)
+    });
 }
 
 /// Each grouped kernel of `sets` against four calls of its single kernel, bitwise, at each of
@@ -339,27 +351,11 @@ fn nibble_codes(n: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
 
 #[test]
 fn every_4bit_kernel_matches_exact_math_at_every_length() {
-    for k in nibble_sets() {
-        for n in (0..=70).chain(LENGTHS) {
-            let (c, packed) = nibble_codes(n, 5 + n as u64);
-            let mut q = data(n, 2 + n as u64, -2.0, 2.0);
-            q.extend(data(n, 60 + n as u64, 0.0, 0.3));
-            let exact_l2: f64 =
-                (0..n).map(|i| (q[i] as f64 - q[n + i] as f64 * c[i] as f64).powi(2)).sum();
-            let exact_dot: f64 = (0..n).map(|i| q[i] as f64 * c[i] as f64).sum();
-            // SAFETY: the query holds 2n f32s, the code code_len(n) bytes.
-            let (l2, dot) = unsafe {
-                (
-                    (k.l2)(q.as_ptr(), packed.as_ptr(), n) as f64,
-                    (k.dot)(q.as_ptr(), packed.as_ptr(), n) as f64,
-                )
-            };
-            let scale: f64 = (0..n).map(|i| (q[i] as f64 * c[i] as f64).abs()).sum();
-            let tol = |x: f64, scale: f64| 1e-5 * (1.0 + x.abs() + scale);
-            assert!((l2 - exact_l2).abs() < tol(exact_l2, 0.0), "{} l2 n={n}", k.level);
-            assert!((dot - exact_dot).abs() < tol(exact_dot, scale), "{} dot n={n}", k.level);
-        }
-    }
+    kernels_match_exact_math(
+        &nibble_sets(),
+        |n| nibble_codes(n, 5 + n as u64),
+        |n| prepared(n, 2 + n as u64, 60 + n as u64, 0.3),
+    );
 }
 
 #[test]
