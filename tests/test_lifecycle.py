@@ -313,26 +313,42 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.index.user_version = v
         self.uv = v
 
-    @rule()
-    def backup_then_open_it(self) -> None:
+    def new_copy_path(self) -> str:
         self.n_backups += 1
-        dest = os.path.join(self.dir, f"bk{self.n_backups}.chassis")
-        self.index.backup(dest)  # a writer flushes first
-        self.commit()
-        assert self.index.pending == 0
-        assert leftovers(self.dir, f"bk{self.n_backups}.chassis") == []
+        return os.path.join(self.dir, f"bk{self.n_backups}.chassis")
+
+    def check_copy(self, dest: str, live, uv: int, slots: int, next_id: int, what: str) -> None:
+        """A copy of the index at `dest` (a backup, a save): nothing left beside it, a reader
+        sees `live` and `uv` in `slots` slots, and a writer continues the default ids at
+        `next_id`. The copy is removed afterwards."""
+        assert leftovers(self.dir, os.path.basename(dest)) == []
         with IndexReader(dest) as r:
-            self.compare(r, self.flushed, self.flushed_uv, "the backup, read-only")
-            assert r.deleted_count() == self.flushed_slots - len(self.flushed)
+            self.compare(r, live, uv, what)
+            assert r.deleted_count() == slots - len(live)
         w = VectorIndex(dest, self.dims)
         try:
-            # the backup continues the default ids of the flushed state
-            assert w.add(np.ones(self.dims, np.float32)) == self.flushed_next_id
+            assert w.add(np.ones(self.dims, np.float32)) == next_id
         finally:
             w.close()  # without flushing
         os.remove(dest)
         if os.path.exists(dest + ".undo"):
             os.remove(dest + ".undo")
+
+    @rule()
+    def backup_then_open_it(self) -> None:
+        dest = self.new_copy_path()
+        self.index.backup(dest)  # a writer flushes first
+        self.commit()
+        assert self.index.pending == 0
+        # the backup holds the flushed state and continues its default ids
+        self.check_copy(
+            dest,
+            self.flushed,
+            self.flushed_uv,
+            self.flushed_slots,
+            self.flushed_next_id,
+            "the backup, read-only",
+        )
 
     @rule()
     def reader_sees_the_last_flush(self) -> None:
@@ -457,19 +473,11 @@ class MemoryLifecycleMachine(LifecycleMachine):
 
     @rule()
     def backup_then_open_it(self) -> None:
-        self.n_backups += 1
-        dest = os.path.join(self.dir, f"bk{self.n_backups}.chassis")
+        dest = self.new_copy_path()
         self.index.save(dest)
-        assert leftovers(self.dir, f"bk{self.n_backups}.chassis") == []
-        with IndexReader(dest) as r:
-            self.compare(r, self.live, self.uv, "the saved file, read-only")
-            assert r.deleted_count() == self.slots - len(self.live)
-        w = VectorIndex(dest, self.dims)
-        try:
-            assert w.add(np.ones(self.dims, np.float32)) == self.next_id
-        finally:
-            w.close()
-        os.remove(dest)
+        self.check_copy(
+            dest, self.live, self.uv, self.slots, self.next_id, "the saved file, read-only"
+        )
 
     @rule()
     def reader_sees_the_last_flush(self) -> None:
