@@ -321,8 +321,8 @@ def readme_section(runs: Sequence[Run]) -> str:
             "every engine was measured together: the file-backed index, one thread (`search` "
             "loop: a Python loop of single queries), M=16, ef_construction=200, built on 2 "
             f"threads; each cell is {' / '.join(shapes.values())}. The machines are noisy "
-            "virtual machines: compare figures within a row. Each run's command, its absolute "
-            "figures and the other recalls are in "
+            "virtual machines: compare figures within a row. Each run's absolute figures and the "
+            "other recalls are in "
             "[docs/benchmarks.md](docs/benchmarks.md#current-results); `python -m chassis "
             "bench --compare all` measures your machine and names its CPU in the same words."
         )
@@ -383,6 +383,7 @@ def readme_section(runs: Sequence[Run]) -> str:
                 else ""
             )
         )
+        out += _commands(speed)
     if scale:
         first = scale[0].doc["peers"]
         out.append("")
@@ -425,7 +426,16 @@ def readme_section(runs: Sequence[Run]) -> str:
             ],
             rows,
         )
+        out += _commands(scale)
     return "\n".join(out)
+
+
+def _commands(runs: Sequence[Run]) -> list[str]:
+    """The command of each row's run, by its date and file."""
+    out = ["", "Commands, from the repository's root:", ""]
+    for run in runs:
+        out.append(f"- {run.date} (`{run.name}`): `{run.command}`")
+    return out
 
 
 def _speed_docs(run: Run) -> list[str]:

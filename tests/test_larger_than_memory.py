@@ -196,13 +196,16 @@ with open(os.path.join(cg, "cgroup.procs"), "w") as f:
     f.write(str(os.getpid()))
 import numpy as np, chassis
 path, budget, ef = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-queries = np.load(sys.argv[5])
+queries, first = np.load(sys.argv[5]), sys.argv[6]
 usage = int(open(os.path.join(cg, "memory.usage_in_bytes")).read())
 with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
     f.write(str(usage + budget))
 r = chassis.IndexReader(path)
 before = read_bytes()
-ids = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
+if first == "batch":  # the first call of the process: one batch, in the order of its starts
+    ids = r.search_batch(queries, 10, ef=ef)[0].tolist()
+else:
+    ids = [[h.id for h in r.search(q, 10, ef=ef)] for q in queries]
 read = read_bytes() - before
 flags = ["rr" in f for f in vm_flags(path)]
 stats = r.memory_stats()
@@ -224,8 +227,11 @@ CHILD = inspect.getsource(vm_flags) + inspect.getsource(read_bytes) + CHILD
 
 
 @pytest.mark.skipif(cgroup_problem() is not None, reason=str(cgroup_problem()))
-@pytest.mark.parametrize("quantization", [None, "int8", "int4"])
-def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quantization):
+@pytest.mark.parametrize(
+    ("quantization", "first"),
+    [(None, "loop"), ("int8", "loop"), ("int4", "loop"), (None, "batch"), ("int8", "batch")],
+)
+def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quantization, first):
     n, dims, ef = 40_000, 128, 32
     base, queries = datasets.clustered(n, dims, 60, seed=11)
     path = str(tmp_path / "big.chassis")
@@ -245,10 +251,10 @@ def test_search_under_a_quarter_of_the_file_reads_what_it_touches(tmp_path, quan
     evict(path)
     qfile = tmp_path / "q.npy"
     np.save(qfile, queries)
-    cg = CGROUP_V1 / f"chassis-test-{os.getpid()}-{quantization}"
+    cg = CGROUP_V1 / f"chassis-test-{os.getpid()}-{quantization}-{first}"
     cg.mkdir()
     try:
-        proc = run_python(CHILD, cg, path, size // 4, ef, qfile, timeout=300)
+        proc = run_python(CHILD, cg, path, size // 4, ef, qfile, first, timeout=300)
         oom = (cg / "memory.oom_control").read_text()
         failcnt = int((cg / "memory.failcnt").read_text())
     finally:

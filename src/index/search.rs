@@ -1,6 +1,7 @@
 //! Searches: one query, filtered, and batches (run in the order their queries enter the
 //! bottom layer, so neighbouring queries find the same vectors cached).
 
+use super::residency::Cold;
 use super::*;
 use crate::format::RESERVED_ID;
 use crate::graph::{Graph, Start};
@@ -282,6 +283,9 @@ impl Index {
         let Ask { k, ef, rerank, filter, start } = ask;
         let visible = snap.slots as u32;
         let st = &snap.st;
+        // Short of memory: sampled before the first read of any path (the scans' too), so the
+        // mappings are read at random from it on, and pages prefetched (see `residency`).
+        let cold = self.cold(snap);
         let exact = Graph::new(st, self.metric(), visible);
         // Codes beside float vectors: the walk computes distances to codes and the vectors
         // rerank.
@@ -303,8 +307,6 @@ impl Index {
                 // Route through every mapped slot (a batch in progress, or a writer elsewhere,
                 // may have linked newer ones), but return only the snapshot's.
                 let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                // Short of memory: prefetch pages before reading them (see `residency`).
-                let cold = self.cold(snap);
                 let hits = match rerank_on {
                     // Walk the codes, then rerank the best candidates on the vectors: the
                     // distances returned are the vectors' own.
@@ -429,7 +431,12 @@ impl Index {
             BatchFilter::Same(_) => nq >= ORDER_MIN && !scans(snap, k, ef, same.as_ref()),
             BatchFilter::PerQuery(_) => false,
         };
-        let starts = if ordered { self.batch_starts(snap, qs, nq, threads, ctl)? } else { None };
+        // Short of memory: the first sample marks the mappings as read at random before the
+        // batch reads anything, its descents included (a fault that read around itself would
+        // read the kernel's read-ahead window for every page the descents touch).
+        let cold = self.cold(snap);
+        let starts =
+            if ordered { self.batch_starts(snap, qs, nq, cold, threads, ctl)? } else { None };
         let search_one = |i: usize| -> Vec<Hit> {
             if ctl.cancelled() {
                 return Vec::new();
@@ -490,6 +497,7 @@ impl Index {
         snap: &Snap,
         qs: &[f32],
         nq: usize,
+        cold: Cold,
         threads: Option<usize>,
         ctl: &Control,
     ) -> Result<Option<BatchStarts>> {
@@ -505,7 +513,8 @@ impl Index {
         let g = match snap.quant {
             Some(_) => Graph::on_stored_codes(st, self.metric(), limit),
             None => Graph::new(st, self.metric(), limit),
-        };
+        }
+        .prefetching_pages(cold.walk, cold.lists);
         let visible = snap.slots as u32;
         let quant: Option<&Quantizer> = snap.quant.as_deref();
         let descend = |q: &[f32], path: &mut [u32]| -> Option<Start> {
