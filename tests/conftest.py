@@ -9,6 +9,7 @@
 * ``clustered_data``: seeded Gaussian-cluster data; ``vecs``: seeded standard-normal vectors;
 * ``run_python`` / ``dump_index``: run a script in a fresh interpreter that imports the same
   ``chassis`` as the tests, and read back an index's whole state from such a process;
+  ``warm_child``: such a script, in which a reader warms a file and reports its memory_stats;
 * ``killed_child``, ``wait_for``, ``read_log``, ``flush_candidates``, ``child_module``: the
   SIGKILL harness of tests/test_kill*.py and the reader processes' tests;
 * the ``--kills N`` command-line option used by tests/test_kill.py;
@@ -436,6 +437,30 @@ def dump_index(
         result = {name: z[name] for name in z.files}
     result["meta"] = meta
     return result
+
+
+def warm_child(preamble: str, *, warm_s: float, land_s: float, landed: str) -> str:
+    """A child script: ``preamble`` (it sets ``path``, and may restrict the process), then a
+    reader of ``path`` warms it, waits up to ``warm_s`` for the warm thread and up to ``land_s``
+    for the expression ``landed`` (MADV_WILLNEED starts reads and returns), and prints its
+    memory_stats() ``first``, ``done`` (when warming ended) and ``last`` as JSON."""
+    return textwrap.dedent(preamble) + textwrap.dedent(
+        f"""
+        import json, time
+        import chassis  # after the preamble: every thread the module starts inherits its filters
+        r = chassis.IndexReader(path)
+        first = r.memory_stats()
+        r.warm()
+        deadline = time.monotonic() + {warm_s}
+        while r.memory_stats()["warm_running"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        done = r.memory_stats()
+        deadline = time.monotonic() + {land_s}
+        while not ({landed}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(json.dumps({{"first": first, "done": done, "last": r.memory_stats()}}))
+        """
+    )
 
 
 def assert_has_help(exc: BaseException) -> None:

@@ -86,12 +86,18 @@ def test_a_file_that_is_not_an_index_is_replaced_only_when_asked(tmp_path):
 
 
 # --------------------------------------------------------------------------- space given back
+def writer_with_1000_flushed(path) -> chassis.VectorIndex:
+    """A writer of a new 256-dimension file whose first 1,000 rows are flushed."""
+    index = chassis.VectorIndex(path, 256)
+    index.add_batch(rows(1000, 256))
+    index.flush()
+    return index
+
+
 @pytest.mark.slow
 def test_rollback_gives_back_the_space_of_what_was_never_committed(tmp_path):
     path = tmp_path / "e.chassis"
-    with chassis.VectorIndex(path, 256) as index:
-        index.add_batch(rows(1000, 256))
-        index.flush()
+    with writer_with_1000_flushed(path) as index:
         flushed = disk_bytes(path)
         index.add_batch(rows(20_000, 256, seed=1), threads=2)
         grown = disk_bytes(path)
@@ -114,9 +120,7 @@ def test_rollback_gives_back_the_space_of_what_was_never_committed(tmp_path):
 @pytest.mark.slow
 def test_a_writer_reopening_after_a_kill_gives_back_the_dead_writers_reservations(tmp_path):
     path = tmp_path / "e.chassis"
-    with chassis.VectorIndex(path, 256) as index:
-        index.add_batch(rows(1000, 256))
-        index.flush()
+    writer_with_1000_flushed(path).close()
     flushed_disk, flushed_size = disk_bytes(path), os.path.getsize(path)
     script = textwrap.dedent(
         f"""
@@ -140,9 +144,7 @@ def test_a_writer_reopening_after_a_kill_gives_back_the_dead_writers_reservation
 @pytest.mark.slow
 def test_ctrl_c_in_a_large_batch_gives_back_its_space(tmp_path):
     path = tmp_path / "e.chassis"
-    with chassis.VectorIndex(path, 256) as index:
-        index.add_batch(rows(1000, 256))
-        index.flush()
+    writer_with_1000_flushed(path).close()
     flushed = disk_bytes(path)
     script = textwrap.dedent(
         f"""

@@ -265,13 +265,6 @@ def test_truncated_npy(tmp_path):
     _raises_at(path, 0, "npy header")
 
 
-def test_malformed_file_inside_a_folder_is_named(tmp_path):
-    np.save(tmp_path / "base.npy", np.zeros((10, 4), np.float32))
-    np.save(tmp_path / "queries.npy", np.zeros((3, 5), np.float32))
-    with pytest.raises(DatasetError, match="queries.npy.*5 dimensions"):
-        D.load(tmp_path)
-
-
 # ---------------------------------------------------------------- folders and load()
 def test_npy_folder_float16_base_converted(tmp_path):
     base = _sample(np.float32, n=50, d=8)
@@ -315,13 +308,22 @@ def test_big_ann_style_folder(tmp_path):
     np.testing.assert_allclose(ds.gt_dist, dist)
 
 
-def test_ambiguous_or_missing_base_in_folder(tmp_path):
-    D.write_fvecs(tmp_path / "a_query.fvecs", np.zeros((2, 3), np.float32))
-    with pytest.raises(DatasetError, match="no base vectors"):
-        D.load(tmp_path)
-    D.write_fvecs(tmp_path / "one_base.fvecs", np.zeros((2, 3), np.float32))
-    D.write_fbin(tmp_path / "two_base.fbin", np.zeros((2, 3), np.float32))
-    with pytest.raises(DatasetError, match="several files"):
+@pytest.mark.parametrize(
+    ("files", "match"),
+    [
+        ({"base.npy": (10, 4), "queries.npy": (3, 5)}, "queries.npy.*5 dimensions"),
+        ({"a_query.fvecs": (2, 3)}, "no base vectors"),
+        (
+            {"a_query.fvecs": (2, 3), "one_base.fvecs": (2, 3), "two_base.fbin": (2, 3)},
+            "several files",
+        ),
+    ],
+    ids=["malformed-file-named", "missing-base", "ambiguous-base"],
+)
+def test_a_folder_load_cannot_use_is_named(tmp_path, files, match):
+    for name, shape in files.items():
+        D.write(tmp_path / name, np.zeros(shape, np.float32))
+    with pytest.raises(DatasetError, match=match):
         D.load(tmp_path)
 
 

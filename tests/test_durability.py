@@ -148,6 +148,13 @@ def try_open_elsewhere(path, mode: str = "writer", dims: int | None = None) -> d
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def assert_locked_elsewhere(path, mode: str = "writer", dims: int | None = None) -> dict:
+    """Another process's open of ``path`` as ``mode`` fails with IndexLockedError; its answer."""
+    out = try_open_elsewhere(path, mode, dims)
+    assert out["outcome"] == "error" and out["type"] == "IndexLockedError", out
+    return out
+
+
 def sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -289,8 +296,7 @@ def test_writer_in_another_process_is_locked_out_while_we_hold_it(tmp_path):
         index.flush()
         index.add(np.ones(4, np.float32))  # pending: invisible to the other process
         for mode in ("writer", "writer_dims"):
-            out = try_open_elsewhere(path, mode, dims=4)
-            assert out["outcome"] == "error" and out["type"] == "IndexLockedError", out
+            out = assert_locked_elsewhere(path, mode, dims=4)
             assert out["oserror"] is True
             assert len(out["message"].splitlines()) >= 2 and out["message"].splitlines()[
                 1
@@ -384,41 +390,45 @@ def test_reader_in_another_process_does_not_lock_out_the_writer(tmp_path):
         child.finish()
 
 
-def test_lock_survives_a_failed_second_open_in_the_holding_process(tmp_path):
+def _second_writers_refused(path, index) -> None:
+    for _ in range(2):
+        with pytest.raises(IndexLockedError):
+            VectorIndex(path, 4)
+
+
+def _readers_closed(path, index) -> None:
+    """Readers in the writer's process: closed, left by a with block, dropped."""
+    import gc
+
+    index.add(np.ones(4, np.float32))
+    index.flush()
+    reader = VectorIndex(path, read_only=True)
+    reader.close()
+    with VectorIndex(path, read_only=True) as r2:
+        assert len(r2) == 1
+    r3 = VectorIndex(path, read_only=True)
+    del r3
+    gc.collect()
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "rows"),
+    [(_second_writers_refused, 1), (_readers_closed, 2)],
+    ids=["failed-second-open", "reader-closing"],
+)
+def test_lock_survives_in_the_holding_process(tmp_path, meanwhile, rows):
+    """What ``meanwhile`` does in the writer's own process leaves another process locked out,
+    and the writer goes on writing."""
     path = tmp_path / "p.chassis"
     index = VectorIndex(path, 4)
     try:
-        for _ in range(2):
-            with pytest.raises(IndexLockedError):
-                VectorIndex(path, 4)
-        out = try_open_elsewhere(path, "writer")
-        assert out["outcome"] == "error" and out["type"] == "IndexLockedError", out
-    finally:
-        index.close()
-
-
-def test_lock_survives_a_reader_closing_in_the_holding_process(tmp_path):
-    import gc
-
-    path = tmp_path / "q.chassis"
-    index = VectorIndex(path, 4)
-    try:
-        index.add(np.ones(4, np.float32))
-        index.flush()
-        reader = VectorIndex(path, read_only=True)
-        reader.close()
-        with VectorIndex(path, read_only=True) as r2:
-            assert len(r2) == 1
-        r3 = VectorIndex(path, read_only=True)
-        del r3
-        gc.collect()
-        out = try_open_elsewhere(path, "writer")
-        assert out["outcome"] == "error" and out["type"] == "IndexLockedError", out
+        meanwhile(path, index)
+        assert_locked_elsewhere(path)
         index.add(np.ones(4, np.float32))
         index.flush()
     finally:
         index.close()
-    assert try_open_elsewhere(path, "writer") == {"outcome": "opened", "len": 2}
+    assert try_open_elsewhere(path, "writer") == {"outcome": "opened", "len": rows}
 
 
 # =========================================================================== damaged files

@@ -34,7 +34,7 @@ from pathlib import Path
 import kernel_env
 import numpy as np
 import pytest
-from conftest import assert_child_ok, brute_force_knn, child_env, run_python
+from conftest import assert_child_ok, brute_force_knn, child_env, run_python, warm_child
 
 pytestmark = [
     pytest.mark.kernel,
@@ -79,24 +79,17 @@ def test_the_variant_of_this_run_is_in_force() -> None:
 
 
 # --------------------------------------------------------------------------- warm
-WARM_CHILD = r"""
-import json, os, sys, time
-import chassis
-path = sys.argv[1]
-fd = os.open(path, os.O_RDONLY)
-os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
-r = chassis.IndexReader(path)
-first = r.memory_stats()
-r.warm()
-deadline = time.monotonic() + 120
-while r.memory_stats()["warm_running"] and time.monotonic() < deadline:
-    time.sleep(0.005)
-done = r.memory_stats()
-deadline = time.monotonic() + 20  # MADV_WILLNEED starts reads and returns
-while r.memory_stats()["resident_bytes"] < done["written_bytes"] // 2 and time.monotonic() < deadline:
-    time.sleep(0.01)
-print(json.dumps({"first": first, "done": done, "last": r.memory_stats()}))
-"""
+WARM_CHILD = warm_child(
+    r"""
+    import os, sys
+    path = sys.argv[1]
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.close(fd)
+    """,
+    warm_s=120,
+    land_s=20,
+    landed='r.memory_stats()["resident_bytes"] >= done["written_bytes"] // 2',
+)
 
 
 def test_warm_reads_the_file_in_with_the_advice_the_kernel_has(

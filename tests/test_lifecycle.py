@@ -23,6 +23,7 @@ Oracles: brute force in float64 (conftest) and the model; no assertion is about 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -104,19 +105,22 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.next_id = max(self.next_id, i + 1)
         self.slots += len(ids)
 
+    # What a flush makes durable and a rollback brings back: the model's field -> its copy.
+    DURABLE = {
+        "live": "flushed",
+        "uv": "flushed_uv",
+        "next_id": "flushed_next_id",
+        "slots": "flushed_slots",
+        "ever": "flushed_ever",
+    }
+
     def commit(self) -> None:
-        self.flushed = dict(self.live)
-        self.flushed_uv = self.uv
-        self.flushed_next_id = self.next_id
-        self.flushed_slots = self.slots
-        self.flushed_ever = set(self.ever)
+        for now, flushed in self.DURABLE.items():
+            setattr(self, flushed, copy.copy(getattr(self, now)))
 
     def revert(self) -> None:
-        self.live = dict(self.flushed)
-        self.uv = self.flushed_uv
-        self.next_id = self.flushed_next_id
-        self.slots = self.flushed_slots
-        self.ever = set(self.flushed_ever)
+        for now, flushed in self.DURABLE.items():
+            setattr(self, now, copy.copy(getattr(self, flushed)))
 
     def queries(self) -> np.ndarray:
         q = self.qrng.standard_normal((2, self.dims)).astype(np.float32)
@@ -418,18 +422,25 @@ class LifecycleMachine(RuleBasedStateMachine):
                 )
 
 
-TestLifecycleMachine = LifecycleMachine.TestCase
-TestLifecycleMachine.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
-TestLifecycleMachine.settings = settings(
-    max_examples=max(100, settings().max_examples),  # ~6 s here; HYPOTHESIS_PROFILE=thorough: 300
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.filter_too_much,
-    ],
-)
+def machine_test(machine: type[RuleBasedStateMachine], least_examples: int) -> type:
+    """The pytest class of a state machine: slow, runs of 40 steps, at least ``least_examples``
+    runs (more under a profile that asks for more)."""
+    test = machine.TestCase
+    test.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
+    test.settings = settings(
+        max_examples=max(least_examples, settings().max_examples),
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+        ],
+    )
+    return test
+
+
+TestLifecycleMachine = machine_test(LifecycleMachine, 100)  # ~6 s here; thorough profile: 300
 
 
 class MemoryLifecycleMachine(LifecycleMachine):
@@ -484,18 +495,7 @@ class MemoryLifecycleMachine(LifecycleMachine):
         pass  # no file to read; backup_then_open_it reads what save wrote
 
 
-TestMemoryLifecycleMachine = MemoryLifecycleMachine.TestCase
-TestMemoryLifecycleMachine.pytestmark = [pytest.mark.slow]  # type: ignore[attr-defined]
-TestMemoryLifecycleMachine.settings = settings(
-    max_examples=max(60, settings().max_examples),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.filter_too_much,
-    ],
-)
+TestMemoryLifecycleMachine = machine_test(MemoryLifecycleMachine, 60)
 
 
 # =========================================================================== A2. filtered search

@@ -48,7 +48,7 @@ import kernel_env
 import numpy as np
 import pytest
 from chassis import IndexOptions, IndexReader, VectorIndex
-from conftest import assert_child_ok, run_python
+from conftest import assert_child_ok, run_python, warm_child
 from kernel_env import resident_bytes, resident_pages
 
 LINUX = sys.platform.startswith("linux")
@@ -219,6 +219,18 @@ def assert_graph_small(ms: dict, what: str) -> None:
     assert ms["graph_huge_bytes"] == 0, f"{what}: slot headers / lists / heap on huge pages: {ms}"
 
 
+def assert_vectors_on_huge_pages(ms: dict, grantable: bool, what: str) -> None:
+    """Most vector bytes on huge pages where the system grants them, the graph never."""
+    if LINUX:
+        assert_graph_small(ms, what)
+    if grantable:
+        share = ms["vector_huge_bytes"] / ms["vector_bytes"]
+        assert share > 0.5, (
+            f"{what}: only {ms['vector_huge_bytes'] / MiB:.0f} of "
+            f"{ms['vector_bytes'] / MiB:.0f} MiB of vectors ({share:.0%}) on huge pages: {ms}"
+        )
+
+
 @pytest.mark.slow
 def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
     """huge_pages=True: most vector bytes on huge pages from the batch itself, the graph never;
@@ -230,14 +242,7 @@ def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
     ms = w.memory_stats()
     assert ms["huge_pages_asked"] is True
     assert ms["vector_bytes"] >= n * d * 4
-    if LINUX:
-        assert_graph_small(ms, "writer that asked")
-    if grantable:
-        share = ms["vector_huge_bytes"] / ms["vector_bytes"]
-        assert share > 0.5, (
-            f"only {ms['vector_huge_bytes'] / MiB:.0f} of {ms['vector_bytes'] / MiB:.0f} MiB of vectors "
-            f"({share:.0%}) on huge pages after add_batch with huge_pages=True: {ms}"
-        )
+    assert_vectors_on_huge_pages(ms, grantable, "writer that asked, after add_batch")
     w.close()
 
     # The page cache now holds the vectors in huge folios. A reader that does not ask must not
@@ -257,13 +262,7 @@ def test_batch_built_index_is_on_huge_pages_when_asked(tmp_path):
         r.warm()  # touch every written page through the reader's mappings
         ms = wait_warm(r)
         assert ms["huge_pages_asked"] is True
-        if LINUX:
-            assert_graph_small(ms, "reader that asked")
-        if grantable:
-            share = ms["vector_huge_bytes"] / ms["vector_bytes"]
-            assert share > 0.5, (
-                f"reader with huge_pages=True: {share:.0%} of vectors on huge pages: {ms}"
-            )
+        assert_vectors_on_huge_pages(ms, grantable, "reader that asked")
     if not grantable:
         pytest.skip(f"huge pages requested but not checked as granted: {why}")
 
@@ -488,28 +487,18 @@ def test_stopping_a_warm_returns_promptly(big_index, how):
 
 
 # =========================================================================== old kernels
-SECCOMP_CHILD = r"""
-import json, sys, time
-sys.path.insert(0, sys.argv[2])
-import kernel_env  # the seccomp filter of the kernel matrix's no-populate-read variant
-kernel_env.apply_in_process("no-populate-read")  # and checks that madvise(22) gets EINVAL
-
-import chassis   # after the filter, so that every thread the module starts inherits it
-path = sys.argv[1]
-r = chassis.IndexReader(path)
-first = r.memory_stats()
-r.warm()
-deadline = time.monotonic() + 30
-while r.memory_stats()["warm_running"] and time.monotonic() < deadline:
-    time.sleep(0.005)
-done = r.memory_stats()
-# MADV_WILLNEED starts reads and returns: give them a moment to land
-deadline = time.monotonic() + 5
-while r.memory_stats()["resident_bytes"] <= first["resident_bytes"] and time.monotonic() < deadline:
-    time.sleep(0.01)
-last = r.memory_stats()
-print(json.dumps({"first": first, "done": done, "last": last}))
-"""
+SECCOMP_CHILD = warm_child(
+    r"""
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    import kernel_env  # the seccomp filter of the kernel matrix's no-populate-read variant
+    kernel_env.apply_in_process("no-populate-read")  # and checks that madvise(22) gets EINVAL
+    path = sys.argv[1]
+    """,
+    warm_s=30,
+    land_s=5,
+    landed='r.memory_stats()["resident_bytes"] > first["resident_bytes"]',
+)
 
 
 @pytest.mark.skipif(

@@ -19,10 +19,12 @@ about timing.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import chassis
 import numpy as np
@@ -49,6 +51,21 @@ from conftest import (
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes and SIGKILL")
 
 D = 8
+
+
+@contextlib.contextmanager
+def writer_and_reader(
+    path, rows: np.ndarray, user_version: int | None = None
+) -> Iterator[tuple[VectorIndex, IndexReader]]:
+    """A writer of a new index whose first flush holds ``rows`` (and ``user_version``), and a
+    reader opened after that flush."""
+    with VectorIndex(path, D) as writer:
+        writer.add_batch(rows)
+        if user_version is not None:
+            writer.user_version = user_version
+        writer.flush()
+        with IndexReader(path) as reader:
+            yield writer, reader
 
 
 # =========================================================================== a. basics
@@ -184,157 +201,135 @@ def test_read_only_vector_index_is_the_same_as_index_reader(index_path):
 
 
 def test_reader_reports_the_last_flushed_user_version(index_path):
-    with VectorIndex(index_path, D) as writer:
-        writer.add_batch(vecs(3))
-        writer.user_version = 7
-        writer.flush()
-        with IndexReader(index_path) as reader:
-            assert reader.user_version == 7
-            writer.user_version = 9  # not flushed
-            assert writer.user_version == 9
-            assert reader.user_version == 7
-            with reader.snapshot() as snap:
-                assert snap.user_version == 7
-                writer.flush()  # a flush with only a new user_version
-                assert reader.user_version == 9
-                assert snap.user_version == 7
-            writer.user_version = 11
-            writer.rollback()
-            assert writer.user_version == 9 and reader.user_version == 9
+    with writer_and_reader(index_path, vecs(3), user_version=7) as (writer, reader):
+        assert reader.user_version == 7
+        writer.user_version = 9  # not flushed
+        assert writer.user_version == 9
+        assert reader.user_version == 7
+        with reader.snapshot() as snap:
+            assert snap.user_version == 7
+            writer.flush()  # a flush with only a new user_version
+            assert reader.user_version == 9
+            assert snap.user_version == 7
+        writer.user_version = 11
+        writer.rollback()
+        assert writer.user_version == 9 and reader.user_version == 9
 
 
 # =========================================================================== b. visibility
 def test_reader_never_sees_unflushed_adds_and_sees_each_flush_at_its_next_call(index_path):
     data = vecs(80, seed=11)
-    with VectorIndex(index_path, D) as writer:
-        writer.add_batch(data[:30])
-        writer.flush()
-        reader = IndexReader(index_path)
-        try:
-            flushed = 30
-            for lo, hi in [(30, 50), (50, 51), (51, 80)]:
-                # unflushed: single adds and a batch
-                for i in range(lo, min(hi, lo + 3)):
-                    assert writer.add(data[i]) == i
-                if hi > lo + 3:
-                    np.testing.assert_array_equal(
-                        writer.add_batch(data[lo + 3 : hi]), np.arange(lo + 3, hi)
-                    )
-                assert len(writer) == hi and writer.pending == hi - flushed
-
-                assert len(reader) == flushed
-                np.testing.assert_array_equal(reader.ids(), np.arange(flushed, dtype=np.uint64))
-                for i in range(lo, hi):
-                    assert reader.get(i) is None, f"unflushed id {i} visible through get()"
-                    assert i not in reader, f"unflushed id {i} visible through `in`"
-                for i in (lo, hi - 1):
-                    ids, dist = exact_search(reader, data[i], k=10)
-                    assert ids.max() < flushed, f"unflushed ids in search results: {ids.tolist()}"
-                    assert_exact_knn(
-                        ids, dist, data[:flushed], np.arange(flushed), data[i], 10, "euclidean"
-                    )
-                b_ids, _ = reader.search_batch(data[lo:hi], 10, ef=1000)
-                assert b_ids.max() < flushed
-
-                writer.flush()
-                flushed = hi
-                # the very next call of the reader sees the flush
-                assert len(reader) == flushed
-                np.testing.assert_array_equal(reader.ids(), np.arange(flushed, dtype=np.uint64))
-                for i in range(lo, hi):
-                    assert i in reader
-                    assert_bit_identical(reader.get(i), data[i], f"vector {i} after flush")
-                ids, dist = exact_search(reader, data[hi - 1], k=10)
-                assert int(ids[0]) == hi - 1
-                assert_exact_knn(
-                    ids, dist, data[:flushed], np.arange(flushed), data[hi - 1], 10, "euclidean"
+    with writer_and_reader(index_path, data[:30]) as (writer, reader):
+        flushed = 30
+        for lo, hi in [(30, 50), (50, 51), (51, 80)]:
+            # unflushed: single adds and a batch
+            for i in range(lo, min(hi, lo + 3)):
+                assert writer.add(data[i]) == i
+            if hi > lo + 3:
+                np.testing.assert_array_equal(
+                    writer.add_batch(data[lo + 3 : hi]), np.arange(lo + 3, hi)
                 )
-        finally:
-            reader.close()
+            assert len(writer) == hi and writer.pending == hi - flushed
+
+            assert len(reader) == flushed
+            np.testing.assert_array_equal(reader.ids(), np.arange(flushed, dtype=np.uint64))
+            for i in range(lo, hi):
+                assert reader.get(i) is None, f"unflushed id {i} visible through get()"
+                assert i not in reader, f"unflushed id {i} visible through `in`"
+            for i in (lo, hi - 1):
+                ids, dist = exact_search(reader, data[i], k=10)
+                assert ids.max() < flushed, f"unflushed ids in search results: {ids.tolist()}"
+                assert_exact_knn(
+                    ids, dist, data[:flushed], np.arange(flushed), data[i], 10, "euclidean"
+                )
+            b_ids, _ = reader.search_batch(data[lo:hi], 10, ef=1000)
+            assert b_ids.max() < flushed
+
+            writer.flush()
+            flushed = hi
+            # the very next call of the reader sees the flush
+            assert len(reader) == flushed
+            np.testing.assert_array_equal(reader.ids(), np.arange(flushed, dtype=np.uint64))
+            for i in range(lo, hi):
+                assert i in reader
+                assert_bit_identical(reader.get(i), data[i], f"vector {i} after flush")
+            ids, dist = exact_search(reader, data[hi - 1], k=10)
+            assert int(ids[0]) == hi - 1
+            assert_exact_knn(
+                ids, dist, data[:flushed], np.arange(flushed), data[hi - 1], 10, "euclidean"
+            )
 
 
 def test_reader_does_not_see_a_rolled_back_batch(index_path):
     data = vecs(40, seed=12)
-    with VectorIndex(index_path, D) as writer:
-        writer.add_batch(data[:20])
+    with writer_and_reader(index_path, data[:20]) as (writer, reader):
+        writer.add_batch(data[20:])
+        writer.rollback()
+        assert len(reader) == 20 and len(writer) == 20
+        writer.add_batch(data[30:35])  # ids 20..24 again, other vectors
         writer.flush()
-        with IndexReader(index_path) as reader:
-            writer.add_batch(data[20:])
-            writer.rollback()
-            assert len(reader) == 20 and len(writer) == 20
-            writer.add_batch(data[30:35])  # ids 20..24 again, other vectors
-            writer.flush()
-            assert len(reader) == 25
-            for j, i in enumerate(range(20, 25)):
-                assert_bit_identical(reader.get(i), data[30 + j], f"id {i} after rollback + re-add")
+        assert len(reader) == 25
+        for j, i in enumerate(range(20, 25)):
+            assert_bit_identical(reader.get(i), data[30 + j], f"id {i} after rollback + re-add")
 
 
 def test_snapshot_pins_one_state_while_the_reader_moves_on(index_path):
     data = vecs(120, seed=13)
     queries = vecs(6, seed=14)
     k = 7
-    with VectorIndex(index_path, D) as writer:
-        writer.add_batch(data[:50])
-        writer.user_version = 1
-        writer.flush()
-        reader = IndexReader(index_path)
-        try:
-            snap = reader.snapshot()
-            assert isinstance(snap, chassis.Snapshot)
-            with snap as s:
-                assert s is snap
-                seq0 = s.seq
-                n0 = len(s)
-                assert n0 == 50
-                for step, hi in enumerate((60, 61, 120)):
-                    writer.add_batch(data[len(writer) : hi])
-                    writer.user_version = step + 2
-                    writer.flush()
-                    # the reader's own calls see the newest flush ...
-                    assert len(reader) == hi
-                    ids, _ = exact_search(reader, data[hi - 1], k=1)
-                    assert int(ids[0]) == hi - 1
-                    # ... the snapshot still the state it pinned
-                    assert len(s) == 50 and s.seq == seq0 and s.user_version == 1
-                    np.testing.assert_array_equal(s.ids(), np.arange(50, dtype=np.uint64))
-                    assert (hi - 1) not in s and s.get(hi - 1) is None
-                    assert 49 in s
-                    assert_bit_identical(s.get(49), data[49], "a pinned vector")
-                    for qi, q in enumerate(queries):
-                        hits = s.search(q, k, ef=1000)
-                        assert_exact_knn(
-                            [h.id for h in hits],
-                            [h.distance for h in hits],
-                            data[:50],
-                            np.arange(50),
-                            q,
-                            k,
-                            "euclidean",
-                            context=f"snapshot search {qi}",
-                        )
-                    b_ids, b_d = s.search_batch(queries, k, ef=1000, threads=1)
-                    for qi, q in enumerate(queries):
-                        assert_exact_knn(
-                            b_ids[qi],
-                            b_d[qi],
-                            data[:50],
-                            np.arange(50),
-                            q,
-                            k,
-                            "euclidean",
-                            context=f"snapshot search_batch {qi}",
-                        )
-                    assert (b_ids < 50).all(), (
-                        "a snapshot returned an id flushed after it was taken"
-                    )
-            # a new snapshot takes the newest state
-            with reader.snapshot() as s2:
-                assert len(s2) == 120 and s2.seq > seq0 and s2.user_version == 4
-                b_ids, b_d = s2.search_batch(queries, k, ef=1000)
+    with writer_and_reader(index_path, data[:50], user_version=1) as (writer, reader):
+        snap = reader.snapshot()
+        assert isinstance(snap, chassis.Snapshot)
+        with snap as s:
+            assert s is snap
+            seq0 = s.seq
+            n0 = len(s)
+            assert n0 == 50
+            for step, hi in enumerate((60, 61, 120)):
+                writer.add_batch(data[len(writer) : hi])
+                writer.user_version = step + 2
+                writer.flush()
+                # the reader's own calls see the newest flush ...
+                assert len(reader) == hi
+                ids, _ = exact_search(reader, data[hi - 1], k=1)
+                assert int(ids[0]) == hi - 1
+                # ... the snapshot still the state it pinned
+                assert len(s) == 50 and s.seq == seq0 and s.user_version == 1
+                np.testing.assert_array_equal(s.ids(), np.arange(50, dtype=np.uint64))
+                assert (hi - 1) not in s and s.get(hi - 1) is None
+                assert 49 in s
+                assert_bit_identical(s.get(49), data[49], "a pinned vector")
                 for qi, q in enumerate(queries):
-                    assert_exact_knn(b_ids[qi], b_d[qi], data, np.arange(120), q, k, "euclidean")
-        finally:
-            reader.close()
+                    hits = s.search(q, k, ef=1000)
+                    assert_exact_knn(
+                        [h.id for h in hits],
+                        [h.distance for h in hits],
+                        data[:50],
+                        np.arange(50),
+                        q,
+                        k,
+                        "euclidean",
+                        context=f"snapshot search {qi}",
+                    )
+                b_ids, b_d = s.search_batch(queries, k, ef=1000, threads=1)
+                for qi, q in enumerate(queries):
+                    assert_exact_knn(
+                        b_ids[qi],
+                        b_d[qi],
+                        data[:50],
+                        np.arange(50),
+                        q,
+                        k,
+                        "euclidean",
+                        context=f"snapshot search_batch {qi}",
+                    )
+                assert (b_ids < 50).all(), "a snapshot returned an id flushed after it was taken"
+        # a new snapshot takes the newest state
+        with reader.snapshot() as s2:
+            assert len(s2) == 120 and s2.seq > seq0 and s2.user_version == 4
+            b_ids, b_d = s2.search_batch(queries, k, ef=1000)
+            for qi, q in enumerate(queries):
+                assert_exact_knn(b_ids[qi], b_d[qi], data, np.arange(120), q, k, "euclidean")
 
 
 def test_writers_own_searches_see_its_adds_at_once_and_its_snapshot_pins(index_path):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,6 +59,15 @@ class Searchers:
 
     def mark(self, phase: str) -> None:
         self.events[phase].set()
+
+    def around(self, start: str, action: Callable[[], Any], end: str, what: str) -> Any:
+        """Mark ``start``, run ``action``, mark ``end``, then wait for a search that began after
+        ``end`` (``what``); returns what ``action`` returned."""
+        self.mark(start)
+        out = action()
+        self.mark(end)
+        self.wait_for(lambda r: end in r[0], what)
+        return out
 
     def _work(self, tid: int) -> None:
         rng = np.random.default_rng(tid)
@@ -136,10 +147,9 @@ def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(inde
         # ---- add_batch in the main thread while 4 threads search
         s = Searchers(index, queries, 4, ["started", "done"])
         s.wait_for(lambda r: True, "before the batch")
-        s.mark("started")
-        ids = index.add_batch(data[pre:full], threads=1)
-        s.mark("done")
-        s.wait_for(lambda r: "done" in r[0], "after the batch")
+        ids = s.around(
+            "started", lambda: index.add_batch(data[pre:full], threads=1), "done", "after the batch"
+        )
         results = s.finish()
         np.testing.assert_array_equal(ids, np.arange(pre, full, dtype=np.uint64))
 
@@ -179,10 +189,7 @@ def test_threads_search_during_add_batch_and_flush_and_see_the_state_before(inde
         for attempt in range(5):
             s = Searchers(index, queries, 4, ["started", "done"])
             s.wait_for(lambda r: True, "before the flush")
-            s.mark("started")
-            index.flush()
-            s.mark("done")
-            s.wait_for(lambda r: "done" in r[0], "after the flush")
+            s.around("started", index.flush, "done", "after the flush")
             results = s.finish()
             for r in results:
                 names = Searchers.states(oracle, r, {"full": total})
@@ -232,15 +239,14 @@ def test_reader_threads_in_the_writers_process_see_only_flushed_states(index_pat
         with IndexReader(index_path) as reader:
             s = Searchers(reader, queries, 2, ["batching", "published", "flushing", "flushed"])
             s.wait_for(lambda r: True, "before the batch")
-            s.mark("batching")
-            writer.add_batch(data[pre:], threads=1)
-            s.mark("published")  # the writer's own searches see the batch; it is not flushed
+            s.around(
+                "batching",
+                lambda: writer.add_batch(data[pre:], threads=1),
+                "published",  # the writer's own searches see the batch; it is not flushed
+                "while the batch was published but unflushed",
+            )
             assert len(writer) == full and writer.pending == n_batch
-            s.wait_for(lambda r: "published" in r[0], "while the batch was published but unflushed")
-            s.mark("flushing")
-            writer.flush()
-            s.mark("flushed")
-            s.wait_for(lambda r: "flushed" in r[0], "after the flush")
+            s.around("flushing", writer.flush, "flushed", "after the flush")
             results = s.finish()
             for r in results:
                 before, after, qis, _, _, n = r
