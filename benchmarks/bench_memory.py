@@ -59,7 +59,6 @@ from chassis import datasets
 from chassis._bench import (
     engine_status,
     fmt,
-    machine_info,
     median,
     qps_at_targets,
     ratio,
@@ -68,7 +67,18 @@ from chassis._bench import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import MINILM, MiB, add_json_option, child_script, evict_file, log, write_results  # noqa: E402
+from toolkit import (  # noqa: E402
+    MINILM,
+    MiB,
+    Parser,
+    add_json_option,
+    child_script,
+    evict_file,
+    log,
+    not_linux,
+    run_record,
+    write_results,
+)
 
 TARGETS = (0.90, 0.95)
 
@@ -127,12 +137,22 @@ def chassis_file(
 ) -> tuple[str, float | None]:
     """Path of an index of data.base[:rows] built by one add_batch (cached by name), and the
     build seconds when it was built now."""
-    import chassis
-
     rows = len(data.base) if rows is None else rows
     path = workdir / f"{tag}-{rows}-m{m}-efc{efc}.chassis"
     if cache and path.exists():
         return str(path), None
+    index, seconds = built_writer(path, data, rows, m, efc, huge_pages)
+    index.close()
+    return str(path), seconds
+
+
+def built_writer(
+    path: Path, data: Data, rows: int, m: int, efc: int, huge_pages: bool | None
+) -> tuple[Any, float]:
+    """A new index at `path` (any older one removed) of data.base[:rows], built by one
+    add_batch and flushed: its writer, still open, and the seconds that took."""
+    import chassis
+
     for p in (path, Path(str(path) + ".undo")):
         p.unlink(missing_ok=True)
     t0 = time.perf_counter()
@@ -143,9 +163,7 @@ def chassis_file(
     )
     index.add_batch(data.base[:rows])
     index.flush()
-    seconds = time.perf_counter() - t0
-    index.close()
-    return str(path), seconds
+    return index, time.perf_counter() - t0
 
 
 # ------------------------------------------------------------------ (i) search, huge pages off / on
@@ -373,17 +391,7 @@ def bench_adds(data: Data, workdir: Path, args: argparse.Namespace) -> dict[str,
     writers = {}
     for mode, hp in modes.items():
         path = workdir / f"adds-{mode}.chassis"
-        for q in (path, Path(str(path) + ".undo")):
-            q.unlink(missing_ok=True)
-        t0 = time.perf_counter()
-        w = chassis.VectorIndex(
-            str(path),
-            data.base.shape[1],
-            chassis.IndexOptions(max_connections=args.m, ef_construction=args.efc, huge_pages=hp),
-        )
-        w.add_batch(data.base[:rows])
-        w.flush()
-        out["build_s"][mode] = time.perf_counter() - t0
+        w, out["build_s"][mode] = built_writer(path, data, rows, args.m, args.efc, hp)
         ms = w.memory_stats()  # the batch's own mappings: what it put on huge pages
         out["share"][mode] = (
             ms["vector_huge_bytes"] / ms["vector_bytes"]
@@ -565,8 +573,11 @@ def print_cold(res: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------ main
+FULL_EFS, QUICK_EFS = "10,16,24,32,48,64,96,128,192,256", "16,32,64,128"
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--only",
         choices=["search", "adds", "cold"],
@@ -578,39 +589,34 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=str(MINILM),
         help="the debian-minilm folder ($CHASSIS_DATA/debian-minilm)",
     )
-    p.add_argument(
+    p.sized(
         "--large-n",
-        type=int,
-        default=700_000,
-        help="rows of the generated set (700,000: >= 1 GB of float32 vectors)",
+        full=700_000,
+        quick=50_000,
+        help="rows of the generated set (at full size, >= 1 GB of float32 vectors)",
     )
     p.add_argument("--dims", type=int, default=384, help="dimensions of the generated set (384)")
     p.add_argument("--no-large", action="store_true", help="search benchmark on minilm only")
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--m", type=int, default=16)
-    p.add_argument("--efc", type=int, default=200, help="ef_construction (200)")
-    p.add_argument("--efs", default="10,16,24,32,48,64,96,128,192,256", help="ef sweep")
-    p.add_argument(
-        "--passes",
-        type=int,
-        default=3,
-        help="passes (each from a fresh eviction) of the search sweep (3)",
+    p.sized("--efc", full=200, quick=100, help="ef_construction")
+    p.add_argument("--efs", help=f"ef sweep ({FULL_EFS}; --quick: {QUICK_EFS})")
+    p.sized(
+        "--passes", full=3, quick=1, help="passes (each from a fresh eviction) of the search sweep"
     )
-    p.add_argument(
+    p.sized(
         "--min-seconds",
-        type=float,
-        default=1.0,
-        help="per ef, pass and mode: search the query set at least this long, and 4 times (1.0)",
+        full=1.0,
+        quick=0.2,
+        help="per ef, pass and mode: search the query set at least this long, and 4 times",
     )
-    p.add_argument(
-        "--adds", type=int, default=300, help="add+flush operations per mode and file state (300)"
-    )
-    p.add_argument(
+    p.sized("--adds", full=300, quick=50, help="add+flush operations per mode and file state")
+    p.sized(
         "--adds-base",
-        type=int,
-        default=20_000,
-        help="minilm rows built by add_batch before the adds (20,000)",
+        full=20_000,
+        quick=5_000,
+        help="minilm rows built by add_batch before the adds",
     )
     p.add_argument(
         "--cold-data",
@@ -618,13 +624,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="large",
         help="data set of the cold-start runs (large)",
     )
-    p.add_argument(
-        "--cold-queries",
-        type=int,
-        default=1000,
-        help="queries each cold-start process searches (1000)",
-    )
-    p.add_argument("--rounds", type=int, default=5, help="cold-start rounds (5)")
+    p.sized("--cold-queries", full=1000, quick=200, help="queries each cold-start process searches")
+    p.sized("--rounds", full=5, quick=2, help="cold-start rounds")
     p.add_argument(
         "--workdir",
         default=os.path.join(tempfile.gettempdir(), "chassis-bench-memory"),
@@ -633,25 +634,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes, few passes: a smoke run")
     add_json_option(p)
     a = p.parse_args(argv)
-    a.efs = [int(x) for x in a.efs.split(",")]
-    if a.quick:
-        a.large_n, a.passes, a.adds, a.adds_base, a.rounds, a.efs = (
-            50_000,
-            1,
-            50,
-            5_000,
-            2,
-            [16, 32, 64, 128],
-        )
-        a.min_seconds = 0.2
-        a.cold_queries, a.efc = 200, 100
+    a.efs = [int(x) for x in (a.efs or (QUICK_EFS if a.quick else FULL_EFS)).split(",")]
     return a
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    if not sys.platform.startswith("linux"):
-        print("bench_memory: Linux only (page-cache eviction with posix_fadvise, mincore)")
+    if not_linux("bench_memory", "page-cache eviction with posix_fadvise, mincore"):
         return 0
     parts = set(args.only or ["search", "adds", "cold"])
     workdir = Path(args.workdir)
@@ -665,12 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         ra = Path("/sys/block/vda/queue/read_ahead_kb").read_text().strip()
     except OSError:
         ra = "?"
-    results: dict[str, Any] = {
-        "machine": machine_info(),
-        "thp": thp,
-        "read_ahead_kb": ra,
-        "args": dict(vars(args)),
-    }
+    results = run_record(args, thp=thp, read_ahead_kb=ra)
     print(
         f"machine: {results['machine']['platform']}, {results['machine']['cpu_count']} CPUs; THP: {thp}; read_ahead_kb (vda): {ra}; "
         f"M={args.m}, ef_construction={args.efc}; k={args.k}"

@@ -67,7 +67,6 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +79,6 @@ from chassis._bench import (
     HnswlibEngine,
     engine_status,
     fmt,
-    machine_info,
     median,
     qps_at_targets,
     qps_cell,
@@ -94,7 +92,19 @@ from chassis._bench import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from placement_numa import bench_numa, numa_info, pct, shares  # noqa: E402
-from toolkit import MINILM, MiB, add_json_option, csv, evict_file, log, write_results  # noqa: E402
+from toolkit import (  # noqa: E402
+    MINILM,
+    MiB,
+    Parser,
+    add_json_option,
+    csv,
+    evict_file,
+    log,
+    not_linux,
+    run_record,
+    work_folder,
+    write_results,
+)
 
 BALANCED_MIN = 16_384  # batches from this size are spread by balanced placement (src/index.rs)
 CHASSIS_VARIANTS = ("file", "balanced", "local")
@@ -714,7 +724,7 @@ def print_load(res: dict[str, Any], args: argparse.Namespace) -> None:
 
 # ------------------------------------------------------------------ main
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--only",
         choices=["build", "exact", "load", "numa"],
@@ -724,7 +734,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="small sizes (>= 16,384 rows), one pass: a smoke run"
     )
-    p.add_argument("--passes", type=int, help="passes (3; --quick: 1)")
+    p.sized("--passes", full=3, quick=1, help="passes")
     p.add_argument("--datasets", default="minilm,clustered", help="minilm,clustered")
     p.add_argument(
         "--data",
@@ -736,24 +746,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--minilm-n", type=int, help="use the first rows of minilm only (all; --quick: 17000)"
     )
-    p.add_argument(
-        "--n",
-        "--large-n",
-        dest="n",
-        type=int,
-        help="rows of the clustered set (100000; --quick: 17000)",
-    )
+    p.sized("--n", "--large-n", full=100_000, quick=17_000, help="rows of the clustered set")
     p.add_argument("--dims", type=int, default=128, help="dimensions of the clustered set (128)")
-    p.add_argument("--queries", type=int, help="queries per data set (1000; --quick: 200)")
+    p.sized("--queries", full=1000, quick=200, help="queries per data set")
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--m", type=int, default=16, help="max_connections / M (16)")
-    p.add_argument(
-        "--efc",
-        "--ef-construction",
-        dest="efc",
-        type=int,
-        help="ef_construction (200; --quick: 64)",
-    )
+    p.sized("--efc", "--ef-construction", full=200, quick=64, help="ef_construction")
     p.add_argument("--threads", type=int, default=2, help="build and load threads (2)")
     p.add_argument(
         "--search-threads", type=int, default=2, help="threads of the multi-thread search_batch (2)"
@@ -761,10 +759,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--efs", help="ef sweep (10,16,24,32,48,64,96,128,192,256,400; --quick: 10,20,40,80,160)"
     )
-    p.add_argument(
+    p.sized(
         "--min-seconds",
-        type=float,
-        help="per ef, thread count and pass: search at least this long per variant (0.3; --quick: 0.05)",
+        full=0.3,
+        quick=0.05,
+        help="per ef, thread count and pass: search at least this long per variant",
     )
     p.add_argument(
         "--max-runs",
@@ -775,25 +774,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--exact-n", type=int, default=2000, help="rows of the exactness check (2000)")
     p.add_argument("--exact-ef", type=int, default=2000, help="ef of the exactness check (2000)")
     p.add_argument("--load-ef", type=int, default=64, help="ef of the search after load (64)")
-    p.add_argument(
-        "--load-runs", type=int, help="alternating runs of that search per pass (6; --quick: 2)"
-    )
+    p.sized("--load-runs", full=6, quick=2, help="alternating runs of that search per pass")
     p.add_argument("--no-hnswlib", action="store_true", help="leave the peer out")
     p.add_argument("--workdir", help="where index files go (default: a temporary folder, removed)")
     add_json_option(p)
     a = p.parse_args(argv)
     q = a.quick
-    a.passes = a.passes or (1 if q else 3)
     a.minilm_n = a.minilm_n if a.minilm_n is not None else (17_000 if q else None)
-    a.n = a.n or (17_000 if q else 100_000)
-    a.queries = a.queries or (200 if q else 1000)
-    a.efc = a.efc or (64 if q else 200)
     a.efs = [
         int(x)
         for x in csv(a.efs or ("10,20,40,80,160" if q else "10,16,24,32,48,64,96,128,192,256,400"))
     ]
-    a.min_seconds = a.min_seconds if a.min_seconds is not None else (0.05 if q else 0.3)
-    a.load_runs = a.load_runs or (2 if q else 6)
     a.thread_counts = [1] + ([a.search_threads] if a.search_threads != 1 else [])
     a.datasets = csv(a.datasets)
     return a
@@ -801,22 +792,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    if not sys.platform.startswith("linux"):
-        print("bench_placement: Linux only (posix_fadvise, mincore, /sys NUMA nodes)")
+    if not_linux("bench_placement", "posix_fadvise, mincore, /sys NUMA nodes"):
         return 0
     parts = set(args.only or ["build", "exact", "load", "numa"])
     peers, notes = engine_status([] if args.no_hnswlib else ["hnswlib"])
     started = time.perf_counter()
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-placement-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_folder(args.workdir, "chassis-bench-placement-")
     info = numa_info()
-    results: dict[str, Any] = {
-        "machine": machine_info(),
-        "numa": info,
-        "args": dict(vars(args)),
-        "notes": notes,
-        "datasets": {},
-    }
+    results = run_record(args, numa=info, notes=notes, datasets={})
     print(
         f"machine: {results['machine']['platform']}, {results['machine']['cpu_count']} CPUs; NUMA nodes: {len(info['nodes'])}; "
         f"numactl: {'yes' if info['numactl'] else 'no'}; THP: {info['thp']}; M={args.m}, ef_construction={args.efc}, k={args.k}"

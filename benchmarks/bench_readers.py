@@ -39,7 +39,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,10 +46,18 @@ from typing import Any
 
 import numpy as np
 from chassis import datasets
-from chassis._bench import fmt, machine_info, median, table, timed
+from chassis._bench import fmt, median, table, timed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import MINILM, add_json_option, child_script, write_results  # noqa: E402
+from toolkit import (  # noqa: E402
+    MINILM,
+    Parser,
+    add_json_option,
+    child_script,
+    run_record,
+    work_folder,
+    write_results,
+)
 
 
 # ------------------------------------------------------------------ the writer process
@@ -237,14 +244,14 @@ def load(args) -> dict[str, Any]:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="minilm", choices=["minilm", "generated"])
     p.add_argument(
         "--minilm",
         default=str(MINILM),
         help="the debian-minilm folder ($CHASSIS_DATA/debian-minilm)",
     )
-    p.add_argument("--n", type=int, help="vectors in the index (20000; --quick: 5000)")
+    p.sized("--n", full=20_000, quick=5_000, help="vectors in the index")
     p.add_argument(
         "--extra", type=int, default=5000, help="distinct vectors the writer cycles through (5000)"
     )
@@ -257,21 +264,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--chunk", type=int, default=32, help="queries per search_batch call in '2 threads' (32)"
     )
-    p.add_argument(
-        "--seconds", type=float, help="seconds per throughput measurement (4; --quick: 1)"
-    )
-    p.add_argument(
-        "--repeats", type=int, help="alternating rounds without / with writer (3; --quick: 1)"
-    )
-    p.add_argument("--lag-seconds", type=float, help="seconds of lag measurement (5; --quick: 2)")
+    p.sized("--seconds", full=4.0, quick=1.0, help="seconds per throughput measurement")
+    p.sized("--repeats", full=3, quick=1, help="alternating rounds without / with writer")
+    p.sized("--lag-seconds", full=5.0, quick=2.0, help="seconds of lag measurement")
     p.add_argument("--quick", action="store_true", help="small sizes, short runs: a smoke run")
     p.add_argument("--workdir", help="where the index goes (default: a temporary folder)")
     add_json_option(p)
     args = p.parse_args(argv)
-    args.n = args.n or (5_000 if args.quick else 20_000)
-    args.seconds = args.seconds or (1.0 if args.quick else 4.0)
-    args.repeats = args.repeats or (1 if args.quick else 3)
-    args.lag_seconds = args.lag_seconds or (2.0 if args.quick else 5.0)
     if args.quick:
         args.queries = min(args.queries, 200)
     return args
@@ -289,19 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         f"metric {data['metric']}, k={args.k}, ef={args.ef}",
         flush=True,
     )
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-readers-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_folder(args.workdir, "chassis-bench-readers-")
     path = str(workdir / "readers.chassis")
     if os.path.exists(path):
         os.remove(path)
     vectors_file = workdir / "writer-vectors.npy"
     np.save(vectors_file, data["extra"])
-    results: dict[str, Any] = {
-        "machine": machine_info(),
-        "chassis": chassis.__version__,
-        "args": vars(args),
-        "metric": data["metric"],
-    }
+    results = run_record(args, chassis=chassis.__version__, metric=data["metric"])
     try:
         opts = chassis.IndexOptions(
             max_connections=args.m, ef_construction=args.ef_construction, metric=data["metric"]

@@ -77,31 +77,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from chassis import datasets
-from chassis._bench import machine_info, table
+from chassis._bench import CGROUP_V1, memory_cgroup_problem, table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # OURS is read as bench_scale.OURS by report.py.
 from scale_peers import OURS as OURS  # noqa: E402
 from scale_peers import PEERS, bench_alone, bench_peers, load_data, print_alone, print_peers  # noqa: E402
-from toolkit import MiB, add_json_option, child_script, evict_file, log, write_results  # noqa: E402
-
-CGROUP_V1 = Path("/sys/fs/cgroup/memory")
-
-
-def cgroup_problem() -> str | None:
-    """Why memory-limited runs cannot be made here, or None."""
-    if sys.platform != "linux":
-        return "not Linux"
-    if os.geteuid() != 0:
-        return "not root (a memory cgroup needs root)"
-    if not (CGROUP_V1 / "memory.limit_in_bytes").exists():
-        return f"no cgroup-v1 memory controller at {CGROUP_V1}"
-    return None
+from toolkit import (  # noqa: E402
+    MiB,
+    add_json_option,
+    child_script,
+    evict_file,
+    log,
+    run_record,
+    write_results,
+)
 
 
 class MemoryCgroup:
@@ -249,7 +246,7 @@ FILES = {
 
 
 def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
-    why = cgroup_problem()
+    why = memory_cgroup_problem()
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     base, qf, gf = load_data(args.n, args.dims, args.nq, args.clusters, workdir)
@@ -314,7 +311,7 @@ def bench_paired(args: argparse.Namespace, what: str) -> dict[str, Any]:
     """Paired: at a quarter of each file, runs of the default and runs with PAIRED[what]'s
     environment alternate (on off, off on, ...), --pairs pairs per file."""
     on_label, off_label, off_env = PAIRED[what]
-    why = cgroup_problem()
+    why = memory_cgroup_problem()
     if why is not None:
         log(f"  paired {what} runs skipped: {why}")
         return {"skipped": why}
@@ -621,24 +618,23 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    res = {"machine": machine_info(), "args": {k: v for k, v in vars(args).items() if k != "json"}}
+    res = run_record(args)
     only = args.only.split(",")
-    if "peers" in only:
-        res["peers"] = bench_peers(args)
-        res["peers"]["checks"] = print_peers(res["peers"])
-    if "limit" in only:
-        res["limit"] = bench_limit(args)
-        print_limit(res["limit"])
-    for what in PAIRED:
+    # The parts in the order they run: what measures one, and what prints it (returning the
+    # checks of the parts that have some).
+    parts: list[tuple[str, Callable[..., Any], Callable[..., Any]]] = [
+        ("peers", bench_peers, print_peers),
+        ("limit", bench_limit, print_limit),
+        *[(w, partial(bench_paired, what=w), partial(print_paired, what=w)) for w in PAIRED],
+        ("alone", bench_alone, print_alone),
+        ("commits", bench_commits, print_commits),
+    ]
+    for what, measure, show in parts:
         if what in only:
-            res[what] = bench_paired(args, what)
-            print_paired(res[what], what)
-    if "alone" in only:
-        res["alone"] = bench_alone(args)
-        res["alone"]["checks"] = print_alone(res["alone"])
-    if "commits" in only:
-        res["commits"] = bench_commits(args)
-        print_commits(res["commits"])
+            res[what] = measure(args)
+            checks = show(res[what])
+            if checks is not None:
+                res[what]["checks"] = checks
     write_results(args.json, "bench_scale", res)
     return 0
 

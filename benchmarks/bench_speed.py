@@ -64,7 +64,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -78,7 +77,6 @@ from chassis._bench import (
     best_peer,
     engine_status,
     fmt,
-    machine_info,
     median,
     median_qps_at,
     path_bytes,
@@ -93,7 +91,16 @@ from chassis._bench import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolkit import MINILM, add_json_option, csv, load_dataset, write_results  # noqa: E402
+from toolkit import (  # noqa: E402
+    MINILM,
+    Parser,
+    add_json_option,
+    csv,
+    load_dataset,
+    run_record,
+    work_folder,
+    write_results,
+)
 
 DEFAULT_EF = "10,16,24,32,48,64,96,128,192,256"
 QUICK_EF = "10,20,40,80,160"
@@ -121,7 +128,7 @@ def _order(names: list[str], n_pass: int, step: int = 0) -> list[str]:
 
 # ------------------------------------------------------------------ options
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--quick",
         action="store_true",
@@ -129,12 +136,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--datasets", default="minilm,clustered", help="minilm,clustered")
     p.add_argument("--engines", default=ALL_ENGINES, help=f"({ALL_ENGINES})")
-    p.add_argument("--passes", type=int, help="passes (3; --quick: 1)")
-    p.add_argument(
+    p.sized("--passes", full=3, quick=1, help="passes")
+    p.sized(
         "--build-passes",
-        type=int,
+        full=5,
+        quick=1,
         help="builds per engine for the build time: the passes' builds plus build-only "
-        "rounds, the engines taking turns (5; --quick: 1)",
+        "rounds, the engines taking turns",
     )
     p.add_argument("--ef", help=f"ef sweep ({DEFAULT_EF}; --quick: {QUICK_EF})")
     p.add_argument("--k", type=int, default=10, help="neighbours per query (10)")
@@ -142,53 +150,37 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ef-construction", type=int, default=200, help="(200)")
     p.add_argument("--threads", type=int, default=2, help="build threads (2)")
     p.add_argument("--search-threads", type=int, default=2, help="threads of the 2t batch (2)")
-    p.add_argument(
+    p.sized(
         "--runs",
-        type=int,
+        full=5,
+        quick=1,
         help="per sweep point and mode: calls (the whole query set each) per engine at "
-        "least, the engines taking turns call by call; the median call counts "
-        "(5; --quick: 1)",
+        "least, the engines taking turns call by call; the median call counts",
     )
-    p.add_argument(
+    p.sized(
         "--min-seconds",
-        type=float,
-        help="per sweep point and mode: an engine is called until its calls add up to "
-        "this long (0.6; --quick: 0)",
+        full=0.6,
+        quick=0.0,
+        help="per sweep point and mode: an engine is called until its calls add up to this long",
     )
     p.add_argument(
         "--warmup", type=int, default=50, help="queries searched untimed before each point (50)"
     )
-    p.add_argument(
-        "--calls", type=int, help="per-call overhead: searches per run (20000; --quick: 5000)"
-    )
-    p.add_argument(
-        "--call-runs", type=int, help="per-call overhead: runs, median taken (5; --quick: 3)"
-    )
+    p.sized("--calls", full=20_000, quick=5_000, help="per-call overhead: searches per run")
+    p.sized("--call-runs", full=5, quick=3, help="per-call overhead: runs, median taken")
     p.add_argument("--call-ef", type=int, default=10, help="per-call overhead: ef (10)")
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead")
-    p.add_argument(
-        "--opens", type=int, help="fresh opens timed per engine and pass (7; --quick: 3)"
-    )
-    p.add_argument("--adds", type=int, help="single add+flush calls timed (200; --quick: 20)")
+    p.sized("--opens", full=7, quick=3, help="fresh opens timed per engine and pass")
+    p.sized("--adds", full=200, quick=20, help="single add+flush calls timed")
     p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
-    p.add_argument("--clustered-n", type=int, help="clustered base size (100000; --quick: 10000)")
+    p.sized("--clustered-n", full=100_000, quick=10_000, help="clustered base size")
     p.add_argument("--clustered-dims", type=int, default=128, help="(128)")
-    p.add_argument("--queries", type=int, help="queries per data set (1000; --quick: 200)")
+    p.sized("--queries", full=1_000, quick=200, help="queries per data set")
     p.add_argument("--workdir", help="where index files go (default: a temporary folder)")
     add_json_option(p)
     args = p.parse_args(argv)
-    args.passes = args.passes or (1 if args.quick else 3)
-    args.build_passes = max(args.passes, args.build_passes or (1 if args.quick else 5))
+    args.build_passes = max(args.passes, args.build_passes)
     args.ef = [int(x) for x in csv(args.ef or (QUICK_EF if args.quick else DEFAULT_EF))]
-    args.runs = args.runs or (1 if args.quick else 5)
-    if args.min_seconds is None:
-        args.min_seconds = 0.0 if args.quick else 0.6
-    args.calls = args.calls or (5_000 if args.quick else 20_000)
-    args.call_runs = args.call_runs or (3 if args.quick else 5)
-    args.opens = args.opens or (3 if args.quick else 7)
-    args.adds = args.adds if args.adds is not None else (20 if args.quick else 200)
-    args.clustered_n = args.clustered_n or (10_000 if args.quick else 100_000)
-    args.queries = args.queries or (200 if args.quick else 1_000)
     args.datasets, args.engines = csv(args.datasets), csv(args.engines)
     return args
 
@@ -745,15 +737,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.perf_counter()
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="chassis-bench-speed-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    everything: dict[str, Any] = {
-        "machine": machine_info(),
-        "versions": versions,
-        "args": dict(vars(args)),
-        "load_before": load_before,
-        "datasets": {},
-    }
+    workdir = work_folder(args.workdir, "chassis-bench-speed-")
+    everything = run_record(args, versions=versions, load_before=load_before, datasets={})
     all_checks: list[dict[str, Any]] = []
     points: list[dict[str, Any]] = []
     overhead: dict[str, Any] = {}

@@ -270,6 +270,15 @@ def _peers(engines: Sequence[str], ours: Sequence[str]) -> str:
     return "; ".join(parts) or "none"
 
 
+# The columns each row of runs starts with: which run it is, then its two one-thread modes.
+RUN_COLUMNS = ["CPU", "run", "peers in the run", "`search_batch`", "`search` loop"]
+
+
+def _run_cells(run: Run, engines: Sequence[str], ours: Sequence[str]) -> list[str]:
+    """The first three of `RUN_COLUMNS` for ``run``, whose engines are ``engines``."""
+    return [run.cpu_text, run.date, _peers(engines, ours)]
+
+
 def _datasets(runs: Sequence[Run]) -> list[str]:
     seen: dict[str, None] = {}
     for run in runs:
@@ -346,13 +355,11 @@ def readme_section(runs: Sequence[Run]) -> str:
                     values.append(cell)
                 return " / ".join(values)
 
-            present = {e for r in summaries.values() for e in r}
-            int8 = "chassis-int8" in present
+            engines = list(dict.fromkeys(e for r in summaries.values() for e in r))
+            int8 = "chassis-int8" in engines
             rows.append(
-                [
-                    run.cpu_text,
-                    run.date,
-                    _peers(list(dict.fromkeys(e for r in summaries.values() for e in r)), ours),
+                _run_cells(run, engines, ours)
+                + [
                     cells("chassis", "float", "batch"),
                     cells("chassis", "float", "loop"),
                     cells("chassis", "float", "build_s"),
@@ -361,12 +368,8 @@ def readme_section(runs: Sequence[Run]) -> str:
                 ]
             )
         out += _table(
-            [
-                "CPU",
-                "run",
-                "peers in the run",
-                "`search_batch`",
-                "`search` loop",
+            RUN_COLUMNS
+            + [
                 "build",
                 "int8 `search_batch` / best float peer",
                 "int8 `search_batch` / best 8-bit peer",
@@ -401,10 +404,8 @@ def readme_section(runs: Sequence[Run]) -> str:
             vs = _bench.versus_best_peer(figures, SPEED_COLUMNS, "chassis", bench_scale.OURS)
             mine = figures["chassis"]
             rows.append(
-                [
-                    run.cpu_text,
-                    run.date,
-                    _peers(list(figures), bench_scale.OURS),
+                _run_cells(run, list(figures), bench_scale.OURS)
+                + [
                     _ratio(vs, "batch"),
                     _ratio(vs, "loop"),
                     _ratio(vs, "batch2"),
@@ -414,12 +415,8 @@ def readme_section(runs: Sequence[Run]) -> str:
                 ]
             )
         out += _table(
-            [
-                "CPU",
-                "run",
-                "peers in the run",
-                "`search_batch`",
-                "`search` loop",
+            RUN_COLUMNS
+            + [
                 "2-thread batch",
                 "build",
                 "Chassis's peak build memory / file",

@@ -3,8 +3,10 @@ result schema, also behind `chassis bench`, which the scripts import from there)
 
   - where the data is: $CHASSIS_DATA (a folder holding debian-minilm/), else
     <repo>/../shared/data; the data sets the scripts compare on (load_dataset);
+  - command lines: `Parser`, whose `sized` options default to a smaller value in a --quick
+    run; the Linux-only scripts' guard (not_linux); a folder for index files (work_folder);
   - results files: benchmarks/results/YYYY-MM-DD-<script>-<machine>.json (add_json_option,
-    write_results), naming no folder of the machine;
+    run_record, write_results), naming no folder of the machine;
   - children/: the programs the scripts run in fresh processes, by path (child_script);
   - page-cache helpers (Linux): file_resident_bytes, evict_file.
 """
@@ -21,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from chassis import datasets
-from chassis._bench import write_json
+from chassis._bench import machine_info, write_json
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -100,6 +103,46 @@ def load_dataset(
     }
 
 
+# ------------------------------------------------------------------ command lines
+class Parser(argparse.ArgumentParser):
+    """A script's argument parser (the script has --quick). An option added with `sized`
+    defaults to ``full``, or to ``quick`` in a --quick run (a smoke run), unless given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sized_defaults: dict[str, tuple[Any, Any]] = {}
+
+    def sized(self, *flags: str, full: float, quick: float, help: str, **kwargs: Any) -> None:
+        """An option of the type of ``full``; its help ends with "(full; --quick: quick)"."""
+        shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in (full, quick)]
+        action = self.add_argument(
+            *flags, type=type(full), help=f"{help} ({shown[0]}; --quick: {shown[1]})", **kwargs
+        )
+        self.sized_defaults[action.dest] = (full, quick)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, rest = super().parse_known_args(args, namespace)
+        for dest, (full, quick) in self.sized_defaults.items():
+            if getattr(parsed, dest) is None:
+                setattr(parsed, dest, quick if parsed.quick else full)
+        return parsed, rest
+
+
+def not_linux(script: str, needs: str) -> bool:
+    """True, after saying so, where this is not Linux, which ``script`` needs for ``needs``."""
+    if sys.platform.startswith("linux"):
+        return False
+    print(f"{script}: Linux only ({needs})")
+    return True
+
+
+def work_folder(given: str | None, prefix: str) -> Path:
+    """The folder for a run's index files: ``given``, else a new temporary one; made if missing."""
+    folder = Path(given or tempfile.mkdtemp(prefix=prefix))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 # ------------------------------------------------------------------ results files
 def machine_name() -> str:
     """This machine's host name, as a file-name part."""
@@ -135,6 +178,11 @@ def _relative_paths(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_relative_paths(v) for v in value]
     return value
+
+
+def run_record(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
+    """The head of a run's results: the machine, the options it ran with, then ``fields``."""
+    return {"machine": machine_info(), "args": dict(vars(args)), **fields}
 
 
 def write_results(

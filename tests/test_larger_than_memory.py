@@ -22,17 +22,16 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import chassis
 import numpy as np
 import pytest
 from chassis import datasets
+from chassis._bench import CGROUP_V1, memory_cgroup_problem
 from conftest import assert_child_ok, clustered_data, run_python
 from test_memory_policies import evict, wait_warm
 
 linux = pytest.mark.skipif(sys.platform != "linux", reason="smaps, fadvise and cgroups are Linux's")
-CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
 
 def read_bytes() -> int:
@@ -179,16 +178,6 @@ print(ms["warm_running"], ms["resident_bytes"] == ms["written_bytes"])
     assert "warming: 100%" in proc.stderr, proc.stderr
 
 
-def cgroup_problem() -> str | None:
-    if sys.platform != "linux":
-        return "not Linux"
-    if os.geteuid() != 0:
-        return "needs root (a memory cgroup)"
-    if not (CGROUP_V1 / "memory.limit_in_bytes").exists():
-        return f"no cgroup-v1 memory controller at {CGROUP_V1}"
-    return None
-
-
 CHILD = r"""
 import os, sys, json
 cg = sys.argv[1]
@@ -226,7 +215,7 @@ print(json.dumps({"read": read, "ids": ids, "naming": naming, "random": flags,
 CHILD = inspect.getsource(vm_flags) + inspect.getsource(read_bytes) + CHILD
 
 
-@pytest.mark.skipif(cgroup_problem() is not None, reason=str(cgroup_problem()))
+@pytest.mark.skipif(memory_cgroup_problem() is not None, reason=str(memory_cgroup_problem()))
 @pytest.mark.parametrize(
     ("quantization", "first"),
     [(None, "loop"), ("int8", "loop"), ("int4", "loop"), (None, "batch"), ("int8", "batch")],

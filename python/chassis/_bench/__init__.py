@@ -21,7 +21,7 @@ measured the same way:
 | `sweep` | `measure_sweep` (recall and QPS along ef), `measure_engine` (build, open, sweep) |
 | `inputs` | what `chassis.bench.run` reads its data from |
 | `display` | table cells, text tables, recall-QPS plots |
-| `machine` | the "machine" of a results file |
+| `machine` | the "machine" of a results file; `memory_cgroup_problem` |
 | `timing` | `timed`, `median`, `path_bytes` |
 
 Everything is importable from `chassis._bench` itself; the scripts in benchmarks/ import it
@@ -49,7 +49,7 @@ from .engines import (
     engine_status,
     make_engine,
 )
-from .machine import machine_info
+from .machine import CGROUP_V1, machine_info, memory_cgroup_problem
 from .schema import (
     SCALARS,
     TARGETS,
@@ -71,6 +71,7 @@ from .sweep import Plan, measure_engine, measure_sweep
 from .timing import median, path_bytes, timed
 
 __all__ = [
+    "CGROUP_V1",
     "ENGINES",
     "SCALARS",
     "TARGETS",
@@ -104,6 +105,7 @@ __all__ = [
     "measure_sweep",
     "median",
     "median_qps_at",
+    "memory_cgroup_problem",
     "path_bytes",
     "plot_sweeps",
     "qps_at_targets",

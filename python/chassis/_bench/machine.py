@@ -1,10 +1,12 @@
-"""The "machine" of a results file: Python, platform, cores, NumPy and the CPU."""
+"""The "machine" of a results file (Python, platform, cores, NumPy and the CPU), and whether
+it can hold a process to a memory limit."""
 
 from __future__ import annotations
 
 import os
 import platform
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,3 +32,17 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+CGROUP_V1 = Path("/sys/fs/cgroup/memory")
+
+
+def memory_cgroup_problem() -> str | None:
+    """Why a process cannot be put in a cgroup-v1 memory cgroup with a limit here, or None."""
+    if sys.platform != "linux":
+        return "not Linux"
+    if os.geteuid() != 0:
+        return "not root (a memory cgroup needs root)"
+    if not (CGROUP_V1 / "memory.limit_in_bytes").exists():
+        return f"no cgroup-v1 memory controller at {CGROUP_V1}"
+    return None
