@@ -1,4 +1,4 @@
-//! The file and its mappings: one mapping per region (see `format.rs`), never moved once made,
+//! The file and its mappings: one mapping per region (see `format`), never moved once made,
 //! and the accessors that turn a slot number into references into them.
 //!
 //! | file        | what it holds                                                             |
