@@ -33,9 +33,20 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import bench_scale  # noqa: E402
-import bench_speed  # noqa: E402
-from chassis import _bench, _machine  # noqa: E402
+try:
+    # The figures are computed by the benchmarks' own functions, so the package they measure
+    # must be importable (as for every script here).
+    import bench_scale
+    import bench_speed
+    from chassis import _bench, _machine
+except ImportError as exc:
+    print(
+        f"report.py: cannot import {exc.name or exc}: it computes the figures with the chassis "
+        "package and NumPy\nhelp: run it with a Python that has them: pip install . (or the "
+        "venv .ci/run makes, .venv-ci/bin/python)",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 # The runs the tables show, file name in benchmarks/results -> where: "readme" (a row of the
 # README's table for its benchmark, one row per CPU, and its tables in docs/benchmarks.md) or

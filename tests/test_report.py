@@ -235,6 +235,18 @@ def test_check_passes_on_the_repository():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+def test_without_numpy_it_says_what_is_missing_and_what_to_do():
+    # Oracle: the exit status the docstring gives an unusable run (2) and the module named.
+    # numpy made unimportable in the child: `sys.modules["numpy"] = None` fails its import.
+    code = (
+        "import runpy, sys; sys.modules['numpy'] = None; sys.argv = ['report.py', '--check']; "
+        f"runpy.run_path({str(REPO / 'benchmarks' / 'report.py')!r}, run_name='__main__')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot import numpy" in proc.stderr and "help: " in proc.stderr, proc.stderr
+
+
 def test_check_fails_on_one_changed_figure_and_changes_nothing(tmp_path):
     readme, docs = tmp_path / "README.md", tmp_path / "benchmarks.md"
     shutil.copy(REPO / "README.md", readme)
