@@ -429,28 +429,39 @@ def start_warm_caught_running(path: str, opts: IndexOptions | None = None, attem
 @pytest.mark.slow
 @ON_LINUX
 def test_warm_option_starts_at_open_and_asking_again_does_not_restart(big_index):
+    """Oracle: the pass's own progress counter, which a second pass would start again at 0.
+    warm() says whether it started a pass; the open's pass can finish between two calls (part
+    of the file may still be in the disk's cache), and then a new pass is right, so the test
+    retries until it asks while the pass runs, and fails if it never could."""
     path = big_index["path"]
-    r, ms0 = start_warm_caught_running(path, IndexOptions(warm=True))
-    try:
-        assert ms0["warm_total_bytes"] == big_index["written"], ms0
-        r.warm()
-        r.warm()
-        ms1 = r.memory_stats()
-        # a second thread would have a fresh progress counter, starting from 0
-        assert ms1["warm_total_bytes"] == ms0["warm_total_bytes"], (ms0, ms1)
-        assert ms1["warm_done_bytes"] >= ms0["warm_done_bytes"], (
-            f"progress went back: a new warm started? {ms0} -> {ms1}"
-        )
-        assert ms1["warm_running"] or ms1["warm_done_bytes"] == ms1["warm_total_bytes"], ms1
-        ms2 = wait_warm(r, timeout=60)
-        assert ms2["warm_done_bytes"] == ms2["warm_total_bytes"] == big_index["written"], ms2
-        assert ms2["resident_bytes"] >= ms2["written_bytes"] - PAGE, ms2
-        # once done, asking again reads what the index holds then (a new, finished-or-running pass)
-        r.warm()
-        ms3 = wait_warm(r, timeout=60)
-        assert ms3["warm_total_bytes"] == ms3["written_bytes"], ms3
-    finally:
-        r.close()
+    for _ in range(5):
+        r, ms0 = start_warm_caught_running(path, IndexOptions(warm=True))
+        try:
+            assert ms0["warm_total_bytes"] == big_index["written"], ms0
+            started = r.warm()
+            again = r.warm()
+            ms1 = r.memory_stats()
+            if started:
+                # only right once the open's pass is done: all it read is in memory
+                assert ms1["resident_bytes"] >= ms1["written_bytes"] - PAGE, (ms0, ms1)
+                continue
+            assert not again, "a second ask while the pass runs started another"
+            assert ms1["warm_total_bytes"] == ms0["warm_total_bytes"], (ms0, ms1)
+            assert ms1["warm_done_bytes"] >= ms0["warm_done_bytes"], (
+                f"progress went back: a new warm started? {ms0} -> {ms1}"
+            )
+            assert ms1["warm_running"] or ms1["warm_done_bytes"] == ms1["warm_total_bytes"], ms1
+            ms2 = wait_warm(r, timeout=60)
+            assert ms2["warm_done_bytes"] == ms2["warm_total_bytes"] == big_index["written"], ms2
+            assert ms2["resident_bytes"] >= ms2["written_bytes"] - PAGE, ms2
+            # once done, asking again reads what the index holds then: a new pass
+            assert r.warm(), "asked after the pass finished, warm() started none"
+            ms3 = wait_warm(r, timeout=60)
+            assert ms3["warm_total_bytes"] == ms3["written_bytes"], ms3
+            return
+        finally:
+            r.close()
+    pytest.fail("the open's pass always finished before warm() was asked (disk too fast?)")
 
 
 @pytest.mark.slow

@@ -654,7 +654,9 @@ pub extern "C" fn chassis_keep_small_pages(handle: u64) -> i32 {
 /// but the full vectors (what a search walks when they do not fit).
 #[no_mangle]
 pub extern "C" fn chassis_warm(handle: u64, vectors: i32) -> i32 {
-    unit_call(handle, |i| i.warm(vectors != 0))
+    unit_call(handle, |i| {
+        i.warm(vectors != 0);
+    })
 }
 
 /// Wait until the running warm is done (CHASSIS_INTERRUPTED stops it).

@@ -102,19 +102,21 @@ impl Index {
     /// In memory: nothing to read (the index is in memory already). Without `vectors`, all
     /// but the full-precision vectors: what a search walks when they do not fit (see
     /// `residency`), and with codes all a search reads but the rerank's few vectors.
-    pub fn warm(&self, vectors: bool) {
+    /// Returns whether this call started a pass (false: one was running, or in memory).
+    pub fn warm(&self, vectors: bool) -> bool {
         if self.memory {
-            return;
+            return false;
         }
         self.warm_on.store(true, Release);
         self.warm_vectors.store(vectors, Release);
         let mut w = self.warm.lock();
         if w.as_ref().is_some_and(|w| w.running()) {
-            return;
+            return false;
         }
         let snap = self.view.read().clone();
         let slots = snap.slots.max(if self.read_only { 0 } else { self.writer.lock().slots });
         *w = Some(Warm::start(snap.st.clone(), slots, vectors));
+        true
     }
 
     /// Stop a running warm (waits for at most one 8 MiB step).

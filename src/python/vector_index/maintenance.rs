@@ -50,16 +50,13 @@ impl VectorIndex {
         vectors: bool,
         wait: bool,
         progress: bool,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         let idx = self.index()?;
-        let total = py.detach(|| {
-            idx.warm(vectors);
-            idx.warm_progress().0
-        });
-        if !wait {
-            return Ok(());
+        let (started, total) = py.detach(|| (idx.warm(vectors), idx.warm_progress().0));
+        if wait {
+            run::run_long(py, total, Count::Bytes, progress, "warming", |ctl| idx.wait_warm(ctl))?;
         }
-        run::run_long(py, total, Count::Bytes, progress, "warming", |ctl| idx.wait_warm(ctl))
+        Ok(started)
     }
 }
 

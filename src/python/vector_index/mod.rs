@@ -377,7 +377,7 @@ pymethods_with_reads!(
 
     #[doc = include_str!("../doc/warm.md")]
     #[pyo3(signature = (*, vectors = true, wait = false, progress = false))]
-    fn warm(&self, py: Python<'_>, vectors: bool, wait: bool, progress: bool) -> PyResult<()> {
+    fn warm(&self, py: Python<'_>, vectors: bool, wait: bool, progress: bool) -> PyResult<bool> {
         self.read_in(py, vectors, wait, progress)
     }
 
