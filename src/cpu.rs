@@ -10,7 +10,9 @@
 //! | everything else                   | 8                              | L2    |
 //!
 //! Zen 4 is told from Zen 3 (same family) by the model ranges Linux uses: 10h-1Fh, 60h-AFh.
-//! The two ARM policies are chosen at compile time.
+//! The two ARM policies are chosen at compile time. `CHASSIS_PREFETCH_LINES` (`crate::tuning`)
+//! sets the lines instead, with the policy "set", so that a depth can be measured on a CPU
+//! without building it in.
 
 use std::sync::OnceLock;
 
@@ -57,7 +59,11 @@ pub fn info() -> &'static CpuInfo {
         let (vendor, family, model) = identify();
         let arch = std::env::consts::ARCH;
         let apple = cfg!(target_vendor = "apple");
-        let (policy, prefetch_lines, prefetch_l1) = policy_for(arch, apple, &vendor, family, model);
+        let (mut policy, mut prefetch_lines, prefetch_l1) =
+            policy_for(arch, apple, &vendor, family, model);
+        if let Some(lines) = crate::tuning::get().prefetch_lines {
+            (policy, prefetch_lines) = ("set", lines.clamp(1, 256));
+        }
         CpuInfo { arch, vendor, family, model, policy, prefetch_lines, prefetch_l1 }
     })
 }
