@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 try:
     # The figures are computed by the benchmarks' own functions, so the package they measure
     # must be importable (as for every script here).
+    import bench_filters
     import bench_scale
     import bench_speed
     from chassis import _bench, _machine
@@ -57,6 +58,7 @@ RUNS: dict[str, str] = {
     "2026-12-04-bench_speed-int4-vm.json": "docs",
     "2026-12-02-bench_scale-peers-vm.json": "readme",
     "2026-12-05-bench_speed-all-vm.json": "readme",
+    "2026-12-05-bench_filters-vm.json": "docs",
 }
 
 RESULTS = HERE / "results"
@@ -89,8 +91,12 @@ class Run:
             self.kind, self.script = "speed", "bench_speed"
         elif isinstance(self.doc.get("peers"), Mapping):
             self.kind, self.script = "scale-peers", "bench_scale"
+        elif self.doc.get("script") == "bench_filters" and "results" in self.doc:
+            self.kind, self.script = "filters", "bench_filters"
         else:
-            raise ReportError(f"{name}: neither a bench_speed run nor bench_scale --only peers")
+            raise ReportError(
+                f"{name}: not a bench_speed, bench_scale --only peers or bench_filters run"
+            )
         found = re.match(r"\d{4}-\d{2}-\d{2}", name)
         self.date = self.doc.get("date") or (found.group(0) if found else "date not recorded")
         machine = self.doc.get("machine")
@@ -106,8 +112,14 @@ class Run:
 
     @property
     def command(self) -> str:
-        module = bench_speed if self.kind == "speed" else bench_scale
-        return command_line(module, self.script, self.doc.get("args", {}))
+        module = {"speed": bench_speed, "scale-peers": bench_scale, "filters": bench_filters}
+        switches = " ".join(f"{k}={v}" for k, v in self.doc.get("switches", {}).items())
+        command = command_line(module[self.kind], self.script, self.doc.get("args", {}))
+        return f"{switches} {command}" if switches else command
+
+
+# Options that name where a run wrote its outputs, not what it measured: left out of commands.
+OUTPUTS = ("json", "plot")
 
 
 def command_line(module: Any, script: str, args: Mapping[str, Any]) -> str:
@@ -116,7 +128,7 @@ def command_line(module: Any, script: str, args: Mapping[str, Any]) -> str:
     argv = [] if not args.get("quick") else ["--quick"]
     defaults = vars(module._parse(list(argv)))
     for key, value in args.items():
-        if key in ("json", "quick"):
+        if key in OUTPUTS or key == "quick":
             continue
         if key not in defaults:
             raise ReportError(f"{script}: the run's option {key!r} is not an option of it now")
@@ -131,7 +143,7 @@ def command_line(module: Any, script: str, args: Mapping[str, Any]) -> str:
         else:
             argv += [flag, str(value)]
     again = vars(module._parse(list(argv)))
-    wrong = [k for k in args if k not in ("json", "quick") and not _same(args[k], again[k])]
+    wrong = [k for k in args if k not in (*OUTPUTS, "quick") and not _same(args[k], again[k])]
     if wrong:
         raise ReportError(f"{script}: no command line gives the run's {', '.join(wrong)}")
     return " ".join(["python", f"benchmarks/{script}.py", *(_quote(a) for a in argv)])
@@ -518,8 +530,40 @@ def _scale_docs(run: Run) -> list[str]:
     return out + _table(headers, rows)
 
 
+def _filters_docs(run: Run) -> list[str]:
+    out = []
+    engines = run.doc["args"]["engines"].split(",")
+    for dataset, result in run.doc["results"].items():
+        unfiltered = bench_filters.at_95(result["unfiltered"])[0] if result["unfiltered"] else None
+        out.append("")
+        out += _wrap(
+            f"{DATASET_NAMES.get(dataset, dataset)}, {result['rows']:,} rows, "
+            f"{result['metric']}: QPS at recall@10 = 0.95 against the exact filtered truth, one "
+            f"thread (`< (r)`: 0.95 not reached, best recall r); chassis unfiltered on the same "
+            f"index: {_bench.fmt(unfiltered)}. Plans: what chassis's queries took over the sweep."
+        )
+        out.append("")
+        rows = []
+        for f in result["filters"]:
+            cells = [f"{f['kind']} {f['share']:.1%}", f"{f['allowed']:,}"]
+            for e in engines:
+                q95, best = bench_filters.at_95(f["engines"][e])
+                cells.append(_bench.fmt(q95) if q95 else f"< ({best:.2f})")
+            ours = f["engines"].get("chassis")
+            q95 = bench_filters.at_95(ours)[0] if ours else None
+            cells.append(_bench.fmt(q95 / unfiltered, ".2f") if q95 and unfiltered else "-")
+            plans: dict[str, int] = {}
+            for p in ours or []:
+                for key, v in p.get("plans", {}).items():
+                    plans[key] = plans.get(key, 0) + v
+            cells.append(", ".join(f"{k} {v}" for k, v in plans.items() if v) or "unfiltered")
+            rows.append(cells)
+        out += _table(["filter", "allowed", *engines, "chassis / unfiltered", "plans"], rows)
+    return out
+
+
 def _versions(run: Run) -> str:
-    if run.kind == "speed":
+    if run.kind in ("speed", "filters"):
         versions = dict(run.doc.get("versions", {}))
     else:
         versions = {e: f["build"].get("version") for e, f in run.doc["peers"]["engines"].items()}
@@ -534,7 +578,11 @@ def docs_section(runs: Sequence[Run], readme: Sequence[Run] = ()) -> str:
         "run, its engines measured together, with the command that repeats it."
     )
     for run in runs:
-        title = "`bench_speed.py`" if run.kind == "speed" else "`bench_scale.py --only peers`"
+        title = {
+            "speed": "`bench_speed.py`",
+            "scale-peers": "`bench_scale.py --only peers`",
+            "filters": "`bench_filters.py`",
+        }[run.kind]
         out += ["", f"### {title}, {run.date}", ""]
         out += _wrap(f"- CPU: {run.cpu_text}", "  ")
         out += _wrap(f"- Raw results: `benchmarks/results/{run.name}`", "  ")
@@ -544,7 +592,8 @@ def docs_section(runs: Sequence[Run], readme: Sequence[Run] = ()) -> str:
         for note in run.doc.get("notes", []):
             out += _wrap(f"- Note: {note}", "  ")
         out += ["", "```", run.command, "```"]
-        out += _speed_docs(run) if run.kind == "speed" else _scale_docs(run)
+        docs = {"speed": _speed_docs, "scale-peers": _scale_docs, "filters": _filters_docs}
+        out += docs[run.kind](run)
     return "\n".join(out)
 
 

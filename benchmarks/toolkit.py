@@ -181,8 +181,13 @@ def _relative_paths(value: Any) -> Any:
 
 
 def run_record(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
-    """The head of a run's results: the machine, the options it ran with, then ``fields``."""
-    return {"machine": machine_info(), "args": dict(vars(args)), **fields}
+    """The head of a run's results: the machine, the options it ran with, the measuring
+    switches set (``CHASSIS_*`` variables but the data folder: ``docs/api.md``), then
+    ``fields``."""
+    switches = {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith("CHASSIS_") and k != "CHASSIS_DATA"
+    }
+    return {"machine": machine_info(), "args": dict(vars(args)), "switches": switches, **fields}
 
 
 def write_results(
@@ -201,7 +206,7 @@ def write_results(
         document["args"] = {
             k: os.path.basename(v) if isinstance(v, str) and os.path.isabs(v) else v
             for k, v in document["args"].items()
-            if k != "json"
+            if k not in ("json", "plot")
         }
     written = write_json(path, document)
     print(f"\nwrote {written}")

@@ -6,6 +6,10 @@
 //! |--------------------------------|---------------------------------------------------------|
 //! | `CHASSIS_KERNEL`               | the SIMD level: `avx512`, `avx2`, `neon`, `scalar`       |
 //! | `CHASSIS_HALF_COPY`            | `0` never links on a half-precision copy, `1` always     |
+//! | `CHASSIS_PREFETCH_LINES`       | lines of a neighbor's vector a search asks for ahead    |
+//! |                                | (ADR-0015's policy otherwise; `cpu_info()` shows it)     |
+//! | `CHASSIS_FILTER_PLAN`          | `walk`, `two_hop` or `scan`: every filtered search so   |
+//! |                                | (no budget), instead of the planner's choice            |
 //! | `CHASSIS_GROUP_MIN_BYTES`      | vectors this long get distances four at a time          |
 //! | `CHASSIS_CODE_GROUP_MIN_BYTES` | the same for codes (default 0: every code)              |
 //! | `CHASSIS_BEAM`                 | candidates a search short of memory expands a round     |
@@ -25,6 +29,8 @@ use std::sync::OnceLock;
 pub struct Tuning {
     pub kernel: Option<String>,
     pub half_copy: Option<bool>,
+    pub prefetch_lines: Option<usize>,
+    pub filter_plan: Option<String>,
     pub group_min_bytes: Option<usize>,
     pub code_group_min_bytes: Option<usize>,
     pub beam: Option<usize>,
@@ -59,6 +65,8 @@ impl Tuning {
         Tuning {
             kernel: text("CHASSIS_KERNEL").map(|v| v.trim().to_string()),
             half_copy: flag("CHASSIS_HALF_COPY"),
+            prefetch_lines: count("CHASSIS_PREFETCH_LINES"),
+            filter_plan: text("CHASSIS_FILTER_PLAN").map(|v| v.trim().to_string()),
             group_min_bytes: count("CHASSIS_GROUP_MIN_BYTES"),
             code_group_min_bytes: count("CHASSIS_CODE_GROUP_MIN_BYTES"),
             beam: count("CHASSIS_BEAM"),
@@ -98,6 +106,7 @@ mod tests {
             ("CHASSIS_HALF_COPY", "0"),
             ("CHASSIS_LINK_CODES", "yes"),
             ("CHASSIS_BEAM", "4"),
+            ("CHASSIS_PREFETCH_LINES", "24"),
             ("CHASSIS_GROUP_MIN_BYTES", "x"),
             ("CHASSIS_DEFER_LINK", "0"),
             ("CHASSIS_REDO", "1"),
@@ -106,6 +115,7 @@ mod tests {
         assert_eq!(t.half_copy, Some(false));
         assert_eq!(t.link_codes, None, "only 0 and 1 set a two-way switch");
         assert_eq!((t.beam, t.group_min_bytes), (Some(4), None));
+        assert_eq!(t.prefetch_lines, Some(24));
         assert_eq!((t.defer_link, t.redo), (Some(false), Some(true)));
     }
 

@@ -383,15 +383,14 @@ class LifecycleMachine(RuleBasedStateMachine):
             np.stack(list(self.live.values())) if live_ids else np.empty((0, self.dims), np.float32)
         )
         q = self.qrng.standard_normal(self.dims).astype(np.float32)
-        # filtered: allowed mixes live, deleted and never-used ids (<= 8 x ef: scanned exactly)
+        # filtered: allowed mixes live, deleted and never-used ids (at most 4 x ef of them: the
+        # plan is the exact scan, cheaper than any walk at that ef)
         cand = live_ids + self.dead_ids() + [self.next_id + 7]
         pick = self.qrng.random(len(cand)) < 0.5
         allowed = [c for c, p in zip(cand, pick) if p]
         excluded = [c for c in live_ids if self.qrng.random() < 0.2]
         keep = [j for j, i in enumerate(live_ids) if i in set(allowed) and i not in set(excluded)]
-        ef = max(
-            50, len(cand) // 8 + 1
-        )  # allowed <= 8 x ef: the allowed vectors are scanned exactly
+        ef = max(50, len(cand) // 8 + 1)
         hits = index.search(q, 5, allowed=allowed, excluded=excluded, ef=ef)
         assert_exact_knn(
             [h.id for h in hits],

@@ -350,6 +350,7 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
                 // An island: its out-neighbors are unreachable too; find a way in by search.
                 .or_else(|| {
                     r.g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None)
+                        .unwrap_or_default()
                         .first()
                         .copied()
                 });
@@ -396,7 +397,8 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
             // from a node that is itself cut off (an island of nodes linking each other) passes
             // the test above but not this one.
             let uv = r.vector(u);
-            let found = r.g.knn(&uv, 2, 64, entry, max_level, n, &|_| true, None);
+            let found =
+                r.g.knn(&uv, 2, 64, entry, max_level, n, &|_| true, None).unwrap_or_default();
             if local && found.iter().any(|h| h.1 == u) {
                 continue;
             }

@@ -7,6 +7,7 @@
 //! |               | (or to a half-precision copy, or to 8-bit codes: `crate::quant`)        |
 //! | `search.rs`   | the search loop: greedy descent, layer search (a beam of candidates per |
 //! |               | round where the index is short of memory), k-NN, exact scans            |
+//! | `filtered.rs` | layer 0 of a search whose filter allows few nodes (two hops)            |
 //! | `insert.rs`   | insertion with the HNSW paper's neighbor heuristic; [`insert::Linker`]  |
 //! |               | links a batch on threads and repairs reachability                       |
 //! | `halfcopy.rs` | the half-precision copy a large batch is linked on, and when it pays    |
@@ -15,6 +16,7 @@
 //! Lists are read and written through `crate::storage::lists`; the graph holds no pointer
 //! into the mappings of its own making (see `crate::storage`'s `# Safety`).
 
+mod filtered;
 pub mod halfcopy;
 pub mod insert;
 pub mod locality;
@@ -141,6 +143,14 @@ pub struct Scratch {
     kept_prep: Vec<f32>,
     /// Distances computed by the current search (see `counters`).
     dists: u64,
+    /// Lists a two-hop search read for their rejected owners (`search_two_hop`).
+    lists_read: u64,
+    /// The current search stopped at its budget (`Graph::budget`).
+    over_budget: bool,
+    /// Nodes a filtered walk met in its current window and how many were allowed
+    /// (`rejecting`), and whether it switched to two hops.
+    met: [usize; 2],
+    switch: bool,
     /// Nodes a small batch's links took out of level-0 lists (see `Graph::track_dropped`).
     dropped: Vec<u32>,
 }
@@ -174,6 +184,10 @@ impl Scratch {
             prep_b: Prepared::default(),
             kept_prep: Vec::new(),
             dists: 0,
+            lists_read: 0,
+            over_budget: false,
+            met: [0, 0],
+            switch: false,
             dropped: Vec::new(),
         }
     }
@@ -294,6 +308,15 @@ pub struct Graph<'a> {
     /// Linking a small batch: the nodes its links push out of level-0 lists are noted in the
     /// thread's `Scratch::dropped` (see `Linker::repair_around`).
     track_dropped: bool,
+    /// A filtered search: layer 0 in two hops (`search_two_hop`), and the distances (plus
+    /// lists read for rejected nodes) after which `knn` gives up (`filtered`).
+    two_hop: bool,
+    budget: u64,
+    /// A plain filtered walk's expected share of allowed nodes: it switches to two hops when
+    /// it meets far fewer (`rejecting`). 0: no check.
+    expect_share: f64,
+    /// Allowed nodes a filtered search starts from besides the descent's (`seeded`).
+    seeds: &'a [u32],
 }
 
 impl<'a> Graph<'a> {
@@ -364,6 +387,10 @@ impl<'a> Graph<'a> {
             lists_cold: false,
             beam: 1,
             track_dropped: false,
+            two_hop: false,
+            budget: u64::MAX,
+            expect_share: 0.0,
+            seeds: &[],
         }
     }
 
@@ -375,6 +402,34 @@ impl<'a> Graph<'a> {
         self.lists_cold = lists;
         self.beam = if self.will_need || lists { beam_width() } else { 1 };
         self
+    }
+
+    /// A filtered search: layer 0 in two hops (`filtered.rs`) or not, and a budget of work
+    /// (distances, and lists read for rejected nodes) past which `knn` gives up (None) so
+    /// that the caller can scan instead.
+    pub fn filtered(mut self, two_hop: bool, budget: u64) -> Self {
+        self.two_hop = two_hop;
+        self.budget = budget;
+        self
+    }
+
+    /// A plain filtered walk that expects `share` of the nodes allowed switches to two hops if
+    /// it meets far fewer (`filtered.rs`); 0 never does.
+    pub fn expecting(mut self, share: f64) -> Self {
+        self.expect_share = share;
+        self
+    }
+
+    /// A filtered search also starts layer 0 from `seeds`, allowed nodes spread over the index
+    /// (their distances computed first).
+    pub fn seeded(mut self, seeds: &'a [u32]) -> Self {
+        self.seeds = seeds;
+        self
+    }
+
+    /// Whether the last `knn` on this thread switched from a plain walk to two hops.
+    pub fn switched() -> bool {
+        with_scratch(|sc| sc.switch)
     }
 
     /// prefetch the pages of the row `dist` reads for `slot` (see `prefetching_pages`).

@@ -111,6 +111,10 @@ impl<'a> Graph<'a> {
             if cd > bound && sc.top.len() >= ef {
                 break;
             }
+            if sc.dists > self.budget {
+                sc.over_budget = true;
+                break;
+            }
             if let Some(std::cmp::Reverse(next)) = sc.cand.peek() {
                 if layer == 0 {
                     self.prefetch_list(slot_of(*next));
@@ -121,6 +125,10 @@ impl<'a> Graph<'a> {
             }
             let Some(list) = lists::list_of(self.st, slot_of(c), layer) else { continue };
             self.gather(list, self.limit, sc);
+            if self.expect_share > 0.0 && self.rejecting(sc, accept) {
+                sc.switch = true;
+                break;
+            }
             // Each neighbor in turn against the bound as it stands after the ones before it.
             let buf = std::mem::take(&mut sc.buf);
             let lookahead = lookahead && layer == 0;
@@ -153,7 +161,7 @@ impl<'a> Graph<'a> {
     /// A layer search's start: a new epoch, the candidates and results from `entries` (those
     /// below `limit`, each once; results only where `accept`). Returns the results' bound.
     #[inline(always)]
-    fn begin_layer<F: Fn(u32) -> bool>(
+    pub(super) fn begin_layer<F: Fn(u32) -> bool>(
         entries: impl IntoIterator<Item = (f32, u32)>,
         ef: usize,
         limit: u32,
@@ -203,6 +211,10 @@ impl<'a> Graph<'a> {
         let mut bound = Self::begin_layer(entries, ef, self.limit, sc, accept);
         let mut round = std::mem::take(&mut sc.round);
         loop {
+            if sc.dists > self.budget {
+                sc.over_budget = true;
+                break;
+            }
             round.clear();
             let mut farthest = f32::NEG_INFINITY;
             while round.len() < self.beam {
@@ -321,6 +333,7 @@ impl<'a> Graph<'a> {
     /// through the upper layers stays below `published`: a node being linked may be in other
     /// lists before its own level-0 list is written, and must not be where layer 0 starts.
     /// `start`: where layer 0 starts if the caller already descended (`start_of`).
+    /// None: the search passed its budget (`filtered`) before it was done.
     #[allow(clippy::too_many_arguments)]
     pub fn knn<F: Fn(u32) -> bool>(
         &self,
@@ -332,13 +345,16 @@ impl<'a> Graph<'a> {
         published: u32,
         accept: &F,
         start: Option<&Start>,
-    ) -> Vec<(f32, u32)> {
+    ) -> Option<Vec<(f32, u32)>> {
         if entry == EMPTY || entry >= self.limit {
-            return Vec::new();
+            return Some(Vec::new());
         }
         with_scratch(|sc| {
             Self::with_aligned(sc, q, |q, sc| {
                 sc.dists = 0;
+                sc.lists_read = 0;
+                sc.met = [0, 0];
+                (sc.over_budget, sc.switch) = (false, false);
                 let start = match start {
                     Some(s) if s.entries().next().is_some_and(|e| e.1 < self.limit) => *s,
                     _ => {
@@ -346,14 +362,38 @@ impl<'a> Graph<'a> {
                         Start::from_seen(&mut sc.seen)
                     }
                 };
-                if self.beam > 1 {
-                    self.search_beam(q, start.entries(), ef.max(k), sc, accept);
+                // A filtered search also starts from allowed nodes spread over the index
+                // (`seeded`): a filter correlated with the data may allow nothing near the
+                // query, and the walk then needs a way into the regions it does allow.
+                let seeds: Vec<(f32, u32)> = (self.seeds.iter())
+                    .filter(|&&s| s < self.limit)
+                    .map(|&s| (self.dist(q, s), s))
+                    .collect();
+                sc.dists += seeds.len() as u64;
+                let entries = || start.entries().chain(seeds.iter().copied());
+                if self.two_hop {
+                    self.search_two_hop(q, entries(), ef.max(k), sc, accept);
+                } else if self.beam > 1 {
+                    self.search_beam(q, entries(), ef.max(k), sc, accept);
                 } else {
-                    self.search_layer(q, start.entries(), ef.max(k), 0, true, sc, accept);
+                    self.search_layer(q, entries(), ef.max(k), 0, true, sc, accept);
+                    if sc.switch {
+                        // Few allowed nodes where the walk is: two hops on from what it found,
+                        // with the beam twice as wide (the allowed rows are away from the
+                        // query, in more than one region; measured: the filtered-search record).
+                        let mut from: Vec<(f32, u32)> = (sc.top.iter())
+                            .chain(sc.cand.iter().map(|c| &c.0))
+                            .map(|&e| (unkey(e), slot_of(e)))
+                            .collect();
+                        from.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                        from.truncate(ef.max(k));
+                        from.extend_from_slice(&seeds);
+                        self.search_two_hop(q, from, 2 * ef.max(k), sc, accept);
+                    }
                 }
                 SEARCH_DISTANCES.fetch_add(sc.dists, Relaxed);
                 SEARCHES.fetch_add(1, Relaxed);
-                nearest(&mut sc.top, k)
+                (!sc.over_budget).then(|| nearest(&mut sc.top, k))
             })
         })
     }

@@ -114,8 +114,9 @@ fn layer_zero_starts_from_the_descents_nearest_nodes_without_computing_them_agai
         for &(dd, slot) in &seeds {
             assert_eq!(dd.to_bits(), g.dist(&q, slot).to_bits());
         }
-        let given =
-            g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, Some(&start));
+        let given = g
+            .knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, Some(&start))
+            .unwrap();
         let layer0 = with_scratch(|sc| sc.dists);
         assert_eq!(given.len(), n, "every node reached");
         assert_eq!(
@@ -123,7 +124,8 @@ fn layer_zero_starts_from_the_descents_nearest_nodes_without_computing_them_agai
             n - seeds.len(),
             "a seed's distance was computed again on layer 0"
         );
-        let own = g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, None);
+        let own =
+            g.knn(&q, n, n, snap.entry, snap.max_level, snap.slots as u32, &all, None).unwrap();
         assert_eq!(
             with_scratch(|sc| sc.dists),
             descent + layer0,
@@ -283,6 +285,7 @@ fn beam_rounds_find_what_one_at_a_time_finds() {
                 exact.iter().map(|e| e.1).filter(|&s| even(s)).take(k).collect();
             let run = |g: &Graph, accept: &dyn Fn(u32) -> bool| {
                 g.knn(&q, k, ef, snap.entry, snap.max_level, snap.slots as u32, &accept, None)
+                    .unwrap()
             };
             let a = run(&one, &all);
             let b = run(&beam, &all);
@@ -307,4 +310,46 @@ fn beam_rounds_find_what_one_at_a_time_finds() {
             assert!(rb >= 0.9, "beam recall {rb} at ef 64");
         }
     }
+}
+
+/// A two-hop walk (`filtered.rs`) returns only allowed nodes, at their true distances, and
+/// finds the allowed nearest where a fifth or a twentieth of the nodes is allowed; a budget
+/// stops it (None) and no budget does not. Oracle: brute-force k-NN over the allowed vectors.
+#[test]
+fn two_hops_find_the_allowed_nearest_and_a_budget_stops_them() {
+    let (d, n, k, ef) = (24usize, 6000usize, 10usize, 64usize);
+    let (idx, mut r) = random_index(d, n, 0x7a0_4095_u64, 2);
+    let snap = idx.snap();
+    let g = Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32);
+    let two =
+        Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32).filtered(true, u64::MAX);
+    for every in [5u32, 20] {
+        let allow = |s: u32| s.is_multiple_of(every);
+        let mut hits = 0;
+        for _ in 0..100 {
+            let q: Vec<f32> = (0..d).map(|_| r()).collect();
+            let mut exact: Vec<(f32, u32)> =
+                (0..n as u32).filter(|&s| allow(s)).map(|s| (g.dist(&q, s), s)).collect();
+            exact.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let want: Vec<u32> = exact[..k].iter().map(|e| e.1).collect();
+            let got = two
+                .knn(&q, k, ef, snap.entry, snap.max_level, snap.slots as u32, &allow, None)
+                .unwrap();
+            assert_eq!(got.len(), k);
+            for &(dd, s) in &got {
+                assert!(allow(s), "slot {s} is not allowed");
+                assert_eq!(dd.to_bits(), g.dist(&q, s).to_bits());
+            }
+            assert!(got.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 != w[1].1));
+            hits += got.iter().filter(|e| want.contains(&e.1)).count();
+        }
+        let recall = hits as f64 / 1000.0;
+        assert!(recall >= 0.9, "two-hop recall {recall} with 1 in {every} allowed");
+    }
+    let q: Vec<f32> = (0..d).map(|_| r()).collect();
+    let tight =
+        Graph::new(&snap.st, format::Metric::Euclidean, snap.slots as u32).filtered(true, 50);
+    let allow = |s: u32| s.is_multiple_of(5);
+    let stopped = tight.knn(&q, k, ef, snap.entry, snap.max_level, snap.slots as u32, &allow, None);
+    assert!(stopped.is_none(), "a budget of 50 distances did not stop a walk at ef {ef}");
 }

@@ -1,10 +1,9 @@
 //! Filters: the ids a search may or may not return, turned into sets of slots.
 
+use super::plan::{self, Choice, Plan};
 use super::Snap;
+use crate::format::Metric;
 use std::collections::{HashMap, HashSet};
-
-/// A filtered search scans the allowed ids exactly when there are at most this many times ef.
-pub const SCAN_FACTOR: usize = 8;
 
 /// Which ids a search may return: only `allowed` ones (when given), never `excluded` ones.
 #[derive(Debug, Clone, Default)]
@@ -81,23 +80,62 @@ impl SlotSet {
 pub(super) struct SlotFilter {
     pub(super) allowed: Option<SlotSet>,
     pub(super) excluded: SlotSet,
+    /// Allowed slots spread evenly over the allowed set, where a walk also starts
+    /// (`Graph::seeded`): empty without an allowed set.
+    pub(super) seeds: Vec<u32>,
+}
+
+/// How many allowed slots a filtered walk starts from besides the descent's end.
+const SEEDS: usize = 32;
+
+impl SlotFilter {
+    pub(super) fn new(allowed: Option<SlotSet>, excluded: SlotSet) -> SlotFilter {
+        let seeds = match &allowed {
+            Some(a) if a.len() > 0 => {
+                let step = a.len().div_ceil(SEEDS).max(1);
+                a.iter().step_by(step).filter(|&s| !excluded.contains(s)).collect()
+            }
+            _ => Vec::new(),
+        };
+        SlotFilter { allowed, excluded, seeds }
+    }
 }
 
 impl SlotFilter {
+    /// Whether the filter lets every one of `slots` through (a mask of all ids): a search then
+    /// drops it, and walks as unfiltered.
+    pub(super) fn lets_all(&self, slots: u64) -> bool {
+        self.excluded.len() == 0 && self.allowed.as_ref().is_none_or(|a| a.len() as u64 >= slots)
+    }
+
+    /// About how many of `live` rows the filter lets through (exact without `excluded`).
+    pub(super) fn allowed_count(&self, live: u64) -> u64 {
+        let allowed = self.allowed.as_ref().map_or(live, |a| a.len() as u64);
+        allowed.saturating_sub(self.excluded.len() as u64)
+    }
+
     #[inline]
     pub(super) fn allows(&self, s: u32) -> bool {
         self.allowed.as_ref().is_none_or(|a| a.contains(s)) && !self.excluded.contains(s)
     }
 }
 
-/// The allowed set of `filter` if it is small enough to scan exactly instead of walking the
-/// graph (at most [`SCAN_FACTOR`] x ef ids).
-pub(super) fn small_allowed(k: usize, ef: usize, filter: Option<&SlotFilter>) -> Option<&SlotSet> {
-    filter.and_then(|f| f.allowed.as_ref()).filter(|a| a.len() <= SCAN_FACTOR * ef.max(k))
+/// The plan of a search filtered by `f` (`plan`): two hops are not planned under inner
+/// product (see `plan::choose`).
+pub(super) fn plan_of(snap: &Snap, k: usize, ef: usize, f: &SlotFilter, metric: Metric) -> Choice {
+    let two_hops = metric != Metric::InnerProduct;
+    plan::choose(f.allowed_count(snap.live), snap.live, ef.max(k), snap.st.geo.m, two_hops)
 }
 
-/// Whether a search scans exactly instead of walking the graph: a small allowed set, or a
-/// beam that would cover everything anyway.
-pub(super) fn scans(snap: &Snap, k: usize, ef: usize, filter: Option<&SlotFilter>) -> bool {
-    small_allowed(k, ef, filter).is_some() || ef as u64 >= snap.live
+/// Whether a search scans exactly instead of walking the graph: its plan says so, or a beam
+/// that would cover everything anyway.
+pub(super) fn scans(
+    snap: &Snap,
+    k: usize,
+    ef: usize,
+    filter: Option<&SlotFilter>,
+    metric: Metric,
+) -> bool {
+    ef as u64 >= snap.live
+        || filter.is_some_and(|f| plan_of(snap, k, ef, f, metric).plan == Plan::Scan)
 }

@@ -14,6 +14,7 @@
 //! | `codes.rs`       | learning, storing and encoding with a quantizer                       |
 //! | `search.rs`      | search, filtered search, search_batch and its query order             |
 //! | `filter.rs`      | [`Filter`] in ids, turned into sets of slots                          |
+//! | `plan.rs`        | a filtered search's plan: scan, walk or two-hop walk, from its costs  |
 //! | `flush.rs`       | flush, rollback, close: the index's side of `crate::commit`           |
 //! | `maintenance.rs` | save, backup, compact                                                 |
 //! | `check.rs`       | check: checksums, lists and reachability                              |
@@ -34,6 +35,7 @@ mod maintenance;
 mod memory;
 mod open;
 mod options;
+pub mod plan;
 mod reader;
 mod residency;
 mod search;
@@ -42,7 +44,7 @@ mod write;
 pub use crate::control::{with_threads, Control};
 pub use check::CheckReport;
 pub(crate) use codes::stored_quantizer;
-pub use filter::{BatchFilter, Filter, SCAN_FACTOR};
+pub use filter::{BatchFilter, Filter};
 pub use memory::MemoryStats;
 pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
 pub use write::TAIL_MAX;

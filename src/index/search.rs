@@ -7,8 +7,9 @@ use crate::format::RESERVED_ID;
 use crate::graph::{Graph, Start};
 use crate::quant::{Prepared, Quantizer};
 use crate::storage::Area;
-use filter::{scans, small_allowed, SlotFilter, SlotSet};
+use filter::{plan_of, scans, SlotFilter, SlotSet};
 use input::check_k;
+use plan::{Choice, Plan};
 use rayon::prelude::*;
 
 /// What one search asks, checked: the k nearest at beam width `ef`, how many candidates a code
@@ -172,9 +173,9 @@ impl Index {
         self.search_filtered(q, k, ef, None)
     }
 
-    /// `search`, returning only ids the filter allows. With an `allowed` list of at most
-    /// [`SCAN_FACTOR`] x ef ids, the allowed vectors are scanned exactly; otherwise the graph is
-    /// walked (rejected nodes still route) and, if that finds fewer than k, scanned after all.
+    /// `search`, returning only ids the filter allows, by the plan its costs choose
+    /// (`plan`): the allowed vectors scanned exactly, or a walk (in two hops where few are
+    /// allowed) that is scanned after all if it passes the scan's cost or finds fewer than k.
     pub fn search_filtered(
         &self,
         q: &[f32],
@@ -211,7 +212,7 @@ impl Index {
             let set = |ids: &[u64]| {
                 SlotSet::new(ids.iter().filter_map(|id| m.get(id).copied()), ids.len(), snap.slots)
             };
-            SlotFilter { allowed: f.allowed.as_deref().map(set), excluded: set(&f.excluded) }
+            SlotFilter::new(f.allowed.as_deref().map(set), set(&f.excluded))
         })
     }
 
@@ -281,6 +282,7 @@ impl Index {
         bad: &[u32],
     ) -> Vec<(f32, u32)> {
         let Ask { k, ef, rerank, filter, start } = ask;
+        let filter = filter.filter(|f| !f.lets_all(snap.slots));
         let visible = snap.slots as u32;
         let st = &snap.st;
         // Short of memory: sampled before the first read of any path (the scans' too), so the
@@ -298,63 +300,75 @@ impl Index {
                 && (!any_deleted || snap.live_id(s).is_some())
                 && (bad.is_empty() || !bad.contains(&s))
         };
-        match small_allowed(k, ef, filter) {
+        // Every row the filter allows, exactly: the plan's scan, and where a walk falls short.
+        let scan = || match filter.and_then(|f| f.allowed.as_ref()) {
             Some(allowed) => exact.scan(q, k, allowed.iter().filter(|&s| accept(s))),
-            // The beam would cover everything anyway: scan, which is exact even where the graph
-            // is not connected.
-            _ if ef as u64 >= snap.live => exact.scan(q, k, (0..visible).filter(|&s| accept(s))),
-            _ => {
-                // Route through every mapped slot (a batch in progress, or a writer elsewhere,
-                // may have linked newer ones), but return only the snapshot's.
-                let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-                let hits = match rerank_on {
-                    // Walk the codes, then rerank the best candidates on the vectors: the
-                    // distances returned are the vectors' own.
-                    Some(quantizer) => {
-                        let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
-                        let walk = Graph::on_stored_codes(st, self.metric(), limit)
-                            .prefetching_pages(cold.walk, cold.lists);
-                        let found = with_prepared(quantizer, self.metric(), q, |values, _| {
-                            walk.knn(
-                                values,
-                                r,
-                                ef,
-                                snap.entry,
-                                snap.max_level,
-                                visible,
-                                &accept,
-                                start,
-                            )
-                        });
-                        let prefetch = |s: u32| st.will_need(s, Area::Vector);
-                        let prefetch = cold.vectors.then_some(&prefetch as &dyn Fn(u32));
-                        // The first k + 2 (about what a rerank reaches on MiniLM) come
-                        // in together; see `Graph::prefetch_rows`.
-                        exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
-                        rerank_found(&found, k, rerank.is_none(), prefetch, |s| exact.dist(q, s))
-                    }
-                    None => Graph::new(st, self.metric(), limit)
-                        .prefetching_pages(cold.walk, cold.lists)
-                        .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
-                };
-                // Fewer than k from the walk with a filter (or rows refused): the exact scan
-                // below, which covers the tail too.
-                let short = hits.len() < k && (filter.is_some() || !bad.is_empty());
-                // The tail (stored, not linked yet: the deferred-linking record) scanned
-                // whole, at most `TAIL_MAX` rows.
-                let hits = if snap.linked < snap.slots && !short {
-                    let tail = (snap.linked as u32..visible).filter(|&s| accept(s));
-                    merge_nearest(hits, exact.scan(q, k, tail), k)
-                } else {
-                    hits
-                };
-                if short {
-                    exact.scan(q, k, (0..visible).filter(|&s| accept(s)))
-                } else {
-                    hits
-                }
-            }
+            None => exact.scan(q, k, (0..visible).filter(|&s| accept(s))),
+        };
+        // The beam would cover everything anyway: scan, which is exact even where the graph
+        // is not connected.
+        if ef as u64 >= snap.live {
+            return scan();
         }
+        let choice = filter.map(|f| plan_of(snap, k, ef, f, self.metric()));
+        let (two_hop, budget) = match choice {
+            Some(Choice { plan: Plan::Scan, .. }) => {
+                plan::count(Plan::Scan, false, false);
+                return scan();
+            }
+            Some(c) => (c.plan == Plan::TwoHop, c.budget),
+            None => (false, u64::MAX),
+        };
+        let expect = choice.map_or(0.0, |c| c.expect);
+        let seeds = filter.map_or(&[][..], |f| &f.seeds[..]);
+        // Route through every mapped slot (a batch in progress, or a writer elsewhere, may have
+        // linked newer ones), but return only the snapshot's.
+        let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
+        let walked = match rerank_on {
+            // Walk the codes, then rerank the best candidates on the vectors: the distances
+            // returned are the vectors' own.
+            Some(quantizer) => {
+                let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
+                let walk = Graph::on_stored_codes(st, self.metric(), limit)
+                    .prefetching_pages(cold.walk, cold.lists)
+                    .filtered(two_hop, budget)
+                    .expecting(expect)
+                    .seeded(seeds);
+                let found = with_prepared(quantizer, self.metric(), q, |values, _| {
+                    walk.knn(values, r, ef, snap.entry, snap.max_level, visible, &accept, start)
+                });
+                found.map(|found| {
+                    let prefetch = |s: u32| st.will_need(s, Area::Vector);
+                    let prefetch = cold.vectors.then_some(&prefetch as &dyn Fn(u32));
+                    // The first k + 2 (about what a rerank reaches on MiniLM) come in
+                    // together; see `Graph::prefetch_rows`.
+                    exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
+                    rerank_found(&found, k, rerank.is_none(), prefetch, |s| exact.dist(q, s))
+                })
+            }
+            None => Graph::new(st, self.metric(), limit)
+                .prefetching_pages(cold.walk, cold.lists)
+                .filtered(two_hop, budget)
+                .expecting(expect)
+                .seeded(seeds)
+                .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
+        };
+        if let Some(c) = choice {
+            plan::count(c.plan, walked.is_none(), Graph::switched());
+        }
+        // The walk gave up (its work passed the scan's), or found fewer than k with a filter
+        // (or rows refused): the exact scan, which covers the tail too.
+        let Some(hits) = walked.filter(|h| h.len() >= k || (filter.is_none() && bad.is_empty()))
+        else {
+            return scan();
+        };
+        // The tail (stored, not linked yet: the deferred-linking record) scanned whole, at
+        // most `TAIL_MAX` rows.
+        if snap.linked < snap.slots {
+            let tail = (snap.linked as u32..visible).filter(|&s| accept(s));
+            return merge_nearest(hits, exact.scan(q, k, tail), k);
+        }
+        hits
     }
 
     /// Search many queries (`qs` is nq x dims) on `threads` threads. Returns ids and distances,
@@ -428,7 +442,9 @@ impl Index {
         // vectors and page translations still cached. Each query's search is the one it would
         // have had alone: the descent found its start, the order only changes when it runs.
         let ordered = match filter {
-            BatchFilter::Same(_) => nq >= ORDER_MIN && !scans(snap, k, ef, same.as_ref()),
+            BatchFilter::Same(_) => {
+                nq >= ORDER_MIN && !scans(snap, k, ef, same.as_ref(), self.metric())
+            }
             BatchFilter::PerQuery(_) => false,
         };
         // Short of memory: the first sample marks the mappings as read at random before the

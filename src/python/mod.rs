@@ -40,6 +40,26 @@ fn _search_counters() -> (u64, u64) {
     crate::graph::counters()
 }
 
+/// How many filtered searches this process planned each way, since it started.
+///
+/// A dict: ``walk`` (the graph, rejected nodes routing), ``two_hop`` (the graph, only allowed
+/// nodes as candidates), ``scan`` (every allowed vector, exactly), ``gave_up``: walks that
+/// did more work than the scan would have, and were answered by the scan instead, and
+/// ``switched``: walks that met far fewer allowed nodes than the share allowed (a filter
+/// correlated with the data) and went on in two hops. Unfiltered
+/// searches are not counted. For seeing which plan a filter gets (``docs/design/filtered-search.md``).
+#[pyfunction]
+fn search_plans(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let [walk, two_hop, scan, gave_up, switched] = crate::index::plan::counters();
+    let d = PyDict::new(py);
+    d.set_item("walk", walk)?;
+    d.set_item("two_hop", two_hop)?;
+    d.set_item("scan", scan)?;
+    d.set_item("gave_up", gave_up)?;
+    d.set_item("switched", switched)?;
+    Ok(d)
+}
+
 /// Range checks of IndexOptions (one place for them: the core's).
 #[pyfunction]
 fn _check_options(max_connections: i64, ef_construction: i64, ef_search: i64) -> PyResult<()> {
@@ -110,5 +130,6 @@ fn _chassis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cpu_info, m)?)?;
     m.add_function(wrap_pyfunction!(_check_options, m)?)?;
     m.add_function(wrap_pyfunction!(_search_counters, m)?)?;
+    m.add_function(wrap_pyfunction!(search_plans, m)?)?;
     Ok(())
 }
