@@ -77,7 +77,9 @@ def _parse(argv: list[str] | None = None):
     return a
 
 
-def filters(base: np.ndarray, queries: np.ndarray, kind: str, share: float, n_queries: int, seed: int):
+def filters(
+    base: np.ndarray, queries: np.ndarray, kind: str, share: float, n_queries: int, seed: int
+):
     """(allowed mask over the rows, the queries to ask) for one filter."""
     n = len(base)
     rng = np.random.default_rng(seed)
@@ -114,7 +116,9 @@ def filtered_truth(base, queries, mask, k, metric):
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
     k = truth.shape[1]
-    return float(np.mean([len(set(f[:k].tolist()) & set(t.tolist())) / k for f, t in zip(found, truth)]))
+    return float(
+        np.mean([len(set(f[:k].tolist()) & set(t.tolist())) / k for f, t in zip(found, truth)])
+    )
 
 
 class Filtered:
@@ -170,21 +174,38 @@ def at_95(points) -> tuple[float | None, float]:
 
 
 def run_dataset(name: str, args, engines: list[str], work: Path) -> dict[str, Any]:
-    ds = load_dataset(name, minilm=args.minilm, queries=1_000, k=args.k, quick=args.quick,
-                      clustered_n=args.clustered_n, clustered_dims=384)
+    ds = load_dataset(
+        name,
+        minilm=args.minilm,
+        queries=1_000,
+        k=args.k,
+        quick=args.quick,
+        clustered_n=args.clustered_n,
+        clustered_dims=384,
+    )
     base, all_queries, metric = ds["base"], ds["queries"], ds["metric"]
     efs = [int(e) for e in csv(args.efs)]
     built = {}
     for e in engines:
         engine = make_engine(e)
-        seconds = engine.build(str(work / f"{name}-{e}.index"), base, metric=metric, m=args.m,
-                               ef_construction=args.efc, threads=args.threads)
+        seconds = engine.build(
+            str(work / f"{name}-{e}.index"),
+            base,
+            metric=metric,
+            m=args.m,
+            ef_construction=args.efc,
+            threads=args.threads,
+        )
         log(f"[{name}] {e} built in {seconds:.1f} s")
         built[e] = engine
     out: dict[str, Any] = {"rows": len(base), "metric": metric, "filters": []}
     queries = all_queries[: args.queries]
     truth = ds["truth"][: args.queries]
-    unfiltered = sweep(Filtered("chassis", built["chassis"], None), queries, truth, args.k, efs) if "chassis" in built else []
+    unfiltered = (
+        sweep(Filtered("chassis", built["chassis"], None), queries, truth, args.k, efs)
+        if "chassis" in built
+        else []
+    )
     out["unfiltered"] = unfiltered
     for kind in csv(args.kinds):
         for share in [float(s) for s in csv(args.shares)]:
@@ -192,7 +213,13 @@ def run_dataset(name: str, args, engines: list[str], work: Path) -> dict[str, An
                 continue
             mask, qs = filters(base, all_queries, kind, share, args.queries, seed=1)
             t = filtered_truth(base, qs, mask, args.k, metric)
-            entry = {"kind": kind, "share": share, "allowed": int(mask.sum()), "queries": len(qs), "engines": {}}
+            entry = {
+                "kind": kind,
+                "share": share,
+                "allowed": int(mask.sum()),
+                "queries": len(qs),
+                "engines": {},
+            }
             for e, engine in built.items():
                 points = sweep(Filtered(e, engine, mask), qs, t, args.k, efs)
                 entry["engines"][e] = points
@@ -206,8 +233,10 @@ def run_dataset(name: str, args, engines: list[str], work: Path) -> dict[str, An
 
 def report(name: str, result: dict[str, Any], engines: list[str]) -> None:
     base_qps = at_95(result["unfiltered"])[0] if result["unfiltered"] else None
-    print(f"\n{name}: {result['rows']:,} rows, {result['metric']}; QPS at recall 0.95, one thread"
-          + (f"; chassis unfiltered {fmt(base_qps)}" if base_qps else ""))
+    print(
+        f"\n{name}: {result['rows']:,} rows, {result['metric']}; QPS at recall 0.95, one thread"
+        + (f"; chassis unfiltered {fmt(base_qps)}" if base_qps else "")
+    )
     rows = []
     for f in result["filters"]:
         cells = [f"{f['kind']} {f['share']:g}", f"{f['allowed']:,}"]
@@ -238,12 +267,21 @@ def plot(path: str, results: dict[str, Any], engines: list[str]) -> None:
     for ax, (name, result) in zip(axes[0], results.items()):
         for kind, style in (("random", "-o"), ("correlated", "--s")):
             for e in engines:
-                pts = [(f["share"], at_95(f["engines"][e])[0]) for f in result["filters"] if f["kind"] == kind]
+                pts = [
+                    (f["share"], at_95(f["engines"][e])[0])
+                    for f in result["filters"]
+                    if f["kind"] == kind
+                ]
                 pts = [(s, q) for s, q in pts if q]
                 if pts:
                     ax.plot(*zip(*pts), style, label=f"{e} {kind}")
-        ax.set(xscale="log", yscale="log", xlabel="share of rows allowed", ylabel="QPS at recall 0.95",
-               title=f"{name} ({result['rows']:,} rows)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="share of rows allowed",
+            ylabel="QPS at recall 0.95",
+            title=f"{name} ({result['rows']:,} rows)",
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -275,7 +313,12 @@ def main() -> None:
             report(name, results[name], engines)
     if args.plot:
         plot(args.plot, results, engines)
-    write_results(args.json, "bench_filters", run_record(args, versions=versions, results=results), flat_points(results))
+    write_results(
+        args.json,
+        "bench_filters",
+        run_record(args, versions=versions, results=results),
+        flat_points(results),
+    )
 
 
 if __name__ == "__main__":

@@ -185,7 +185,9 @@ def run_record(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
     switches set (``CHASSIS_*`` variables but the data folder: ``docs/api.md``), then
     ``fields``."""
     switches = {
-        k: v for k, v in sorted(os.environ.items()) if k.startswith("CHASSIS_") and k != "CHASSIS_DATA"
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("CHASSIS_") and k != "CHASSIS_DATA"
     }
     return {"machine": machine_info(), "args": dict(vars(args)), "switches": switches, **fields}
 

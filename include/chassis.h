@@ -214,6 +214,13 @@ int chassis_train(chassis_handle handle, const float *sample, size_t n, size_t d
                   size_t threads);
 /* CHASSIS_ID_NOT_FOUND when the id is not there. */
 int chassis_delete(chassis_handle handle, uint64_t id);
+/* Every id of ids (n) that is there, as one change; how many were to *deleted (NULL: not
+ * wanted). Absent ids and repeats are skipped. */
+int chassis_delete_batch(chassis_handle handle, const uint64_t *ids, size_t n, uint64_t *deleted);
+/* data: n x dims; ids: n distinct ids. The rows of the ids there are replaced, the rest added;
+ * all or nothing. How many were there to *replaced (NULL: not wanted). threads 0: one per core. */
+int chassis_upsert(chassis_handle handle, const float *data, size_t n, size_t dims,
+                   const uint64_t *ids, uint64_t *replaced, size_t threads);
 
 /* ---- searching ---- */
 /* The k nearest to `query`, nearest first: ids and distances hold k each (distances may be

@@ -106,9 +106,7 @@ def big():
     return idx, data, queries
 
 
-@pytest.mark.parametrize(
-    ("share", "plan"), [(0.002, "scan"), (0.1, "two_hop"), (0.5, "walk")]
-)
+@pytest.mark.parametrize(("share", "plan"), [(0.002, "scan"), (0.1, "two_hop"), (0.5, "walk")])
 def test_the_planner_picks_by_share_and_its_answers_hold(big, share, plan):
     """The plan the cost model gives at ef 16 for each share (its constants:
     docs/design/filtered-search.md), and recall against the brute force."""

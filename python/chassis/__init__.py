@@ -12,7 +12,14 @@ The API is a superset of chassisdb 0.10.0's: switching is a change of import.
 """
 
 from chassis import exceptions
-from chassis._chassis import SearchResult, Snapshot, VectorIndex, __version__, cpu_info, search_plans
+from chassis._chassis import (
+    SearchResult,
+    Snapshot,
+    VectorIndex,
+    __version__,
+    cpu_info,
+    search_plans,
+)
 from chassis._check import Check
 from chassis._options import IndexOptions
 from chassis._reader import IndexReader

@@ -381,6 +381,61 @@ pub extern "C" fn chassis_delete(handle: u64, id: u64) -> i32 {
     guard(|| if get(handle)?.index.delete(id)? { Ok(()) } else { Err(not_found(id)) })
 }
 
+/// Delete every id of `ids` (n of them) present; how many were goes to `*deleted` (NULL: not
+/// wanted). Ids absent, and repeats, are skipped. One change: one undo write, one snapshot.
+///
+/// # Safety
+/// `ids` holds n ids; `deleted` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_delete_batch(
+    handle: u64,
+    ids: *const u64,
+    n: usize,
+    deleted: *mut u64,
+) -> i32 {
+    guard(|| {
+        let h = get(handle)?;
+        // SAFETY: the caller's promise, passed on.
+        let ids = unsafe { slice(ids, n, "ids")? };
+        let count = h.index.delete_batch(ids)?;
+        if !deleted.is_null() {
+            // SAFETY: non-null, writable by the caller's promise.
+            unsafe { *out(deleted, "deleted")? = count };
+        }
+        Ok(())
+    })
+}
+
+/// Replace the rows of the ids present and add the rest: `data` is n x dims, `ids` n distinct
+/// ids; all or nothing. How many ids were present goes to `*replaced` (NULL: not wanted).
+///
+/// # Safety
+/// `data` holds n x dims floats, `ids` n ids; `replaced` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_upsert(
+    handle: u64,
+    data: *const f32,
+    n: usize,
+    dims: usize,
+    ids: *const u64,
+    replaced: *mut u64,
+    threads: usize,
+) -> i32 {
+    guard(|| {
+        let h = get(handle)?;
+        // SAFETY: the caller's promises, passed on.
+        let (data, ids) =
+            unsafe { (rows(&h.index, data, n, dims, "data")?, slice(ids, n, "ids")?) };
+        let ctl = Control::watching(&h.interrupts);
+        let count = h.index.upsert(data, n, ids, pool(threads), &ctl)?;
+        if !replaced.is_null() {
+            // SAFETY: non-null, writable by the caller's promise.
+            unsafe { *out(replaced, "replaced")? = count };
+        }
+        Ok(())
+    })
+}
+
 fn not_found(id: u64) -> Error {
     Error::new(
         ErrorKind::IdNotFound,

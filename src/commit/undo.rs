@@ -84,7 +84,15 @@ impl UndoLog {
 
     /// Save the delete marker of `slot` before it changes.
     pub fn record_marker(&mut self, base_seq: u64, slot: u32, old: u64) -> Result<()> {
-        self.append(base_seq, &[(slot, MARKER | 2, &[old as u32, (old >> 32) as u32])])
+        self.record_markers(base_seq, &[(slot, old)])
+    }
+
+    /// Save the delete markers of several slots, (slot, marker) each, with one write.
+    pub fn record_markers(&mut self, base_seq: u64, old: &[(u32, u64)]) -> Result<()> {
+        let words: Vec<[u32; 2]> = old.iter().map(|&(_, m)| [m as u32, (m >> 32) as u32]).collect();
+        let recs: Vec<(u32, u32, &[u32])> =
+            old.iter().zip(&words).map(|(&(s, _), w)| (s, MARKER | 2, &w[..])).collect();
+        self.append(base_seq, &recs)
     }
 
     /// Append records (slot, n, words) with one write (the first of a cycle carries the header

@@ -7,6 +7,7 @@ use crate::format::NO_UPPER;
 use crate::graph::{self, locality};
 use crate::storage::lists;
 use rayon::prelude::*;
+use std::collections::HashSet;
 
 /// The most rows a tail holds: a search scans it whole, so it stays a small share of a
 /// search, and a call that finds it full links it as one batch, so it stays a short pause
@@ -448,26 +449,144 @@ impl Index {
     /// Returns false if no live vector has that id. The node still routes searches until a
     /// compaction removes it.
     pub fn delete(&self, id: u64) -> Result<bool> {
+        Ok(self.delete_batch(&[id])? == 1)
+    }
+
+    /// Delete every id of `ids` a live vector has, as one change: the markers' old values go
+    /// to the undo log in one write, and searches see all the deletes at once. Returns how
+    /// many ids were present (ids absent, and repeats, are skipped).
+    pub fn delete_batch(&self, ids: &[u64]) -> Result<u64> {
         self.writable()?;
         let mut w = self.writer.lock();
         if let Some(poison) = &w.poisoned {
             return Err(self.poisoned_error(poison));
         }
         let snap = self.view.read().clone();
-        let Some(slot) = self.slot_of(&snap, id) else { return Ok(false) };
-        let word = &snap.st.header(slot)[2];
-        if (slot as u64) < w.committed.slots {
-            let old = word.load(Acquire);
-            let mut u = self.undo.lock();
-            u.log.record_marker(w.committed.seq, slot, old)?;
-            u.marked.insert(slot);
+        Ok(self.delete_in(&mut w, &snap, ids)?.len() as u64)
+    }
+
+    /// Replace rows: each id of `ids` a live vector has is deleted, then all `n` rows are added
+    /// under `ids`, as `add_batch` adds them. Everything a caller can get wrong is checked
+    /// before anything changes; if adding fails (a cancel, a full disk), the deleted rows are
+    /// restored, so the call is all or nothing. Returns how many ids were present.
+    pub fn upsert(
+        &self,
+        data: &[f32],
+        n: usize,
+        ids: &[u64],
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<u64> {
+        self.writable()?;
+        let d = self.dims();
+        if data.len() != n * d {
+            return Err(Error::new(
+                ErrorKind::DimensionMismatch,
+                format!("got {} values for {n} vectors of {d} dimensions", data.len()),
+                format!("pass an array of shape (n, {d})"),
+            ));
         }
-        word.store(format::delete_marker(w.committed.seq + 1, slot), Release);
-        w.live -= 1;
-        w.deletes += 1;
-        self.ids.lock().map.remove(&id);
+        for (r, row) in data.chunks_exact(d).enumerate() {
+            self.check_vector(row, &format!("row {r}"))?;
+        }
+        Self::check_upsert_ids(ids, n)?;
+        self.cold(&self.snap());
+        let mut w = self.writer.lock();
+        if let Some(poison) = &w.poisoned {
+            return Err(self.poisoned_error(poison));
+        }
+        let snap = self.view.read().clone();
+        let gone = self.delete_in(&mut w, &snap, ids)?;
+        match self.add_rows(&mut w, Rows::Values(data), n, Some(ids), threads, ctl) {
+            Ok(_) => Ok(gone.len() as u64),
+            Err(e) => {
+                self.restore_deleted(&mut w, &gone);
+                Err(e)
+            }
+        }
+    }
+
+    /// The ids of an upsert: one per row, none reserved, none twice (checked again by the add,
+    /// but before the deletes here, so that a bad call changes nothing).
+    fn check_upsert_ids(ids: &[u64], n: usize) -> Result<()> {
+        if ids.len() != n {
+            return Err(Error::invalid(
+                format!("got {} ids for {n} vectors", ids.len()),
+                "pass one id per vector",
+            ));
+        }
+        if let Some(i) = ids.iter().position(|&x| x == format::RESERVED_ID) {
+            return Err(Error::invalid(
+                format!("id {} (position {i}) is reserved", format::RESERVED_ID),
+                "use ids from 0 to 2**64-2",
+            ));
+        }
+        let mut seen = HashSet::with_capacity(n);
+        if let Some((i, id)) = ids.iter().enumerate().find(|(_, id)| !seen.insert(**id)) {
+            return Err(Error::new(
+                ErrorKind::IdInUse,
+                format!("id {id} appears twice in the batch (again at position {i})"),
+                "pass distinct ids",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The deletes of `delete_batch` under the writer lock: (slot, marker before, id) of each
+    /// row deleted. The undo log holds the old markers of committed slots before any changes.
+    fn delete_in(&self, w: &mut Writer, snap: &Snap, ids: &[u64]) -> Result<Vec<(u32, u64, u64)>> {
+        let mut found: Vec<(u32, u64)> = self
+            .with_ids(snap, |m| ids.iter().filter_map(|&id| Some((*m.get(&id)?, id))).collect());
+        found.retain(|&(s, id)| (s as u64) < snap.slots && snap.live_id(s) == Some(id));
+        found.sort_unstable();
+        found.dedup();
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let st = &snap.st;
+        let gone: Vec<(u32, u64, u64)> =
+            found.iter().map(|&(s, id)| (s, st.header(s)[2].load(Acquire), id)).collect();
+        let committed: Vec<(u32, u64)> = (gone.iter())
+            .filter(|g| (g.0 as u64) < w.committed.slots)
+            .map(|g| (g.0, g.1))
+            .collect();
+        if !committed.is_empty() {
+            let mut u = self.undo.lock();
+            u.log.record_markers(w.committed.seq, &committed)?;
+            u.marked.extend(committed.iter().map(|c| c.0));
+        }
+        for &(s, _, _) in &gone {
+            st.header(s)[2].store(format::delete_marker(w.committed.seq + 1, s), Release);
+        }
+        w.live -= gone.len() as u64;
+        w.deletes += gone.len() as u64;
+        let mut map = self.ids.lock();
+        for g in &gone {
+            map.map.remove(&g.2);
+        }
+        drop(map);
+        self.publish(Snap { live: w.live, ..Snap::clone_of(snap) });
+        Ok(gone)
+    }
+
+    /// Undo `delete_in` in memory (an upsert whose add failed): the markers as they were, the
+    /// ids mapped again. Their undo records stay; they restore the same values.
+    fn restore_deleted(&self, w: &mut Writer, gone: &[(u32, u64, u64)]) {
+        if gone.is_empty() {
+            return;
+        }
+        let snap = self.view.read().clone();
+        for &(s, old, _) in gone {
+            snap.st.header(s)[2].store(old, Release);
+        }
+        let mut map = self.ids.lock();
+        for &(s, _, id) in gone {
+            map.map.insert(id, s);
+        }
+        drop(map);
+        w.live += gone.len() as u64;
+        w.deletes -= gone.len() as u64;
         self.publish(Snap { live: w.live, ..Snap::clone_of(&snap) });
-        Ok(true)
     }
 
     /// Slots deleted and not yet compacted away (in this handle's view).

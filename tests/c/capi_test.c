@@ -398,6 +398,21 @@ static int everything(const char *dir) {
     for (int i = 0; i < N; i++) alive[i] = !(i % 7 == 0);
     for (int i = 0; i < N; i += 7) OK(chassis_delete(h, (uint64_t)i));
     STATUS(CHASSIS_ID_NOT_FOUND, chassis_delete(h, 7));
+    /* A batch delete counts the ids that were there (7 is gone already, 3 twice) */
+    uint64_t batch[] = {3, 3, 7, 5};
+    uint64_t deleted = 0;
+    OK(chassis_delete_batch(h, batch, 4, &deleted));
+    EXPECT(deleted == 2);
+    alive[3] = alive[5] = 0;
+    /* An upsert writes id 12's vector again (replaced) and brings id 3 back (added) */
+    uint64_t up[] = {12, 3};
+    float rows2[2 * DIMS];
+    memcpy(rows2, data + (size_t)12 * DIMS, sizeof(float) * DIMS);
+    memcpy(rows2 + DIMS, data + (size_t)3 * DIMS, sizeof(float) * DIMS);
+    uint64_t replaced = 99;
+    OK(chassis_upsert(h, rows2, 2, DIMS, up, &replaced, 0));
+    EXPECT(replaced == 1);
+    alive[3] = 1;
     OK(chassis_flush(h));
     search_matches(h, data, alive, queries, 0.95);
 

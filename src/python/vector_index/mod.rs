@@ -221,6 +221,30 @@ pymethods_with_reads!(
         self.with(py, |idx| idx.delete(id))
     }
 
+    #[doc = include_str!("../doc/delete_batch.md")]
+    fn delete_batch(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let ids = ids_arg(ids)?;
+        self.with(py, |idx| idx.delete_batch(&ids))
+    }
+
+    #[doc = include_str!("../doc/upsert.md")]
+    #[pyo3(signature = (vectors, ids, *, threads = None, progress = false))]
+    fn upsert<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: &Bound<'py, PyAny>,
+        ids: &Bound<'py, PyAny>,
+        threads: Option<&Bound<'py, PyAny>>,
+        progress: bool,
+    ) -> PyResult<u64> {
+        let arr = f32_array(vectors, 2, "vectors")?;
+        let (n, width) = (arr.shape()[0], arr.shape()[1]);
+        check_width("vectors", n, width, self.dims)?;
+        let ids = ids_arg(ids)?;
+        let threads = opt_count(threads, "threads", 1024)?;
+        self.upsert_rows(py, &arr, ids, threads, progress)
+    }
+
     /// Make every change so far durable.
     ///
     /// Returns when adds, deletes and ``user_version`` are on disk (milliseconds); readers

@@ -1,4 +1,5 @@
-//! `VectorIndex`'s longer writes: a batch of rows, and training the quantizer on a sample.
+//! `VectorIndex`'s longer writes: a batch of rows (added, or upserted), and training the
+//! quantizer on a sample.
 
 use super::VectorIndex;
 use crate::python::convert::vector;
@@ -27,6 +28,27 @@ impl VectorIndex {
         });
         emit_notices(py)?;
         Ok(vector(py, out?))
+    }
+
+    /// `upsert`: the rows of `arr` replace those of their ids (added where absent), linked on
+    /// `threads` without the GIL; how many ids were present.
+    pub(super) fn upsert_rows(
+        &self,
+        py: Python<'_>,
+        arr: &Bound<'_, PyArrayDyn<f32>>,
+        ids: Vec<u64>,
+        threads: Option<usize>,
+        progress: bool,
+    ) -> PyResult<u64> {
+        let n = arr.shape()[0];
+        // SAFETY: as in `search::do_search`.
+        let data = unsafe { arr.as_slice() }?;
+        let idx = self.index()?;
+        let out = run::run_long(py, n as u64, Count::Vectors, progress, "upserting", |ctl| {
+            idx.upsert(data, n, &ids, threads, ctl)
+        });
+        emit_notices(py)?;
+        out
     }
 
     /// `train`: the quantizer learned from the rows of `sample`, then the stored vectors

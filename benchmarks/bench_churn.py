@@ -1,0 +1,264 @@
+"""Churn: rounds of deleting a share of the live rows and adding as many, then search speed at
+equal recall against a fresh build of the same rows, and the file's size.
+
+Each round deletes `--share` of the live rows at random (`delete_batch`), adds as many rows
+drawn from those not live (`add_batch`, new ids) and flushes. After the rounds named by
+`--measure`, the live rows are searched (one thread, `search_batch`, an ef sweep, recall@10
+against the brute force over the live rows) beside:
+
+  fresh    chassis built from scratch on the same live rows;
+  hnswlib  the same churn on hnswlib (mark_deleted, add_items(replace_deleted=True)), and a
+           fresh hnswlib build (with --engines chassis,hnswlib).
+
+Also timed once: deleting `--delete-n` ids in one `delete_batch` against as many `delete` calls.
+
+    python benchmarks/bench_churn.py
+    python benchmarks/bench_churn.py --quick
+    python benchmarks/bench_churn.py --rounds 10 --measure 1,5,10 --json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import chassis
+import numpy as np
+from chassis import datasets
+from chassis._bench import fmt, qps_at_targets, table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from toolkit import MINILM, Parser, add_json_option, csv, log, run_record, write_results  # noqa: E402
+
+
+def _parse(argv: list[str] | None = None):
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
+    p.add_argument("--engines", default="chassis,hnswlib")
+    p.add_argument("--share", type=float, default=0.2, help="rows deleted (and added) per round")
+    p.add_argument("--efs", default="10,16,24,32,48,64,96,128")
+    p.add_argument("--m", type=int, default=16)
+    p.add_argument("--efc", type=int, default=200)
+    p.add_argument("--threads", type=int, default=2, help="build threads (2)")
+    p.add_argument("--quick", action="store_true", help="a smoke run")
+    p.sized("--rows", full=25_000, quick=3_000, help="live rows")
+    p.sized("--rounds", full=10, quick=2, help="rounds of churn")
+    p.sized("--queries", full=500, quick=50, help="queries")
+    p.sized("--delete-n", full=10_000, quick=1_000, help="ids of the delete timing")
+    p.add_argument("--measure", help="rounds after which to search (default: 0, 1, half, last)")
+    add_json_option(p)
+    a = p.parse_args(argv)
+    return a
+
+
+def allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def sweep(search, queries, truth, efs) -> list[dict[str, Any]]:
+    out = []
+    for ef in efs:
+        start = time.perf_counter()
+        ids = np.asarray(search(queries, ef))
+        seconds = time.perf_counter() - start
+        hits = sum(len(set(g.tolist()) & set(t.tolist())) for g, t in zip(ids, truth))
+        out.append({"ef": ef, "recall": hits / truth.size, "qps": len(queries) / seconds})
+    return out
+
+
+def chassis_search(idx):
+    return lambda q, ef: idx.search_batch(q, 10, ef=ef, threads=1)[0]
+
+
+def hnsw_search(index):
+    def run(q, ef):
+        index.set_ef(ef)
+        return index.knn_query(q, 10, num_threads=1)[0]
+
+    return run
+
+
+def fresh_chassis(path: str, rows: np.ndarray, ids: np.ndarray, args) -> chassis.VectorIndex:
+    opts = chassis.IndexOptions(max_connections=args.m, ef_construction=args.efc)
+    idx = chassis.VectorIndex(path, rows.shape[1], opts)
+    idx.add_batch(rows, ids, threads=args.threads)
+    idx.flush()
+    return idx
+
+
+def delete_timing(base: np.ndarray, n: int, args, folder: Path) -> dict[str, float]:
+    """Seconds to delete `n` ids with one delete_batch, and with n delete calls (same index
+    built twice)."""
+    out = {}
+    for how in ("batch", "single"):
+        idx = fresh_chassis(str(folder / f"delete-{how}.chassis"), base[: 2 * n], None, args)
+        ids = np.random.default_rng(0).choice(2 * n, size=n, replace=False).astype(np.uint64)
+        start = time.perf_counter()
+        if how == "batch":
+            assert idx.delete_batch(ids) == n
+        else:
+            for i in ids.tolist():
+                idx.delete(i)
+        out[how] = time.perf_counter() - start
+        idx.close()
+    return out
+
+
+def main() -> None:
+    args = _parse()
+    engines = csv(args.engines)
+    efs = [int(e) for e in csv(args.efs)]
+    data = datasets.load_npy_folder(args.minilm)
+    base = np.ascontiguousarray(data.base, dtype=np.float32)
+    queries = np.ascontiguousarray(data.queries[: args.queries], dtype=np.float32)
+    n = min(args.rows, len(base) // 2)
+    measure = (
+        {int(r) for r in csv(args.measure)}
+        if args.measure
+        else {0, 1, args.rounds // 2, args.rounds}
+    )
+    rng = np.random.default_rng(7)
+    rounds: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="chassis-churn-") as tmp:
+        folder = Path(tmp)
+        timing = delete_timing(base, min(args.delete_n, len(base) // 2), args, folder)
+        log(
+            f"delete {args.delete_n:,} ids: batch {timing['batch']:.3f} s, single calls {timing['single']:.3f} s"
+        )
+        live = rng.choice(len(base), size=n, replace=False)  # rows of `base` live, by id order
+        ids = np.arange(n, dtype=np.uint64)  # their ids
+        next_id = n
+        path = str(folder / "churn.chassis")
+        idx = fresh_chassis(path, base[live], ids, args)
+        hnsw = None
+        if "hnswlib" in engines:
+            import hnswlib
+
+            hnsw = hnswlib.Index(space="l2", dim=base.shape[1])
+            hnsw.init_index(
+                max_elements=n, ef_construction=args.efc, M=args.m, allow_replace_deleted=True
+            )
+            hnsw.add_items(base[live], ids, num_threads=args.threads)
+        for r in range(args.rounds + 1):
+            if r > 0:
+                k = int(args.share * len(ids))
+                drop = rng.choice(len(ids), size=k, replace=False)
+                keep = np.ones(len(ids), dtype=bool)
+                keep[drop] = False
+                pool = np.setdiff1d(np.arange(len(base)), live[keep])
+                new_rows = rng.choice(pool, size=k, replace=False)
+                new_ids = np.arange(next_id, next_id + k, dtype=np.uint64)
+                next_id += k
+                t0 = time.perf_counter()
+                idx.delete_batch(ids[drop])
+                t1 = time.perf_counter()
+                idx.add_batch(base[new_rows], new_ids, threads=args.threads)
+                t2 = time.perf_counter()
+                idx.flush()
+                t3 = time.perf_counter()
+                if hnsw is not None:
+                    for i in ids[drop].tolist():
+                        hnsw.mark_deleted(i)
+                    hnsw.add_items(
+                        base[new_rows], new_ids, num_threads=args.threads, replace_deleted=True
+                    )
+                live = np.concatenate([live[keep], new_rows])
+                ids = np.concatenate([ids[keep], new_ids])
+                times = {"delete_s": t1 - t0, "add_s": t2 - t1, "flush_s": t3 - t2}
+            else:
+                times = {}
+            entry: dict[str, Any] = {
+                "round": r,
+                "live": len(ids),
+                "file_bytes": allocated(path),
+                **times,
+            }
+            if r in measure:
+                truth_rows, _ = datasets.ground_truth(base[live], queries, 10, "euclidean")
+                truth = ids[truth_rows]
+                entry["chassis"] = sweep(chassis_search(idx), queries, truth, efs)
+                fresh_path = str(folder / f"fresh-{r}.chassis")
+                fresh = fresh_chassis(fresh_path, base[live], ids, args)
+                entry["fresh"] = sweep(chassis_search(fresh), queries, truth, efs)
+                entry["fresh_file_bytes"] = allocated(fresh_path)
+                fresh.close()
+                os.remove(fresh_path)
+                if hnsw is not None:
+                    import hnswlib
+
+                    entry["hnswlib"] = sweep(hnsw_search(hnsw), queries, truth, efs)
+                    h2 = hnswlib.Index(space="l2", dim=base.shape[1])
+                    h2.init_index(max_elements=len(ids), ef_construction=args.efc, M=args.m)
+                    h2.add_items(base[live], ids, num_threads=args.threads)
+                    entry["hnswlib_fresh"] = sweep(hnsw_search(h2), queries, truth, efs)
+                    del h2
+                q = {
+                    k: qps_at_targets(entry[k], (0.95,))["0.95"].get("qps")
+                    for k in entry
+                    if isinstance(entry[k], list)
+                }
+                log(f"round {r}: " + ", ".join(f"{k} {fmt(v)}" for k, v in q.items()))
+            rounds.append(entry)
+        idx.close()
+    rows = []
+    for e in rounds:
+        if "chassis" not in e:
+            continue
+        q = {
+            k: qps_at_targets(e[k], (0.95,))["0.95"].get("qps")
+            for k in ("chassis", "fresh", "hnswlib", "hnswlib_fresh")
+            if k in e
+        }
+        rec16 = {
+            k: next((p["recall"] for p in e[k] if p["ef"] == 16), None)
+            for k in ("chassis", "fresh")
+        }
+        rows.append(
+            [
+                str(e["round"]),
+                f"{e['live']:,}",
+                fmt(q.get("chassis")),
+                fmt(q.get("fresh")),
+                fmt(q["chassis"] / q["fresh"], ".2f")
+                if q.get("chassis") and q.get("fresh")
+                else "-",
+                f"{rec16['chassis']:.3f} / {rec16['fresh']:.3f}"
+                if rec16["fresh"] is not None
+                else "-",
+                fmt(e["file_bytes"] / e["fresh_file_bytes"], ".2f"),
+                fmt(q.get("hnswlib")),
+                fmt(q.get("hnswlib_fresh")),
+            ]
+        )
+    print(
+        f"\ndebian-minilm, {n:,} live rows, {args.share:.0%} replaced per round; QPS at recall 0.95, one thread"
+    )
+    print(
+        f"delete {args.delete_n:,} ids: one delete_batch {timing['batch']:.3f} s, "
+        f"single calls {timing['single']:.3f} s ({timing['single'] / timing['batch']:.0f}x)"
+    )
+    print(
+        table(
+            [
+                "round",
+                "live",
+                "chassis",
+                "fresh",
+                "ratio",
+                "recall@ef16 churn/fresh",
+                "file / fresh",
+                "hnswlib",
+                "hnswlib fresh",
+            ],
+            rows,
+        )
+    )
+    write_results(args.json, "bench_churn", run_record(args, delete_timing=timing, rounds=rounds))
+
+
+if __name__ == "__main__":
+    main()
