@@ -404,15 +404,15 @@ static int everything(const char *dir) {
     OK(chassis_delete_batch(h, batch, 4, &deleted));
     EXPECT(deleted == 2);
     alive[3] = alive[5] = 0;
-    /* An upsert writes id 12's vector again (replaced) and brings id 3 back (added) */
-    uint64_t up[] = {12, 3};
-    float rows2[2 * DIMS];
-    memcpy(rows2, data + (size_t)12 * DIMS, sizeof(float) * DIMS);
-    memcpy(rows2 + DIMS, data + (size_t)3 * DIMS, sizeof(float) * DIMS);
+    /* An upsert writes id 12's vector again (replaced) and brings ids 3 and 5 back (added) */
+    uint64_t up[] = {12, 3, 5};
+    float rows2[3 * DIMS];
+    for (int j = 0; j < 3; j++)
+        memcpy(rows2 + j * DIMS, data + (size_t)up[j] * DIMS, sizeof(float) * DIMS);
     uint64_t replaced = 99;
-    OK(chassis_upsert(h, rows2, 2, DIMS, up, &replaced, 0));
+    OK(chassis_upsert(h, rows2, 3, DIMS, up, &replaced, 0));
     EXPECT(replaced == 1);
-    alive[3] = 1;
+    alive[3] = alive[5] = 1;
     OK(chassis_flush(h));
     search_matches(h, data, alive, queries, 0.95);
 
