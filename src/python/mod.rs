@@ -42,12 +42,17 @@ fn _search_counters() -> (u64, u64) {
 
 /// How many filtered searches this process planned each way, since it started.
 ///
-/// A dict: ``walk`` (the graph, rejected nodes routing), ``two_hop`` (the graph, only allowed
-/// nodes as candidates), ``scan`` (every allowed vector, exactly), ``gave_up``: walks that
-/// did more work than the scan would have, and were answered by the scan instead, and
-/// ``switched``: walks that met far fewer allowed nodes than the share allowed (a filter
-/// correlated with the data) and went on in two hops. Unfiltered
-/// searches are not counted. For seeing which plan a filter gets (``docs/design/filtered-search.md``).
+/// Unfiltered searches are not counted. For seeing which plan a filter gets
+/// (``docs/design/filtered-search.md``).
+///
+/// Returns
+/// -------
+/// dict
+///     ``walk`` (the graph, rejected nodes routing), ``two_hop`` (the graph, only allowed
+///     nodes as candidates), ``scan`` (every allowed vector, exactly), ``gave_up`` (walks that
+///     did more work than the scan would have, answered by the scan instead) and ``switched``
+///     (walks that met far fewer allowed nodes than the share allowed, a filter correlated
+///     with the data, and went on in two hops).
 #[pyfunction]
 fn search_plans(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let [walk, two_hop, scan, gave_up, switched] = crate::index::plan::counters();
