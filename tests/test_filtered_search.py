@@ -87,8 +87,8 @@ def test_every_plan_returns_the_allowed_nearest_on_every_storage_and_metric(plan
         assert r["plans"][plan] == 40, f"{plan}: {r['case']}: plans taken {r['plans']}"
         # The scan is exact; a walk finds nearly all of the allowed nearest at ef 64 (a
         # walk or two hops short of k is completed by the scan). Two hops under inner product
-        # find fewer (about 0.82 with 5% allowed), which is why the planner never takes them
-        # there; forced, they must still hold that.
+        # find fewer (docs/design/filtered-search.md), which is why the planner never takes
+        # them there; forced, they must still hold the floor below.
         floor = 1.0 if plan == "scan" else 0.9
         if plan == "two_hop" and "inner_product" in r["case"]:
             floor = 0.78

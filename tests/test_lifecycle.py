@@ -439,7 +439,7 @@ def machine_test(machine: type[RuleBasedStateMachine], least_examples: int) -> t
     return test
 
 
-TestLifecycleMachine = machine_test(LifecycleMachine, 100)  # ~6 s here; thorough profile: 300
+TestLifecycleMachine = machine_test(LifecycleMachine, 100)  # the thorough profile runs 300
 
 
 class MemoryLifecycleMachine(LifecycleMachine):

@@ -11,6 +11,7 @@
 //! Which walk a filtered search takes, and when it gives up for an exact scan, is
 //! `crate::index`'s plan (`docs/design/filtered-search.md`); the graph only counts the work.
 
+use super::search::offer;
 use super::*;
 use crate::storage::lists;
 use std::sync::atomic::Ordering::*;
@@ -112,17 +113,9 @@ impl<'a> Graph<'a> {
             }
             sc.dists += sc.buf.len() as u64;
             let buf = std::mem::take(&mut sc.buf);
+            // Every node gathered is allowed: each is a result as well as a candidate.
             self.each_dist(q, &buf, |nb, d| {
-                if sc.top.len() < ef || d < bound {
-                    sc.cand.push(std::cmp::Reverse(pack(d, nb)));
-                    sc.top.push(pack(d, nb));
-                    if sc.top.len() > ef {
-                        sc.top.pop();
-                    }
-                    if let Some(t) = sc.top.peek() {
-                        bound = unkey(*t);
-                    }
-                }
+                offer(sc, nb, d, ef, &mut bound, &|_| true);
             });
             sc.buf = buf;
         }

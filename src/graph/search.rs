@@ -423,7 +423,7 @@ impl<'a> Graph<'a> {
 /// `accept`) if the results are short of `ef` or it is nearer than their `bound`, which then
 /// follows the results. Returns whether it was taken.
 #[inline(always)]
-fn offer<F: Fn(u32) -> bool>(
+pub(super) fn offer<F: Fn(u32) -> bool>(
     sc: &mut Scratch,
     nb: u32,
     d: f32,

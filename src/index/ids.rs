@@ -116,28 +116,7 @@ impl Index {
                 Ok((first..first + n as u64).collect())
             }
             Some(ids) => {
-                if ids.len() != n {
-                    return Err(Error::invalid(
-                        format!("got {} ids for {n} vectors", ids.len()),
-                        "pass one id per vector",
-                    ));
-                }
-                if let Some(i) = ids.iter().position(|&x| x == RESERVED_ID) {
-                    return Err(Error::invalid(
-                        format!("id {} (position {i}) is reserved", RESERVED_ID),
-                        "use ids from 0 to 2**64-2",
-                    ));
-                }
-                let mut seen = HashSet::with_capacity(n);
-                for (i, id) in ids.iter().enumerate() {
-                    if !seen.insert(*id) {
-                        return Err(Error::new(
-                            ErrorKind::IdInUse,
-                            format!("id {id} appears twice in the batch (again at position {i})"),
-                            "pass distinct ids",
-                        ));
-                    }
-                }
+                check_ids(ids, n)?;
                 let taken = self.with_ids(snap, |m| {
                     ids.iter()
                         .find(|id| {
@@ -158,4 +137,31 @@ impl Index {
             }
         }
     }
+}
+
+/// A caller's ids for `n` rows: one per row, none reserved, none twice.
+pub(super) fn check_ids(ids: &[u64], n: usize) -> Result<()> {
+    if ids.len() != n {
+        return Err(Error::invalid(
+            format!("got {} ids for {n} vectors", ids.len()),
+            "pass one id per vector",
+        ));
+    }
+    if let Some(i) = ids.iter().position(|&x| x == RESERVED_ID) {
+        return Err(Error::invalid(
+            format!("id {} (position {i}) is reserved", RESERVED_ID),
+            "use ids from 0 to 2**64-2",
+        ));
+    }
+    let mut seen = HashSet::with_capacity(n);
+    for (i, id) in ids.iter().enumerate() {
+        if !seen.insert(*id) {
+            return Err(Error::new(
+                ErrorKind::IdInUse,
+                format!("id {id} appears twice in the batch (again at position {i})"),
+                "pass distinct ids",
+            ));
+        }
+    }
+    Ok(())
 }

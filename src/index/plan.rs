@@ -41,8 +41,8 @@ pub struct Choice {
     pub expect: f64,
 }
 
-/// Costs are in rows of a scan (read in slot order, so the hardware prefetches them; about
-/// 90 ns each at 384 dimensions on the machine measured). An unfiltered walk at beam width ef
+/// Costs are in rows of a scan (read in slot order, so the hardware prefetches them; the
+/// time of one is in the filtered-search record). An unfiltered walk at beam width ef
 /// costs about UNFILTERED x m x ef of them: its distances (about m x ef) are random reads
 /// that come with a heap and a visited table.
 const UNFILTERED: f64 = 3.0;
@@ -66,8 +66,8 @@ const BUDGET_SLACK: f64 = 1.5;
 
 /// The plan for one query: `allowed` of the `live` rows may be returned, at beam width `ef`
 /// on a graph of `m` links per node (2m on layer 0). `two_hops`: whether a two-hop walk may be
-/// planned (not under inner product, where it lost recall a plain walk kept: 0.82 against 0.97
-/// with 5% allowed in the tests). `CHASSIS_FILTER_PLAN` forces one (`crate::tuning`), with no
+/// planned (not under inner product, where it lost recall a plain walk kept; measured: the
+/// filtered-search record). `CHASSIS_FILTER_PLAN` forces one (`crate::tuning`), with no
 /// budget, for measuring.
 pub fn choose(allowed: u64, live: u64, ef: usize, m: usize, two_hops: bool) -> Choice {
     if let Some(plan) = crate::tuning::get().filter_plan.as_deref().and_then(Plan::parse) {

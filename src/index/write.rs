@@ -7,7 +7,6 @@ use crate::format::NO_UPPER;
 use crate::graph::{self, locality};
 use crate::storage::lists;
 use rayon::prelude::*;
-use std::collections::HashSet;
 
 /// The most rows a tail holds: a search scans it whole, so it stays a small share of a
 /// search, and a call that finds it full links it as one batch, so it stays a short pause
@@ -188,28 +187,19 @@ impl Index {
         if let Some(poison) = &w.poisoned {
             return Err(self.poisoned_error(poison));
         }
-        let d = self.dims();
         let data = match rows {
             Rows::Values(v) => v,
             Rows::Stored(_) => &[][..],
         };
         if let Rows::Stored(b) = rows {
             assert_eq!(b.len(), n * self.geo.vec_bytes);
-        } else if data.len() != n * d {
-            return Err(Error::new(
-                ErrorKind::DimensionMismatch,
-                format!("got {} values for {n} vectors of {d} dimensions", data.len()),
-                format!("pass an array of shape (n, {d})"),
-            ));
+        } else {
+            self.check_rows(data, n)?;
         }
         if n == 0 {
             return Ok(None);
         }
         let snap = self.view.read().clone();
-        for (r, row) in data.chunks_exact(d).enumerate() {
-            let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
-            self.check_vector(row, &what)?;
-        }
         let new_ids = self.assign_ids(w, &snap, n, ids)?;
         // A small batch on a graph that has a node is stored as the tail, searchable at once
         // and linked later (the deferred-linking record); any other batch, or one the tail has
@@ -478,18 +468,9 @@ impl Index {
         ctl: &Control,
     ) -> Result<u64> {
         self.writable()?;
-        let d = self.dims();
-        if data.len() != n * d {
-            return Err(Error::new(
-                ErrorKind::DimensionMismatch,
-                format!("got {} values for {n} vectors of {d} dimensions", data.len()),
-                format!("pass an array of shape (n, {d})"),
-            ));
-        }
-        for (r, row) in data.chunks_exact(d).enumerate() {
-            self.check_vector(row, &format!("row {r}"))?;
-        }
-        Self::check_upsert_ids(ids, n)?;
+        // What the add would refuse, refused before the deletes.
+        self.check_rows(data, n)?;
+        ids::check_ids(ids, n)?;
         self.cold(&self.snap());
         let mut w = self.writer.lock();
         if let Some(poison) = &w.poisoned {
@@ -506,28 +487,19 @@ impl Index {
         }
     }
 
-    /// The ids of an upsert: one per row, none reserved, none twice (checked again by the add,
-    /// but before the deletes here, so that a bad call changes nothing).
-    fn check_upsert_ids(ids: &[u64], n: usize) -> Result<()> {
-        if ids.len() != n {
-            return Err(Error::invalid(
-                format!("got {} ids for {n} vectors", ids.len()),
-                "pass one id per vector",
-            ));
-        }
-        if let Some(i) = ids.iter().position(|&x| x == format::RESERVED_ID) {
-            return Err(Error::invalid(
-                format!("id {} (position {i}) is reserved", format::RESERVED_ID),
-                "use ids from 0 to 2**64-2",
-            ));
-        }
-        let mut seen = HashSet::with_capacity(n);
-        if let Some((i, id)) = ids.iter().enumerate().find(|(_, id)| !seen.insert(**id)) {
+    /// `n` rows of values: their number, and each finite (`check_vector`).
+    fn check_rows(&self, data: &[f32], n: usize) -> Result<()> {
+        let d = self.dims();
+        if data.len() != n * d {
             return Err(Error::new(
-                ErrorKind::IdInUse,
-                format!("id {id} appears twice in the batch (again at position {i})"),
-                "pass distinct ids",
+                ErrorKind::DimensionMismatch,
+                format!("got {} values for {n} vectors of {d} dimensions", data.len()),
+                format!("pass an array of shape (n, {d})"),
             ));
+        }
+        for (r, row) in data.chunks_exact(d).enumerate() {
+            let what = if n == 1 { "the vector".to_string() } else { format!("row {r}") };
+            self.check_vector(row, &what)?;
         }
         Ok(())
     }
