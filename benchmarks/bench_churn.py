@@ -44,6 +44,7 @@ def _parse(argv: list[str] | None = None):
     p.add_argument("--m", type=int, default=16)
     p.add_argument("--efc", type=int, default=200)
     p.add_argument("--threads", type=int, default=2, help="build threads (2)")
+    p.add_argument("--passes", type=int, default=5, help="passes per ef (median time)")
     p.add_argument("--quick", action="store_true", help="a smoke run")
     p.sized("--rows", full=25_000, quick=3_000, help="live rows")
     p.sized("--rounds", full=10, quick=2, help="rounds of churn")
@@ -59,14 +60,38 @@ def allocated(path: str) -> int:
     return os.stat(path).st_blocks * 512
 
 
-def sweep(search, queries, truth, efs) -> list[dict[str, Any]]:
-    out = []
-    for ef in efs:
-        start = time.perf_counter()
-        ids = np.asarray(search(queries, ef))
-        seconds = time.perf_counter() - start
-        hits = sum(len(set(g.tolist()) & set(t.tolist())) for g, t in zip(ids, truth))
-        out.append({"ef": ef, "recall": hits / truth.size, "qps": len(queries) / seconds})
+def sweeps(searches: dict[str, Any], queries, truth, efs, passes: int) -> dict[str, list]:
+    """Recall@10 and QPS per ef of each search, `passes` passes with the searches alternating
+    within each (so that a slow moment of the machine falls on all of them), median times;
+    for chassis searches also the distances each query computed."""
+    times: dict[str, dict[int, list[float]]] = {k: {ef: [] for ef in efs} for k in searches}
+    found: dict[str, dict[int, np.ndarray]] = {k: {} for k in searches}
+    dists: dict[str, dict[int, float]] = {k: {} for k in searches}
+    for _ in range(passes):
+        for ef in efs:
+            for name, search in searches.items():
+                before = chassis._chassis._search_counters()
+                start = time.perf_counter()
+                ids = np.asarray(search(queries, ef))
+                times[name][ef].append(time.perf_counter() - start)
+                after = chassis._chassis._search_counters()
+                found[name][ef] = ids
+                if after[0] > before[0]:
+                    dists[name][ef] = (after[1] - before[1]) / (after[0] - before[0])
+    out = {}
+    for name in searches:
+        out[name] = []
+        for ef in efs:
+            ids = found[name][ef]
+            hits = sum(len(set(g.tolist()) & set(t.tolist())) for g, t in zip(ids, truth))
+            point = {
+                "ef": ef,
+                "recall": hits / truth.size,
+                "qps": len(queries) / float(np.median(times[name][ef])),
+            }
+            if ef in dists[name]:
+                point["distances"] = dists[name][ef]
+            out[name].append(point)
     return out
 
 
@@ -180,22 +205,23 @@ def main() -> None:
             if r in measure:
                 truth_rows, _ = datasets.ground_truth(base[live], queries, 10, "euclidean")
                 truth = ids[truth_rows]
-                entry["chassis"] = sweep(chassis_search(idx), queries, truth, efs)
                 fresh_path = str(folder / f"fresh-{r}.chassis")
                 fresh = fresh_chassis(fresh_path, base[live], ids, args)
-                entry["fresh"] = sweep(chassis_search(fresh), queries, truth, efs)
-                entry["fresh_file_bytes"] = allocated(fresh_path)
-                fresh.close()
-                os.remove(fresh_path)
+                searches = {"chassis": chassis_search(idx), "fresh": chassis_search(fresh)}
+                h2 = None
                 if hnsw is not None:
                     import hnswlib
 
-                    entry["hnswlib"] = sweep(hnsw_search(hnsw), queries, truth, efs)
                     h2 = hnswlib.Index(space="l2", dim=base.shape[1])
                     h2.init_index(max_elements=len(ids), ef_construction=args.efc, M=args.m)
                     h2.add_items(base[live], ids, num_threads=args.threads)
-                    entry["hnswlib_fresh"] = sweep(hnsw_search(h2), queries, truth, efs)
-                    del h2
+                    searches["hnswlib"] = hnsw_search(hnsw)
+                    searches["hnswlib_fresh"] = hnsw_search(h2)
+                entry.update(sweeps(searches, queries, truth, efs, args.passes))
+                entry["fresh_file_bytes"] = allocated(fresh_path)
+                fresh.close()
+                os.remove(fresh_path)
+                del h2
                 q = {
                     k: qps_at_targets(entry[k], (0.95,))["0.95"].get("qps")
                     for k in entry

@@ -29,16 +29,17 @@
  *       keep_small_pages, interrupt (searches see the last published state while a batch
  *       links or a flush syncs);
  *     take turns with each other, searches going on meanwhile: add, add_batch, train, delete,
- *       flush, rollback, set_user_version, compact, and backup of a writer (it flushes first);
+ *       flush, rollback, set_user_version, consolidate, compact, and backup of a writer (it
+ *       flushes first);
  *     check: alongside searches; writes wait while it scans;
  *     close: calls still running on the handle complete or return CHASSIS_INDEX_CLOSED;
  *     the library calls (abi_version, version, last_error, status_name, get_cpu_info, the
  *       _init functions): any thread, any time.
  *   One writer process per file (a second gets CHASSIS_INDEX_LOCKED); any number of readers,
  *   in any process.
- * - Long calls (add_batch, train, search_batch, backup, compact, check, wait_warm) stop with
- *   CHASSIS_INTERRUPTED when chassis_interrupt is called from another thread; nothing they
- *   did remains (the file stays as last flushed).
+ * - Long calls (add_batch, train, search_batch, backup, consolidate, compact, check, wait_warm)
+ *   stop with CHASSIS_INTERRUPTED when chassis_interrupt is called from another thread; nothing
+ *   they did remains (the file stays as last flushed).
  * - No call lets a panic out: a fault inside the library returns CHASSIS_ERROR.
  */
 #ifndef CHASSIS_H
@@ -256,6 +257,10 @@ int chassis_set_user_version(chassis_handle handle, uint64_t version);
 /* A consistent copy of the last flush (a writer flushes first; an in-memory index writes what
  * it holds). An existing file is replaced only with overwrite non-zero and no writer on it. */
 int chassis_backup(chassis_handle handle, const char *dest, int overwrite);
+/* Take deleted vectors out of the graph's links, so that searches stop walking them (add_batch
+ * and upsert do it first once deletes reach a sixteenth of the index); durable at the next
+ * flush. *relinked (NULL: not wanted) gets how many live vectors were re-linked. */
+int chassis_consolidate(chassis_handle handle, size_t threads, uint64_t *relinked);
 /* Rewrite without deleted vectors (flushes first). */
 int chassis_compact(chassis_handle handle, size_t threads);
 /* Scan every vector and the graph. The caller sets report->size. */

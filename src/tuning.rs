@@ -17,6 +17,7 @@
 //! | `CHASSIS_REPAIR_AROUND`        | `0`: small batches walk the whole graph every 1,000 rows |
 //! | `CHASSIS_LIST_SHADOW`          | `0`: large batches write their lists in place            |
 //! | `CHASSIS_DEFER_LINK`           | `0`: every add links before it returns (no tail)         |
+//! | `CHASSIS_CONSOLIDATE`          | `0`: batches never consolidate deletes on their own      |
 //! | `CHASSIS_PREFETCH_PAGES`       | `0`: no `WILLNEED` advice short of memory (also read as |
 //! |                                | `CHASSIS_NAME_PAGES`, its old name)                      |
 //! | `CHASSIS_REDO`                 | `0`: commits go through the index file, no redo log      |
@@ -38,6 +39,7 @@ pub struct Tuning {
     pub repair_around: Option<bool>,
     pub list_shadow: Option<bool>,
     pub defer_link: Option<bool>,
+    pub consolidate: Option<bool>,
     pub prefetch_pages: Option<bool>,
     pub redo: Option<bool>,
     pub boot_id: Option<Vec<u8>>,
@@ -74,6 +76,7 @@ impl Tuning {
             repair_around: off("CHASSIS_REPAIR_AROUND"),
             list_shadow: off("CHASSIS_LIST_SHADOW"),
             defer_link: off("CHASSIS_DEFER_LINK"),
+            consolidate: off("CHASSIS_CONSOLIDATE"),
             prefetch_pages: off("CHASSIS_PREFETCH_PAGES").or_else(|| off("CHASSIS_NAME_PAGES")),
             redo: off("CHASSIS_REDO"),
             boot_id: var("CHASSIS_BOOT_ID").map(|v| v.into_encoded_bytes()),
@@ -110,6 +113,7 @@ mod tests {
             ("CHASSIS_GROUP_MIN_BYTES", "x"),
             ("CHASSIS_DEFER_LINK", "0"),
             ("CHASSIS_REDO", "1"),
+            ("CHASSIS_CONSOLIDATE", "0"),
         ]);
         assert_eq!(t.kernel.as_deref(), Some("avx2"));
         assert_eq!(t.half_copy, Some(false));
@@ -117,6 +121,7 @@ mod tests {
         assert_eq!((t.beam, t.group_min_bytes), (Some(4), None));
         assert_eq!(t.prefetch_lines, Some(24));
         assert_eq!((t.defer_link, t.redo), (Some(false), Some(true)));
+        assert_eq!(t.consolidate, Some(false));
     }
 
     #[test]

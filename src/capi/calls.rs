@@ -666,6 +666,28 @@ pub unsafe extern "C" fn chassis_backup(handle: u64, dest: *const c_char, overwr
     })
 }
 
+/// Take deleted vectors out of the graph's links on `threads` threads; how many live vectors
+/// were re-linked goes to `*relinked` (NULL: not wanted).
+///
+/// # Safety
+/// `relinked` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_consolidate(
+    handle: u64,
+    threads: usize,
+    relinked: *mut u64,
+) -> i32 {
+    guard(|| {
+        let h = get(handle)?;
+        let count = h.index.consolidate(pool(threads), &Control::watching(&h.interrupts))?;
+        if !relinked.is_null() {
+            // SAFETY: non-null, writable by the caller's promise.
+            unsafe { *out(relinked, "relinked")? = count };
+        }
+        Ok(())
+    })
+}
+
 /// Rewrite the index without its deleted vectors (flushes first), on `threads` threads.
 #[no_mangle]
 pub extern "C" fn chassis_compact(handle: u64, threads: usize) -> i32 {

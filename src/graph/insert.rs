@@ -317,6 +317,9 @@ pub struct Linker<'a, H: Fn(&[u32]) -> Result<()> + Sync> {
     /// Where a small batch's linking notes the nodes it takes out of level-0 lists, for
     /// `repair_around` (None: a batch that `repair` follows).
     pub dropped: Option<&'a Mutex<Vec<u32>>>,
+    /// Deleted slots that `repair` neither gives a way in nor takes one through (after a
+    /// consolidation, which took them out of every live list); None: every node counts.
+    pub gone: Option<&'a [bool]>,
 }
 
 impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
@@ -336,23 +339,33 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let mut stack = vec![entry];
         seen[entry as usize] = true;
         lists::mark_reachable(self.st, n, &mut stack, &mut seen);
+        let gone = |s: u32| self.gone.is_some_and(|g| g[s as usize]);
         for u in 0..n {
-            if seen[u as usize] {
+            if seen[u as usize] || gone(u) {
                 continue;
             }
             let uv = r.vector(u);
             let mut out_u = r.entries(u);
             let way = out_u
                 .iter()
-                .filter(|&&v| seen[v as usize])
+                .filter(|&&v| seen[v as usize] && !gone(v))
                 .map(|&v| (r.g.dist(&uv, v), v))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
                 // An island: its out-neighbors are unreachable too; find a way in by search.
                 .or_else(|| {
-                    r.g.knn(&uv, 1, 64, entry, max_level, n, &|s| seen[s as usize], None)
-                        .unwrap_or_default()
-                        .first()
-                        .copied()
+                    r.g.knn(
+                        &uv,
+                        1,
+                        64,
+                        entry,
+                        max_level,
+                        n,
+                        &|s| seen[s as usize] && !gone(s),
+                        None,
+                    )
+                    .unwrap_or_default()
+                    .first()
+                    .copied()
                 });
             let Some((_, v)) = way else { continue };
             // What u's list lets go of was nobody's way in: u was not reachable.

@@ -1,21 +1,23 @@
 //! HNSW over the mapped storage: one type, [`Graph`] (the graph as one search or insertion
 //! sees it), its `impl` split by responsibility.
 //!
-//! | file          | what it holds                                                           |
-//! |---------------|-------------------------------------------------------------------------|
-//! | `mod.rs`      | [`Graph`], [`Start`], per-thread [`Scratch`], distances to stored vectors |
-//! |               | (or to a half-precision copy, or to 8-bit codes: `crate::quant`)        |
-//! | `search.rs`   | the search loop: greedy descent, layer search (a beam of candidates per |
-//! |               | round where the index is short of memory), k-NN, exact scans            |
-//! | `filtered.rs` | layer 0 of a search whose filter allows few nodes (two hops)            |
-//! | `insert.rs`   | insertion with the HNSW paper's neighbor heuristic; [`insert::Linker`]  |
-//! |               | links a batch on threads and repairs reachability                       |
-//! | `halfcopy.rs` | the half-precision copy a large batch is linked on, and when it pays    |
-//! | `locality.rs` | which slots a batch's vectors go to (near vectors in near slots)        |
+//! | file             | what it holds                                                             |
+//! |------------------|---------------------------------------------------------------------------|
+//! | `mod.rs`         | [`Graph`], [`Start`], per-thread [`Scratch`], distances to stored vectors |
+//! |                  | (or to a half-precision copy, or to 8-bit codes: `crate::quant`)          |
+//! | `search.rs`      | the search loop: greedy descent, layer search (a beam of candidates per   |
+//! |                  | round where the index is short of memory), k-NN, exact scans              |
+//! | `filtered.rs`    | layer 0 of a search whose filter allows few nodes (two hops)              |
+//! | `insert.rs`      | insertion with the HNSW paper's neighbor heuristic; [`insert::Linker`]    |
+//! |                  | links a batch on threads and repairs reachability                         |
+//! | `consolidate.rs` | a live node's lists with deleted nodes taken out, their neighbors weighed |
+//! | `halfcopy.rs`    | the half-precision copy a large batch is linked on, and when it pays      |
+//! | `locality.rs`    | which slots a batch's vectors go to (near vectors in near slots)          |
 //!
 //! Lists are read and written through `crate::storage::lists`; the graph holds no pointer
 //! into the mappings of its own making (see `crate::storage`'s `# Safety`).
 
+mod consolidate;
 mod filtered;
 pub mod halfcopy;
 pub mod insert;

@@ -80,6 +80,7 @@ impl Index {
             && writer.linked == committed.linked
             && writer.user_version == committed.user_version
             && writer.deletes == 0
+            && !writer.relinked
             && writer.next_id == committed.next_id
             && writer.quantizer == committed.quantizer
         {
@@ -142,6 +143,8 @@ impl Index {
         writer.copy = 1 - writer.copy;
         self.publish(Snap::of(snap.st.clone(), &next, true));
         writer.deletes = 0;
+        writer.relinked = false;
+        writer.unconsolidated_committed = writer.unconsolidated;
         self.advise_committed(&snap.st, next.slots);
         writer.committed = next;
         Ok(())
@@ -216,6 +219,7 @@ impl Index {
             || writer.linked != writer.committed.linked
             || writer.user_version != writer.committed.user_version
             || writer.deletes != 0
+            || writer.relinked
             || writer.quantizer != writer.committed.quantizer;
         if !dirty && self.undo.lock().log.is_empty() {
             return Ok(());
@@ -230,6 +234,8 @@ impl Index {
         writer.user_version = committed.user_version;
         writer.quantizer = committed.quantizer;
         writer.deletes = 0;
+        writer.relinked = false;
+        writer.unconsolidated = writer.unconsolidated_committed;
         *self.entry.lock() = (committed.entry, committed.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back.
         *self.ids.lock() = IdMap::default();

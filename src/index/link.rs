@@ -49,6 +49,7 @@ impl Index {
             before_modify: |nodes: &[u32]| self.before_modify(st, cslots, cseq, nodes),
             quant,
             dropped: (!repair && around).then_some(&dropped),
+            gone: None,
         };
         let result = with_threads(threads, || linker.link(start, pos, levels, ctl)).and_then(|r| r);
         let result = result.and_then(|on_copy| {

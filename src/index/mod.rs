@@ -11,6 +11,7 @@
 //! | `ids.rs`         | the id -> slot map, contains, get, ids in insertion order             |
 //! | `write.rs`       | add, add_batch as steps (plan, reserve, write, link, publish), delete |
 //! | `link.rs`        | linking a batch (the tail among them) with a savepoint               |
+//! | `consolidate.rs` | deletes consolidated: live nodes re-linked around deleted ones        |
 //! | `codes.rs`       | learning, storing and encoding with a quantizer                       |
 //! | `search.rs`      | search, filtered search, search_batch and its query order             |
 //! | `filter.rs`      | [`Filter`] in ids, turned into sets of slots                          |
@@ -26,6 +27,7 @@
 
 mod check;
 mod codes;
+mod consolidate;
 mod filter;
 mod flush;
 mod ids;
@@ -165,6 +167,12 @@ struct Writer {
     deletes: u64,
     /// Rows linked since the last repair (see `add_batch`; this process only).
     unrepaired: u64,
+    /// This handle's deletes not yet consolidated (`consolidate.rs`), now and at the last
+    /// commit (what a rollback returns to).
+    unconsolidated: u64,
+    unconsolidated_committed: u64,
+    /// A consolidation changed lists (or the entry point) since the last commit.
+    relinked: bool,
     /// File offset of the quantizer region in effect (0: none yet), committed by the next
     /// flush (see `crate::quant`).
     quantizer: u64,

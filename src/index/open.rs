@@ -334,6 +334,12 @@ impl Index {
                 user_version: committed.user_version,
                 deletes: 0,
                 unrepaired: 0,
+                // Which deleted slots earlier writers consolidated is not stored, and counting
+                // them all would make the first batch scan the whole graph (a file of 2^32
+                // mostly empty slots among them): this handle counts its own deletes.
+                unconsolidated: 0,
+                unconsolidated_committed: 0,
+                relinked: false,
                 quantizer: committed.quantizer,
                 poisoned: None,
                 committed,

@@ -127,6 +127,9 @@ impl Index {
         // index larger than memory is linked with its mappings read at random (`residency`).
         self.cold(&self.snap());
         let mut w = self.writer.lock();
+        if n > 0 {
+            self.consolidate_if_due(&mut w, threads, ctl)?;
+        }
         self.add_rows(&mut w, Rows::Values(data), n, ids, threads, ctl)
     }
 
@@ -476,6 +479,9 @@ impl Index {
         if let Some(poison) = &w.poisoned {
             return Err(self.poisoned_error(poison));
         }
+        // Earlier deletes only: a failed add brings this call's deleted rows back, and they
+        // must still have their links.
+        self.consolidate_if_due(&mut w, threads, ctl)?;
         let snap = self.view.read().clone();
         let gone = self.delete_in(&mut w, &snap, ids)?;
         match self.add_rows(&mut w, Rows::Values(data), n, Some(ids), threads, ctl) {
@@ -532,6 +538,7 @@ impl Index {
         }
         w.live -= gone.len() as u64;
         w.deletes += gone.len() as u64;
+        w.unconsolidated += gone.len() as u64;
         let mut map = self.ids.lock();
         for g in &gone {
             map.map.remove(&g.2);
@@ -558,6 +565,7 @@ impl Index {
         drop(map);
         w.live += gone.len() as u64;
         w.deletes -= gone.len() as u64;
+        w.unconsolidated = w.unconsolidated.saturating_sub(gone.len() as u64);
         self.publish(Snap { live: w.live, ..Snap::clone_of(&snap) });
     }
 

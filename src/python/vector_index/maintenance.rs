@@ -1,4 +1,5 @@
-//! `VectorIndex`'s upkeep: `check`, `compact`, `warm`, and `memory_stats` as a dict.
+//! `VectorIndex`'s upkeep: `check`, `compact`, `consolidate`, `warm`, and `memory_stats` as a
+//! dict.
 
 use super::VectorIndex;
 use crate::index::MemoryStats;
@@ -41,6 +42,20 @@ impl VectorIndex {
         });
         emit_notices(py)?;
         out
+    }
+
+    /// `consolidate`: live nodes re-linked around deleted ones on `threads`.
+    pub(super) fn relink(
+        &self,
+        py: Python<'_>,
+        threads: Option<usize>,
+        progress: bool,
+    ) -> PyResult<u64> {
+        let idx = self.index()?;
+        let total = py.detach(|| idx.len());
+        run::run_long(py, total, Count::VectorsThreaded, progress, "consolidating", |ctl| {
+            idx.consolidate(threads, ctl)
+        })
     }
 
     /// `warm`: the background read started (or joined), and with `wait` waited for.

@@ -6,7 +6,7 @@
 //! |                  | arguments, then a call into the file below that does its work          |
 //! | `lifecycle.rs`   | opening, loading into memory, writing out (`save`, `backup`), `repr`   |
 //! | `writes.rs`      | adding rows, training the quantizer                                    |
-//! | `maintenance.rs` | `check`, `compact`, `warm`, `memory_stats`                             |
+//! | `maintenance.rs` | `check`, `compact`, `consolidate`, `warm`, `memory_stats`              |
 //!
 //! The reads it shares with `Snapshot` (`search`, `get`, `ids`, ...) are in `../reads.rs`,
 //! which also says why a class has one `#[pymethods]` block; the docstrings longer than a
@@ -348,6 +348,21 @@ pymethods_with_reads!(
         self.with(py, |idx| idx.deleted_count())
     }
 
+    /// How many deletes searches may still walk through.
+    ///
+    /// They are the deletes since the last consolidation (``consolidate()``, or the next
+    /// ``add_batch`` once they are many).
+    ///
+    /// Returns
+    /// -------
+    /// int
+    ///     This handle's deletes not yet consolidated; 0 for a handle opened read-only.
+    ///     Deletes an earlier writer left unconsolidated are not counted (the file does not
+    ///     record them); any consolidation takes them out too.
+    fn unconsolidated_count(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |idx| Ok(idx.unconsolidated()))
+    }
+
     // Maintenance and memory (the work: maintenance.rs).
 
     /// Scan every vector and the whole graph, and say what is wrong.
@@ -377,6 +392,18 @@ pymethods_with_reads!(
     ) -> PyResult<()> {
         let threads = opt_count(threads, "threads", 1024)?;
         self.rebuild(py, threads, progress)
+    }
+
+    #[doc = include_str!("../doc/consolidate.md")]
+    #[pyo3(signature = (*, threads = None, progress = false))]
+    fn consolidate(
+        &self,
+        py: Python<'_>,
+        threads: Option<&Bound<'_, PyAny>>,
+        progress: bool,
+    ) -> PyResult<u64> {
+        let threads = opt_count(threads, "threads", 1024)?;
+        self.relink(py, threads, progress)
     }
 
     /// Ask for huge pages under the vectors from now on (design record ADR-0016).

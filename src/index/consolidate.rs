@@ -1,0 +1,191 @@
+//! Consolidating deletes: every live node whose lists hold deleted nodes is re-linked around
+//! them (`Graph::relinked`), the entry point moves off a deleted node, and nodes left without
+//! a way in get one, so that searches stop walking deleted nodes. A change of lists like a
+//! batch's: saved to the undo log first, committed by the next flush, put back on an error or
+//! a cancel (the consolidation record: `docs/design/consolidation.md`).
+
+use super::*;
+use crate::format::EMPTY;
+use crate::graph::{self, insert::Linker, Graph};
+use crate::storage::lists;
+use rayon::prelude::*;
+
+/// A batch consolidates the deletes first once those not yet consolidated reach a sixteenth
+/// of the graph's nodes (and at least `DUE_MIN`): re-linking costs about the same whatever
+/// the number of deletes, as nearly every list holds one of a sixteenth of the nodes.
+const DUE_SHARE: u64 = 16;
+const DUE_MIN: u64 = 64;
+
+impl Index {
+    /// Consolidate every delete so far (see the module). Returns how many live nodes were
+    /// re-linked. A no-op, cheap, when no live list holds a deleted node.
+    pub fn consolidate(&self, threads: Option<usize>, ctl: &Control) -> Result<u64> {
+        self.writable()?;
+        let mut w = self.writer.lock();
+        if let Some(poison) = &w.poisoned {
+            return Err(self.poisoned_error(poison));
+        }
+        self.consolidate_locked(&mut w, threads, ctl)
+    }
+
+    /// This handle's deletes not yet consolidated. (Which deleted slots an earlier writer
+    /// left unconsolidated is not stored; any consolidation takes them out with the rest.)
+    pub fn unconsolidated(&self) -> u64 {
+        if self.read_only {
+            return 0;
+        }
+        self.writer.lock().unconsolidated
+    }
+
+    /// Whether enough deletes wait for a batch to consolidate them first (see `DUE_SHARE`).
+    pub(super) fn consolidation_due(&self, w: &Writer) -> bool {
+        w.unconsolidated >= DUE_MIN.max(w.linked / DUE_SHARE)
+    }
+
+    /// Before a batch links: consolidate when due, so that the batch links among live nodes.
+    /// (Not inside `add_rows`: an upsert whose add fails restores its deletes, which must
+    /// still have their links then.)
+    pub(super) fn consolidate_if_due(
+        &self,
+        w: &mut Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        let on = crate::tuning::get().consolidate.unwrap_or(true);
+        if on && w.poisoned.is_none() && self.consolidation_due(w) {
+            self.consolidate_locked(w, threads, ctl)?;
+            // The progress shown is the batch's own rows.
+            ctl.done.store(0, Relaxed);
+        }
+        Ok(())
+    }
+
+    /// `consolidate` under the writer lock.
+    pub(super) fn consolidate_locked(
+        &self,
+        w: &mut Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<u64> {
+        let snap = self.view.read().clone();
+        let st = &*snap.st;
+        let n = w.linked as u32;
+        // Deleted as this writer sees it, its unflushed deletes too (what readers of the last
+        // commit may still return loses its links early; the record says why that is kept).
+        let gone: Vec<bool> = (0..n).into_par_iter().map(|s| snap.live_id(s).is_none()).collect();
+        let is_gone = |s: u32| gone[s as usize];
+        // (node, layer) of each live list holding a deleted node.
+        let todo: Vec<(u32, usize)> = (0..n)
+            .into_par_iter()
+            .filter(|&s| !is_gone(s))
+            .flat_map_iter(|s| {
+                let holds = move |layer: usize| {
+                    lists::list_of(st, s, layer).is_some_and(|l| {
+                        lists::entries(l).iter().any(|e| {
+                            let e = e.load(Relaxed);
+                            e < n && is_gone(e)
+                        })
+                    })
+                };
+                (0..=lists::level_of(st, s)).filter(move |&l| holds(l)).map(move |l| (s, l))
+            })
+            .collect();
+        let (entry_before, _) = *self.entry.lock();
+        let entry_gone = entry_before != EMPTY && entry_before < n && is_gone(entry_before);
+        if todo.is_empty() && !entry_gone {
+            w.unconsolidated = 0;
+            return Ok(0);
+        }
+        let mut nodes: Vec<u32> = todo.iter().map(|t| t.0).collect();
+        nodes.dedup();
+        let entry_saved = *self.entry.lock();
+        *self.savepoint.lock() = Some(Savepoint { start: n, saved: HashMap::new() });
+        let result = self.relink_all(w, st, &snap, &todo, &nodes, &gone, threads, ctl);
+        let sp = self.savepoint.lock().take().expect("set above");
+        if let Err(e) = result {
+            for (slot, words) in &sp.saved {
+                lists::restore_lists(st, *slot, words);
+            }
+            *self.entry.lock() = entry_saved;
+            return Err(e);
+        }
+        let (entry, max_level) = *self.entry.lock();
+        self.publish(Snap { entry, max_level, ..Snap::clone_of(&snap) });
+        // Unflushed deletes were consolidated too; only later ones wait.
+        w.unconsolidated = 0;
+        w.relinked = true;
+        Ok(nodes.len() as u64)
+    }
+
+    /// The lists of `todo` re-linked on `threads`, the entry point moved off a deleted node,
+    /// then a way in for every live node left without one.
+    #[allow(clippy::too_many_arguments)]
+    fn relink_all(
+        &self,
+        w: &Writer,
+        st: &Storage,
+        snap: &Snap,
+        todo: &[(u32, usize)],
+        nodes: &[u32],
+        gone: &[bool],
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<()> {
+        let n = w.linked as u32;
+        let (cslots, cseq) = (w.committed.slots, w.committed.seq);
+        // Every list about to change saved in one write to the undo log.
+        self.before_modify(st, cslots, cseq, nodes)?;
+        // Distances as a batch links (a codes-only index has only its codes).
+        let g = match snap.quant.as_deref() {
+            Some(z) if self.precision() == Precision::CodesOnly => {
+                Graph::linking_on_codes(st, self.metric(), n, z)
+            }
+            _ => Graph::new(st, self.metric(), n),
+        };
+        let m = self.geo.m;
+        let is_gone = |s: u32| gone[s as usize];
+        let relink = |&(s, layer): &(u32, usize)| -> Result<()> {
+            if ctl.cancelled() {
+                return Err(Error::interrupted());
+            }
+            let cap = if layer == 0 { 2 * m } else { m };
+            if let Some(new) = graph::with_scratch(|sc| g.relinked(s, layer, &is_gone, cap, sc)) {
+                let _lock = self.locks[s as usize % graph::LOCK_STRIPES].lock();
+                if let Some(list) = lists::list_of(st, s, layer) {
+                    lists::write_list(list, s, layer, &new, lists::level_of(st, s));
+                }
+            }
+            // Progress in live nodes (each has one level-0 list).
+            if layer == 0 {
+                ctl.done.fetch_add(1, Relaxed);
+            }
+            Ok(())
+        };
+        with_threads(threads, || todo.par_iter().try_for_each(relink)).and_then(|r| r)?;
+        // A deleted entry point gives way to the live node of the highest level (the lowest
+        // slot among equals); with no live node the entry stays, as a search returns nothing.
+        let (entry, _) = *self.entry.lock();
+        if entry != EMPTY && entry < n && is_gone(entry) {
+            let best = (0..n)
+                .into_par_iter()
+                .filter(|&s| !is_gone(s))
+                .map(|s| (lists::level_of(st, s), std::cmp::Reverse(s)))
+                .max();
+            if let Some((level, std::cmp::Reverse(s))) = best {
+                *self.entry.lock() = (s, level);
+            }
+        }
+        let linker = Linker {
+            st,
+            metric: self.metric(),
+            ef_construction: self.opts.ef_construction,
+            entry: &self.entry,
+            locks: &self.locks,
+            before_modify: |ns: &[u32]| self.before_modify(st, cslots, cseq, ns),
+            quant: snap.quant.as_deref(),
+            dropped: None,
+            gone: Some(gone),
+        };
+        linker.repair(n)
+    }
+}
