@@ -175,17 +175,6 @@ impl Index {
                 *self.entry.lock() = (s, level);
             }
         }
-        let linker = Linker {
-            st,
-            metric: self.metric(),
-            ef_construction: self.opts.ef_construction,
-            entry: &self.entry,
-            locks: &self.locks,
-            before_modify: |ns: &[u32]| self.before_modify(st, cslots, cseq, ns),
-            quant: snap.quant.as_deref(),
-            dropped: None,
-            gone: Some(gone),
-        };
-        linker.repair(n)
+        Linker { gone: Some(gone), ..self.linker(st, w, snap.quant.as_deref(), None) }.repair(n)
     }
 }

@@ -26,7 +26,6 @@ impl Index {
         let n = pos.len();
         let entry_before = *self.entry.lock();
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
-        let (cslots, cseq) = (w.committed.slots, w.committed.seq);
         // Then give nodes the pruning left without a way in one. The whole graph is walked
         // (`Linker::repair`, O(slots)) once the rows linked since the last walk reach an eighth
         // of the index, or 1,000 and a sixty-fourth of it: a large batch at once, small ones
@@ -40,17 +39,7 @@ impl Index {
         let every = if around { (total / 64).max(1000) } else { 1000 };
         let repair = due * 8 >= total || due >= every;
         let dropped = Mutex::new(Vec::new());
-        let linker = Linker {
-            st,
-            metric: self.metric(),
-            ef_construction: self.opts.ef_construction,
-            entry: &self.entry,
-            locks: &self.locks,
-            before_modify: |nodes: &[u32]| self.before_modify(st, cslots, cseq, nodes),
-            quant,
-            dropped: (!repair && around).then_some(&dropped),
-            gone: None,
-        };
+        let linker = self.linker(st, w, quant, (!repair && around).then_some(&dropped));
         let result = with_threads(threads, || linker.link(start, pos, levels, ctl)).and_then(|r| r);
         let result = result.and_then(|on_copy| {
             if repair {
@@ -80,6 +69,29 @@ impl Index {
         }
         w.unrepaired = if repair { 0 } else { due };
         Ok(())
+    }
+
+    /// A linker over `st` for the writer `w`: the index's metric, entry point and locks, its
+    /// lists saved (`before_modify`) as of `w`'s last commit; every node counts (`gone`).
+    pub(super) fn linker<'a>(
+        &'a self,
+        st: &'a Storage,
+        w: &Writer,
+        quant: Option<&'a Quantizer>,
+        dropped: Option<&'a Mutex<Vec<u32>>>,
+    ) -> Linker<'a, impl Fn(&[u32]) -> Result<()> + Sync + 'a> {
+        let (cslots, cseq) = (w.committed.slots, w.committed.seq);
+        Linker {
+            st,
+            metric: self.metric(),
+            ef_construction: self.opts.ef_construction,
+            entry: &self.entry,
+            locks: &self.locks,
+            before_modify: move |nodes: &[u32]| self.before_modify(st, cslots, cseq, nodes),
+            quant,
+            dropped,
+            gone: None,
+        }
     }
 
     /// Link the tail (the rows stored past `w.linked`, see the deferred-linking record) as a
