@@ -495,6 +495,21 @@ def read_log(log: Path) -> list[str]:
 
 
 @contextlib.contextmanager
+def immutable(path: str | Path) -> Iterator[bool]:
+    """`path` made immutable (`chattr +i`: not even root may open it for writing) for the body
+    of the `with`; yields whether it could be (root, on a file system with the attribute)."""
+    try:
+        made = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    except FileNotFoundError:
+        made = False
+    try:
+        yield made
+    finally:
+        if made:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@contextlib.contextmanager
 def killed_child(argv: list[str]) -> Iterator[subprocess.Popen]:
     """Run `argv` (its stderr kept) for the body of the `with`, then SIGKILL it: the body waits
     for the moment to kill at. Fails when the child ends on its own first, or dies of anything

@@ -2,6 +2,7 @@
 //! in-memory index, a file loaded into memory; a reader's move to each new commit.
 
 use super::*;
+use crate::commit::undo::undo_path;
 use crate::commit::{self, copy};
 use crate::format::{choose_header, DATA_START, EMPTY, HEADER_COPY_SIZE};
 use crate::graph::LOCK_STRIPES;
@@ -65,11 +66,66 @@ impl Index {
             }
             file = Self::create(path, d, opts.cloned().unwrap_or_default())?;
         }
+        let recovered = match (mode, &file) {
+            (Mode::Read, None) => Self::recover_for_reader(path)?,
+            _ => Vec::new(),
+        };
         let file = match file {
             Some(f) => f,
             None => Self::open_file(path, mode)?,
         };
-        Self::from_file(path, file, dims, opts, mode)
+        let mut idx = Self::from_file(path, file, dims, opts, mode)?;
+        idx.warnings.splice(0..0, recovered);
+        Ok(idx)
+    }
+
+    /// SQLite's rule for a hot journal, for readers: logs a writer left beside the file (its
+    /// undo log, whose lists no commit wrote, or a redo log of flushes the file may lack) are
+    /// applied before a reader maps the file, by opening it as a writer for the moment, which
+    /// recovers it under the writer's lock. A writer that holds the lock is alive: its logs are
+    /// its own, and readers read its commits. Where the file may not be written (permissions,
+    /// a read-only file system), a reader refuses a file whose undo log holds changes after
+    /// its commit (a redo log the file lacks is refused by `redo::verify`). Returns what the
+    /// recovery said (`Index::warnings`).
+    fn recover_for_reader(path: &Path) -> Result<Vec<String>> {
+        let undo = undo_path(path);
+        let undo_left = undo.metadata().is_ok_and(|m| m.len() > 0);
+        if !undo_left && !redo::redo_path(path).exists() {
+            return Ok(Vec::new());
+        }
+        match Index::open(path, None, None, Mode::Write) {
+            Ok(writer) => {
+                let said = writer.warnings.clone();
+                writer.close()?;
+                Ok(said)
+            }
+            Err(e) if e.kind == ErrorKind::IndexLocked => Ok(Vec::new()),
+            // (EPERM, EACCES, EROFS: the same numbers on every platform built for)
+            Err(e) if matches!(e.errno, Some(1 | 13 | 30)) && undo_left => {
+                let file = Self::open_file(path, Mode::Read)?;
+                let (h, _) = Self::read_header(&file, path, &mut Vec::new())?;
+                if UndoLog::read(path, h.seq)?.is_empty() {
+                    return Ok(Vec::new()); // a log of a commit made since: stale
+                }
+                Err(Error {
+                    kind: ErrorKind::CorruptIndex,
+                    message: format!(
+                        "{}: its last writer stopped in the middle of a change, and its undo \
+                         log ({}) must be applied before the file can be read; this process \
+                         may not write the file ({})",
+                        path.display(),
+                        undo.display(),
+                        e.message
+                    ),
+                    help: "open it once as a writer (VectorIndex(path)) where the file can be \
+                           written, which applies the log; then readers can open it"
+                        .into(),
+                    errno: e.errno,
+                })
+            }
+            Err(e) if matches!(e.errno, Some(1 | 13 | 30)) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) fn open_file(path: &Path, mode: Mode) -> Result<File> {
