@@ -11,10 +11,11 @@ and with EIO once followed by a SIGKILL at the next point ("kill").
 Oracle, for every run, in this process and without the shim:
 - the child ends by itself (no crash, no hang), and every error it saw is a Chassis error; a
   StorageError carries an errno;
-- the index reopens as exactly one flush: its ids are those of the last flush that returned,
-  or those of the flushing call that failed (when the failure came after its header was
-  written), never a mixture; `check()` finds nothing; an exact search equals brute force
-  over the stored vectors;
+- the index reopens as exactly one flush, for a reader opened first (which applies the dead
+  writer's logs itself) and then for the next writer alike: its ids are those of the last
+  flush that returned, or those of the flushing call that failed (when the failure came after
+  its header was written), never a mixture; `check()` finds nothing; an exact search equals
+  brute force over the stored vectors;
 - every backup and save that returned opens with the ids it held.
 
 The test also reads the core's source for the I/O calls it makes and fails when one is not a
@@ -144,16 +145,22 @@ def judge(record: dict, errno: int, what: str, killed_ok: bool = False) -> None:
         allowed = [sorted(record["committed"])]
         if record["attempt"] is not None:
             allowed.append(sorted(record["attempt"]))
-        with chassis.VectorIndex(path) as index:
-            ids = sorted(int(i) for i in index.ids())
-            assert ids in allowed, (
-                f"{what}: reopened with {len(ids)} ids, not one flush "
-                f"(allowed sizes {[len(a) for a in allowed]}); errors {record['errors']}"
-            )
-            assert len(index) == len(ids)
-            report = index.check()
-            assert report.ok, f"{what}: check() after reopening: {report}"
-            exact_search_matches_brute_force(index)
+        # A reader first, as a service's would be before its writer comes back (it applies
+        # the dead writer's logs itself), then the next writer: the same one flush.
+        seen = []
+        for who, opener in (("reader", chassis.IndexReader), ("writer", chassis.VectorIndex)):
+            with opener(path) as index:
+                ids = sorted(int(i) for i in index.ids())
+                assert ids in allowed, (
+                    f"{what}: a {who} reopened with {len(ids)} ids, not one flush "
+                    f"(allowed sizes {[len(a) for a in allowed]}); errors {record['errors']}"
+                )
+                assert len(index) == len(ids)
+                report = index.check()
+                assert report.ok, f"{what}: check() by a {who} after reopening: {report}"
+                exact_search_matches_brute_force(index)
+                seen.append(ids)
+        assert seen[0] == seen[1], f"{what}: the reader and the next writer saw other flushes"
         for dest, want in record["backups"].items():
             with chassis.IndexReader(dest) as r:
                 assert sorted(int(i) for i in r.ids()) == sorted(want), f"{what}: {dest}"
