@@ -494,10 +494,25 @@ def read_log(log: Path) -> list[str]:
     return text[: text.rfind("\n") + 1].splitlines()
 
 
+IMMUTABLE_SKIP = (
+    "root on a file system without the immutable attribute (chattr +i): nothing here stops "
+    "root writing a file, so a reader that may not write cannot be made"
+)
+
+
 @contextlib.contextmanager
 def immutable(path: str | Path) -> Iterator[bool]:
-    """`path` made immutable (`chattr +i`: not even root may open it for writing) for the body
-    of the `with`; yields whether it could be (root, on a file system with the attribute)."""
+    """`path` made so that this process's children may not open it for writing, for the body
+    of the `with`: read-only permissions for a user, the immutable attribute (`chattr +i`) for
+    root, whom permissions do not stop. Yields whether it could be (see IMMUTABLE_SKIP)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        mode = os.stat(path).st_mode
+        os.chmod(path, 0o444)
+        try:
+            yield True
+        finally:
+            os.chmod(path, mode)
+        return
     try:
         made = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
     except FileNotFoundError:

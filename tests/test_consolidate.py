@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import chassis
 import numpy as np
@@ -150,7 +151,7 @@ def test_consolidation_is_durable_at_flush_and_undone_by_rollback(filled, index_
         np.save(sys.argv[3], np.asarray(got))
         """,
         index_path,
-        str(__import__("pathlib").Path(__file__).parent),
+        str(Path(__file__).parent),
         index_path + ".npy",
     )
     assert_child_ok(proc, "reopening a consolidated index")

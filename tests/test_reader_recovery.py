@@ -15,7 +15,7 @@ import sys
 import chassis
 import numpy as np
 import pytest
-from conftest import brute_force_knn, immutable, run_python, vecs
+from conftest import IMMUTABLE_SKIP, brute_force_knn, immutable, run_python, vecs
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
 
@@ -72,7 +72,7 @@ def test_a_reader_opened_first_applies_the_dead_writers_undo_log(killed):
 def test_a_reader_that_may_not_write_the_file_refuses_it(killed):
     with immutable(killed) as made:
         if not made:
-            pytest.skip("chattr +i is not available here (needs root on a file system with it)")
+            pytest.skip(IMMUTABLE_SKIP)
         with pytest.raises(chassis.CorruptIndexError, match="undo log") as caught:
             chassis.VectorIndex(killed, read_only=True)
         assert isinstance(caught.value, OSError)

@@ -518,16 +518,7 @@ struct Repairer<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> {
 
 impl<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> Repairer<'l, 'a, H> {
     fn new(linker: &'l Linker<'a, H>, n: u32) -> Self {
-        let st = linker.st;
-        // A codes-only index computes distances to codes: nodes' vectors (what their codes
-        // stand for) are made ready for them. Every comparison is between distances from one
-        // node.
-        let g = match linker.quant {
-            Some(z) if st.geo.precision == Precision::CodesOnly => {
-                Graph::linking_on_codes(st, linker.metric, n, z)
-            }
-            _ => Graph::new(st, linker.metric, n),
-        };
+        let g = Graph::between_nodes(linker.st, linker.metric, n, linker.quant);
         Repairer { linker, g, n, prep: Prepared::default(), buf: Vec::new() }
     }
 

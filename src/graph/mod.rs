@@ -472,6 +472,24 @@ impl<'a> Graph<'a> {
         g
     }
 
+    /// A graph whose node-to-node distances are those of repairs and consolidation: on the
+    /// codes for a codes-only index (its nodes' vectors, what their codes stand for, made
+    /// ready for them; every comparison is between distances from one node), else on the
+    /// stored vectors.
+    pub fn between_nodes(
+        st: &'a Storage,
+        metric: format::Metric,
+        limit: u32,
+        quantizer: Option<&'a Quantizer>,
+    ) -> Graph<'a> {
+        match quantizer {
+            Some(z) if st.geo.precision == format::Precision::CodesOnly => {
+                Self::linking_on_codes(st, metric, limit, z)
+            }
+            _ => Self::new(st, metric, limit),
+        }
+    }
+
     /// `q` (a stored vector as f32) as this graph's distances take it, and what to add to
     /// them for the metric's distance: made ready for the codes in `buf` when linking on
     /// codes (the prepared query's `bias`: distances from different nodes are compared when

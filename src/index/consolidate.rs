@@ -90,15 +90,14 @@ impl Index {
                 (0..=lists::level_of(st, s)).filter(move |&l| holds(l)).map(move |l| (s, l))
             })
             .collect();
-        let (entry_before, _) = *self.entry.lock();
-        let entry_gone = entry_before != EMPTY && entry_before < n && is_gone(entry_before);
+        let entry_saved = *self.entry.lock();
+        let entry_gone = entry_saved.0 != EMPTY && entry_saved.0 < n && is_gone(entry_saved.0);
         if todo.is_empty() && !entry_gone {
             w.unconsolidated = 0;
             return Ok(0);
         }
         let mut nodes: Vec<u32> = todo.iter().map(|t| t.0).collect();
         nodes.dedup();
-        let entry_saved = *self.entry.lock();
         *self.savepoint.lock() = Some(Savepoint { start: n, saved: HashMap::new() });
         let result = self.relink_all(w, st, &snap, &todo, &nodes, &gone, threads, ctl);
         let sp = self.savepoint.lock().take().expect("set above");
@@ -135,13 +134,7 @@ impl Index {
         let (cslots, cseq) = (w.committed.slots, w.committed.seq);
         // Every list about to change saved in one write to the undo log.
         self.before_modify(st, cslots, cseq, nodes)?;
-        // Distances as a batch links (a codes-only index has only its codes).
-        let g = match snap.quant.as_deref() {
-            Some(z) if self.precision() == Precision::CodesOnly => {
-                Graph::linking_on_codes(st, self.metric(), n, z)
-            }
-            _ => Graph::new(st, self.metric(), n),
-        };
+        let g = Graph::between_nodes(st, self.metric(), n, snap.quant.as_deref());
         let m = self.geo.m;
         let is_gone = |s: u32| gone[s as usize];
         let relink = |&(s, layer): &(u32, usize)| -> Result<()> {

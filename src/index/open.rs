@@ -100,19 +100,21 @@ impl Index {
                 Ok(said)
             }
             Err(e) if e.kind == ErrorKind::IndexLocked => Ok(Vec::new()),
-            // (EPERM, EACCES, EROFS: the same numbers on every platform built for)
-            Err(e) if matches!(e.errno, Some(1 | 13 | 30)) && undo_left => {
+            // Not to be written here (EPERM, EACCES, EROFS: the same numbers on every platform
+            // built for), or not by a writer at all (a sequence past a writer's limit): read
+            // as it is unless the undo log holds changes after the file's commit.
+            Err(e) if matches!(e.errno, Some(1 | 13 | 30)) || e.kind == ErrorKind::IndexFull => {
                 let file = Self::open_file(path, Mode::Read)?;
                 let (h, _) = Self::read_header(&file, path, &mut Vec::new())?;
-                if UndoLog::read(path, h.seq)?.is_empty() {
-                    return Ok(Vec::new()); // a log of a commit made since: stale
+                if !undo_left || UndoLog::read(path, h.seq)?.is_empty() {
+                    return Ok(Vec::new()); // none, or a log of a commit made since: stale
                 }
                 Err(Error {
                     kind: ErrorKind::CorruptIndex,
                     message: format!(
                         "{}: its last writer stopped in the middle of a change, and its undo \
-                         log ({}) must be applied before the file can be read; this process \
-                         may not write the file ({})",
+                         log ({}) must be applied before the file can be read, and this process \
+                         cannot apply it ({})",
                         path.display(),
                         undo.display(),
                         e.message
@@ -123,7 +125,6 @@ impl Index {
                     errno: e.errno,
                 })
             }
-            Err(e) if matches!(e.errno, Some(1 | 13 | 30)) => Ok(Vec::new()),
             Err(e) => Err(e),
         }
     }
