@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import (
+    IMMUTABLE_SKIP,
     assert_bit_identical,
     assert_child_ok,
     child_env,
     dump_index,
-    IMMUTABLE_SKIP,
     immutable,
     run_python,
 )
@@ -180,9 +180,7 @@ def torn_newest_header(image: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("image", ["nothing written back", "half", "torn header"])
-def test_a_reader_that_may_not_write_refuses_a_file_short_of_its_log(
-    crashed, image, monkeypatch
-):
+def test_a_reader_that_may_not_write_refuses_a_file_short_of_its_log(crashed, image, monkeypatch):
     path, a, b = crashed["path"], crashed["a"], crashed["b"]
     bytes_ = {
         "nothing written back": a,
