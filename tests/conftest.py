@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 
 import chassis
+import ci_tiers
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -62,6 +63,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=30,
         help="number of SIGKILL trials run by tests/test_kill.py (default 30)",
     )
+
+
+# --------------------------------------------------------------------------- tiers (ci_tiers.py)
+def pytest_configure(config: pytest.Config) -> None:
+    ci_tiers.configure()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    ci_tiers.record(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    ci_tiers.record(report)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    ci_tiers.finish(session)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    ci_tiers.summary(terminalreporter)
 
 
 # --------------------------------------------------------------------------- fixtures
