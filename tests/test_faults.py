@@ -175,7 +175,13 @@ def test_every_io_call_of_the_core_is_a_failure_point_the_life_meets(shim, tmp_p
     judge(counting, EIO, "the counting run")
     assert counting["errors"] == []
     met = {line.split()[1] for line in counting["calls"]}
-    source = "\n".join(p.read_text() for p in SRC.rglob("*.rs") if "python" not in p.parts)
+    # The core's own calls: a file's unit tests (its `#[cfg(test)] mod tests`, last by
+    # convention) make files of their own and are not a failure point of the index's life.
+    source = "\n".join(
+        p.read_text().split("#[cfg(test)]\nmod tests")[0]
+        for p in SRC.rglob("*.rs")
+        if "python" not in p.parts
+    )
     lines = [ln for ln in source.splitlines() if not ln.strip().startswith("//")]
     found = {m.group(0) for ln in lines for m in IO_CALL.finditer(ln)}
     uncovered = sorted(f for f in found if not any(re.fullmatch(p, f) for p in SOURCE_CALLS))

@@ -73,6 +73,9 @@ pub fn commit(
     //    committed header does not count the new slots yet, so a crash here reopens as the last
     //    commit (new slots unreachable, changed lists put back from the log).
     storage.sync_data().map_err(before_header)?;
+    //    No commit of a file that shrank underneath the mappings: what they wrote past its
+    //    end went nowhere (`os::Watch`).
+    storage.intact().map_err(before_header)?;
     // 3. The new header, into the other copy: a torn write leaves that copy failing its
     //    checksum, and an opener then takes the old copy, which is untouched.
     storage.write_header(next_copy, next).map_err(after_header)?;
@@ -116,6 +119,8 @@ pub fn commit_logged(
     } else {
         read_header_copy(storage, 1 - next_copy).map_err(before_header)?
     };
+    // Nor a record of bytes read as zeros where the file shrank underneath (`os::Watch`).
+    storage.intact().map_err(before_header)?;
     // 2. The record, appended and synced: from here a reopen finds this commit (a writer
     //    applies the record where the index file lacks it). The undo log needs no sync: until
     //    the record is durable, a power loss is one before this flush, whose promise (links

@@ -107,6 +107,7 @@ impl Index {
         let linked = snap.linked.min(n as u64) as u32;
         let unreachable =
             (0..linked).filter(|&s| !seen[s as usize]).filter_map(|s| snap.live_id(s)).collect();
+        st.intact()?;
         Ok(CheckReport { unreachable, not_finite, corrupt, clipped: clipped.into_inner() })
     }
 

@@ -63,7 +63,9 @@ impl Index {
         }
         let g = Graph::new(&snap.st, self.metric(), snap.slots as u32);
         let mut buf = Vec::new();
-        Ok(Some(g.vector_f32(slot, &mut buf).to_vec()))
+        let v = g.vector_f32(slot, &mut buf).to_vec();
+        snap.st.intact()?;
+        Ok(Some(v))
     }
 
     /// Live ids in insertion (slot) order.

@@ -86,6 +86,7 @@ impl Index {
                         continue; // a flush ran meanwhile: the log may be gone; copy again
                     }
                     copy::patch_copy(&snap.st, &h, &tmp, &records)?;
+                    snap.st.intact()?;
                     return copy::sync_file(&tmp);
                 }
                 Err(Error::new(
@@ -100,6 +101,7 @@ impl Index {
                 self.flush_locked(&mut w)?;
                 let snap = self.view.read().clone();
                 copy::copy_commit(&snap.st, &w.committed, &tmp, ctl)?;
+                snap.st.intact()?;
                 copy::sync_file(&tmp)
             })()
         };

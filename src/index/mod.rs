@@ -353,7 +353,9 @@ impl Index {
                 "open it with VectorIndex(path) to write",
             ));
         }
-        Ok(())
+        // A file shrunk underneath would be grown back by the next slots' preallocation,
+        // zeros where committed rows were: refuse before writing (one fstat).
+        self.view.read().st.check_size()
     }
 
     /// `Closed` once `close` ran: for calls of a wrapper that reach no method checking it.
@@ -361,7 +363,7 @@ impl Index {
         if self.closed.load(Acquire) {
             return Err(Error::closed());
         }
-        Ok(())
+        self.view.read().st.intact()
     }
 
     /// The state searches use now. A reader moves to the newest commit first.

@@ -31,6 +31,8 @@ impl Index {
             if self.path_replaced(&cur.st) {
                 return self.reopen(&mut w);
             }
+            // Shrunk in place (not renamed over): an error from now on, before a load faults.
+            cur.st.check_size()?;
         }
         if newest == w.committed.seq || newest == self.unusable_seq.load(Relaxed) {
             return Ok(());

@@ -204,7 +204,11 @@ impl Index {
         check_rerank(rerank)?;
         let q = self.prepare_query(q, "the query")?;
         let f = filter.map(|f| self.slot_filter(snap, f));
-        Ok(self.search_prepared(snap, &q, Ask { k, ef, rerank, filter: f.as_ref(), start: None }))
+        let hits =
+            self.search_prepared(snap, &q, Ask { k, ef, rerank, filter: f.as_ref(), start: None });
+        // Never an answer computed from zeros read where the file shrank underneath.
+        snap.st.intact()?;
+        Ok(hits)
     }
 
     pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
@@ -502,6 +506,7 @@ impl Index {
         if ctl.cancelled() {
             return Err(Error::interrupted());
         }
+        snap.st.intact()?;
         Ok((ids, dists))
     }
 

@@ -11,6 +11,8 @@
 //! |              | statvfs), pread/pwrite, (device, inode) identity, std's `flock` lock      |
 //! | `windows.rs` | Windows: memmap2 mappings, no memory advice, `GetDiskFreeSpaceExW`, a     |
 //! |              | lock on one byte far past the data, (volume, file id) identity            |
+//! | `sigbus.rs`  | Unix: a SIGBUS in an index's mapping (its file shrank underneath) caught, |
+//! |              | zeros mapped in its place and counted per index ([`Watch`])               |
 //!
 //! Both system files offer the same functions with the same signatures: page and memory size,
 //! the writer lock, positional reads and writes, file identity, the OS error number, space on
@@ -61,6 +63,36 @@ use unix as sys;
 mod windows;
 #[cfg(windows)]
 use windows as sys;
+
+#[cfg(unix)]
+mod sigbus;
+#[cfg(unix)]
+pub use sigbus::{Watch, Watched};
+/// Windows refuses to shrink a file that is mapped, so there is no fault to catch: a watch
+/// counts only the changes found another way (`mark`).
+#[cfg(windows)]
+#[derive(Default)]
+pub struct Watch(std::sync::atomic::AtomicU32);
+#[cfg(windows)]
+pub struct Watched;
+#[cfg(windows)]
+impl Watch {
+    pub fn new() -> Watch {
+        Watch::default()
+    }
+    pub fn none() -> Watch {
+        Watch::default()
+    }
+    pub fn faults(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+    pub fn mark(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+    pub fn range(&self, _start: *const u8, _len: usize) -> Watched {
+        Watched
+    }
+}
 
 /// Whether `fadvise_willneed` asks the system for anything (Linux only): searches of an index
 /// short of memory prefetch their next pages with it (`index::residency`).

@@ -31,7 +31,8 @@
 //!   routing at most: a torn read there gives a wrong distance, never unsafety.
 //! - Loads past a file's end would raise SIGBUS (on Windows, a writable mapping would grow the
 //!   file and a read-only one fail): a region is mapped only after the file was checked (or
-//!   grown) to cover it.
+//!   grown) to cover it. Another program may shrink it afterwards: `os::Watch` then catches
+//!   the fault, zeros are read, and `intact` turns it into an error at the end of the call.
 
 mod access;
 pub mod lists;
@@ -61,6 +62,8 @@ use std::sync::{Arc, OnceLock};
 /// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
 /// offset is 2 MiB-aligned, so that its vectors can sit on huge pages (ADR-0016).
 struct Segment {
+    /// Dropped first: the range stops being watched before it is unmapped.
+    _watched: os::Watched,
     map: os::AlignedMap,
     layout: SegmentLayout,
     /// File offset of the segment.
@@ -69,6 +72,7 @@ struct Segment {
 
 /// A mapped heap chunk of upper-layer lists.
 struct HeapChunk {
+    _watched: os::Watched,
     map: os::AlignedMap,
     len: u64,
 }
@@ -76,6 +80,7 @@ struct HeapChunk {
 /// A mapped quantizer region: its stored form, and what the layer above decoded it into on
 /// first use (readers ask again on every refresh; a loaded copy is filled after it is mapped).
 struct QuantRegion {
+    _watched: os::Watched,
     map: os::AlignedMap,
     offset: u64,
     len: u64,
@@ -105,6 +110,8 @@ pub struct Storage {
     /// Whether the file mappings are marked as read at random (the index is larger than the
     /// memory it may use: see `index::residency`); else the kernel reads around a fault.
     random: AtomicBool,
+    /// Dropped before `header_view`, which it watches.
+    _header_watched: Option<os::Watched>,
     /// A reader's read-only view of the two header copies, so that checking for a new commit
     /// costs two loads instead of two system calls.
     header_view: Option<MmapRaw>,
@@ -113,6 +120,9 @@ pub struct Storage {
     alloc: Mutex<Alloc>,
     /// A large batch's level-0 lists while it is linked (see `shadow.rs`).
     shadow: shadow::Shadow,
+    /// Faults caught in this file's mappings (`os::Watch`: the file shrank underneath). Last,
+    /// so dropped after every watched range.
+    watch: os::Watch,
 }
 
 struct Alloc {
@@ -168,6 +178,8 @@ impl Storage {
         header_view: Option<MmapRaw>,
         prealloc_slots: u64,
     ) -> Storage {
+        let watch = if file.is_some() { os::Watch::new() } else { os::Watch::none() };
+        let header_watched = header_view.as_ref().map(|v| watch.range(v.as_ptr(), v.len()));
         Storage {
             path,
             file,
@@ -180,6 +192,7 @@ impl Storage {
             quants: Mutex::new(Vec::new()),
             huge: AtomicBool::new(huge),
             random: AtomicBool::new(false),
+            _header_watched: header_watched,
             header_view,
             alloc: Mutex::new(Alloc {
                 regions: Vec::new(),
@@ -187,6 +200,7 @@ impl Storage {
                 heap_blocks: Vec::new(),
             }),
             shadow: shadow::Shadow::default(),
+            watch,
         }
     }
 
@@ -309,7 +323,8 @@ impl Storage {
                     }
                 }
                 let cell = self.segments.get(k).ok_or_else(Self::full)?;
-                let _ = cell.set(Segment { map, layout, offset: r.offset });
+                let _watched = self.watch.range(map.as_ptr(), map.len());
+                let _ = cell.set(Segment { _watched, map, layout, offset: r.offset });
                 self.seg_count.store(k + 1, Release);
             }
             RegionKind::Heap => {
@@ -334,7 +349,8 @@ impl Storage {
                 };
                 let k = self.heap_count.load(Acquire);
                 let cell = self.heaps.get(k).ok_or_else(Self::full)?;
-                let _ = cell.set(HeapChunk { map, len: r.len });
+                let _watched = self.watch.range(map.as_ptr(), map.len());
+                let _ = cell.set(HeapChunk { _watched, map, len: r.len });
                 self.heap_count.store(k + 1, Release);
                 // Made whole by `alloc_upper` (or, opened, by whoever made it).
                 a.heap_blocks.push(r.len);
@@ -353,6 +369,7 @@ impl Storage {
                         .map_err(|_| Self::no_memory())?,
                 };
                 self.quants.lock().push(Arc::new(QuantRegion {
+                    _watched: self.watch.range(map.as_ptr(), map.len()),
                     map,
                     offset: r.offset,
                     len: r.len,
@@ -722,6 +739,38 @@ impl Storage {
         let bytes = h.encode();
         os::write_all_at(self.file(), &bytes, (copy * HEADER_COPY_SIZE) as u64)
             .map_err(|e| Error::io(e, "writing the header of", &self.path))
+    }
+
+    /// Whether the file is still what this process mapped: an error once a load from one of its
+    /// mappings found the file shorter (`os::Watch` caught the fault and read zeros there) or
+    /// `check_size` found it smaller than its regions. The answer of a call that read zeros is
+    /// never returned: callers ask at their end, and a writer before it commits.
+    pub fn intact(&self) -> Result<()> {
+        if self.watch.faults() == 0 {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::CorruptIndex,
+            format!(
+                "{} changed underneath this process: it is shorter than the regions mapped from \
+                 it (another program truncated it, or copied a file over it in place)",
+                self.path.display()
+            ),
+            "close this index and open the file again (a writer's changes since its last flush \
+             are lost); to replace an index, write the new file beside it and rename it over",
+        ))
+    }
+
+    /// Check the file's size against the regions mapped (a reader does at most every 50 ms):
+    /// smaller marks the storage as changed underneath, before any load faults.
+    pub fn check_size(&self) -> Result<()> {
+        if let Some(file) = &self.file {
+            let end = Self::end_of_regions(&self.alloc.lock()).max(2 * HEADER_COPY_SIZE as u64);
+            if file.metadata().is_ok_and(|m| m.len() < end) {
+                self.watch.mark();
+            }
+        }
+        self.intact()
     }
 
     /// Make everything written through the mappings durable.
