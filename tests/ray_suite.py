@@ -12,18 +12,26 @@ same data; a second driver process; shard workers killed with SIGKILL.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import chassis
 import numpy as np
 import pytest
 import ray
-from chassis.ray import ShardedIndex, ShardFailedError, ShardUnavailableError, shard_of
+from chassis.ray import (
+    MANIFEST,
+    ShardedIndex,
+    ShardFailedError,
+    ShardUnavailableError,
+    shard_of,
+)
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -313,6 +321,40 @@ def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):
     index.close()
 
 
+def test_batch_deletes_and_upserts_go_to_the_shards_of_their_ids(cluster, tmp_path):
+    data, new, queries = rows(1200, 8, 21), rows(300, 8, 22), rows(20, 8, 23)
+    index = ShardedIndex(tmp_path, 8, shards=3)
+    index.add_batch(data)
+    index.flush()
+    gone = np.arange(0, 1200, 4, dtype=np.uint64)  # 300 ids
+    # Repeated and absent ids are skipped; the count is of rows that were there.
+    asked = np.concatenate([gone, gone[:5], np.array([5000], dtype=np.uint64)])
+    assert index.delete_batch(asked) == 300
+    assert index.delete_batch(gone[:10]) == 0
+    # 150 present ids replaced, 150 new ones added.
+    ids = np.concatenate([np.arange(1, 1200, 4)[:150], np.arange(2000, 2150)]).astype(np.uint64)
+    index.upsert(new, ids)
+    index.flush()
+
+    # The oracle: a dict of what each id must hold now.
+    want = {i: data[i] for i in range(1200) if i % 4}
+    want.update({int(i): v for i, v in zip(ids, new)})
+    assert len(index) == len(want) == 1050
+    for s in index.shards:  # each shard's file holds exactly its ids, with their vectors
+        with chassis.IndexReader(s["path"]) as r:
+            held = sorted(int(i) for i in r.ids())
+            assert held == sorted(i for i in want if shard_of([i], 3)[0] == s["number"])
+            for i in held[:40]:
+                assert np.array_equal(r.get(i), want[i])
+    all_ids = np.array(sorted(want), dtype=np.uint64)
+    truth, _ = exact(np.stack([want[int(i)] for i in all_ids]), all_ids, queries, 5)
+    got, _ = index.search_batch(queries, 5, ef=1200)
+    assert np.array_equal(got, truth)
+    with pytest.raises(chassis.InvalidArgumentError):
+        index.upsert(new[:2], [-1, 3])
+    index.close()
+
+
 def _add_node(cluster):
     """A new node, once the driver's view of the cluster (`ray.nodes()`, which places new
     shards) lists it as alive: `wait_for_nodes` can return before that."""
@@ -382,3 +424,45 @@ def test_with_a_shared_path_a_shard_whose_node_left_comes_up_elsewhere(cluster, 
     index.flush()
     assert len(index) == 810
     index.close()
+
+
+def test_a_machine_back_under_a_new_node_id_has_its_shards_found_by_their_files(cluster, tmp_path):
+    """Also last: it removes a node and adds one, as a reboot does (Ray gives a node a new id
+    each time it starts; the disk, here this machine's, is the same)."""
+    extra = _add_node(cluster)
+    data, queries = rows(600, 8, 18), rows(10, 8, 19)
+    index = ShardedIndex(tmp_path, 8, shards=4, timeout=60)
+    index.add_batch(data)
+    index.flush()
+    on_extra = [s for s in index.shards if s["node_id"] == extra.node_id]
+    assert on_extra, "four shards over the nodes left the new node empty"
+    index.close()
+    cluster.remove_node(extra)
+    back = _add_node(cluster)
+    assert back.node_id != extra.node_id
+
+    # The manifest still names the old node: open asks the nodes for the file instead.
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    assert {s["node_id"] for s in manifest["shards"]} >= {extra.node_id}
+    reopened = ShardedIndex.open(tmp_path, timeout=60)
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    for s in reopened.shards:
+        assert s["node_id"] in alive
+        assert s["host"] == on_extra[0]["host"]  # the same host name, preferred
+    assert len(reopened) == 600
+    want, _ = exact(data, np.arange(600, dtype=np.uint64), queries, 5)
+    got, _ = reopened.search_batch(queries, 5, ef=600)
+    assert np.array_equal(got, want)
+    reopened.close()
+
+    # A shard whose file no node has: named, with what to do, and nothing else started.
+    path = Path(on_extra[0]["path"])
+    hidden = path.with_name(path.name + ".away")
+    path.rename(hidden)
+    try:
+        with pytest.raises(
+            ShardUnavailableError, match=f"shard {on_extra[0]['number']} .* no node"
+        ):
+            ShardedIndex.open(tmp_path, timeout=60)
+    finally:
+        hidden.rename(path)

@@ -20,6 +20,9 @@ object store and restarts; nothing here schedules, serialises or manages a clust
   back to their last flush, so the whole index is as of its last flush, as a killed writer
   leaves one file. A shard whose node left the cluster raises `ShardUnavailableError` until
   the node returns (with ``shared=True``, Ray restarts it on another node).
+* Placement survives restarts: Ray gives a node a new id each time it starts, so `open` finds
+  a shard whose recorded node is gone by its file, asking every alive node whether it has the
+  shard's path (the same host name first), and starts the shard there.
 
 Measured here (benchmarks/bench_ray.py; docs/distributed.md has the figures and the scaling
 on paper).
@@ -30,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -106,7 +110,12 @@ class _Shard:
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "life": self.life}
+        return {
+            "node_id": ctx.get_node_id(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "life": self.life,
+        }
 
     def add_batch(self, vectors: np.ndarray, ids: np.ndarray) -> tuple[None, str]:
         self.index.add_batch(vectors, ids=ids)
@@ -116,7 +125,18 @@ class _Shard:
         return [int(i) for i in ids if int(i) in self.index]
 
     def delete_many(self, ids: Iterable[int]) -> tuple[int, str]:
-        return sum(bool(self.index.delete(int(i))) for i in ids), self.life
+        return int(self.index.delete_batch(np.asarray(list(ids), dtype=np.uint64))), self.life
+
+    def upsert(self, vectors: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, str]:
+        """Upsert; returns the rows' vectors before it (NaN rows: the id was not there), so
+        that the driver can put them back if another shard fails."""
+        before = np.full(vectors.shape, np.nan, dtype=np.float32)
+        for r, i in enumerate(ids):
+            v = self.index.get(int(i))
+            if v is not None:
+                before[r] = v
+        self.index.upsert(vectors, ids)
+        return before, self.life
 
     def flush(self) -> tuple[int, str]:
         self.index.flush()
@@ -162,12 +182,20 @@ for _name in _READS:
 _ShardActor = ray.remote(_Shard)
 
 
+@ray.remote(num_cpus=0)
+def _has_files(paths: list[str]) -> tuple[str, list[bool]]:
+    """On the node it runs on: its host name, and which of `paths` are files there."""
+    return socket.gethostname(), [os.path.isfile(p) for p in paths]
+
+
 @dataclasses.dataclass
 class _ShardInfo:
     number: int
     path: str
     node_id: str
     seq: int = 0
+    #: The host name of the node it last ran on: preferred when several nodes have its file.
+    host: str = ""
     actor: Any = None
     replicas: list[Any] = dataclasses.field(default_factory=list)
     #: The writer actor's incarnation as last seen, whether it holds writes since its last
@@ -252,7 +280,8 @@ class ShardedIndex:
                         )
             self.shared = bool(m["shared"])
             self._shards = [
-                _ShardInfo(s["number"], s["path"], s["node_id"], s["seq"]) for s in m["shards"]
+                _ShardInfo(s["number"], s["path"], s["node_id"], s["seq"], s.get("host", ""))
+                for s in m["shards"]
             ]
             self._next_id = int(m["next_id"])
             self._start(replicas, create=False)
@@ -313,13 +342,15 @@ class ShardedIndex:
             nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
             for s in self._shards:
                 s.node_id = nodes[s.number % len(nodes)]
+        elif not self.shared:
+            self._find_shards()
         for s in self._shards:
             s.actor = _ShardActor.options(**self._actor_options(s.node_id)).remote(
                 s.path, self.dimensions, opts, False
             )
         wheres = self._each("where")
         for s, w in zip(self._shards, wheres):
-            s.node_id, s.life = w["node_id"], w["life"]
+            s.node_id, s.host, s.life = w["node_id"], w["host"], w["life"]
         self.replicas = int(replicas)
         if replicas:
             # The writers created the files; the readers follow them from their first flush.
@@ -333,6 +364,48 @@ class ShardedIndex:
                     for _ in range(replicas)
                 ]
             ray.get([r.where.remote() for s in self._shards for r in s.replicas])
+
+    def _find_shards(self) -> None:
+        """Shards whose recorded node is gone (Ray gives a restarted node a new id): each
+        goes to an alive node that has its file, on the same host name if one does."""
+        alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        lost = [s for s in self._shards if s.node_id not in alive]
+        if not lost:
+            return
+        paths = [s.path for s in lost]
+        probes = [
+            _has_files.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)
+            ).remote(paths)
+            for n in alive
+        ]
+        # A node that just left may still be listed alive for a moment: its probe never runs,
+        # so the nodes that answer in time are the ones asked.
+        wait = self.timeout or 30.0
+        ready, _ = ray.wait(probes, num_returns=len(probes), timeout=wait)
+        answers: list[tuple[str, str, list[bool]]] = []
+        for n, ref in zip(alive, probes):
+            if ref in ready:
+                try:
+                    host, has = ray.get(ref)
+                except ray.exceptions.RayError:
+                    continue
+                answers.append((n, host, has))
+        for i, s in enumerate(lost):
+            holders = [(host, n) for n, host, has in answers if has[i]]
+            if not holders:
+                silent = len(alive) - len(answers)
+                raise ShardUnavailableError(
+                    f"shard {s.number} ({s.path}): no node of the cluster has its file (it was "
+                    f"last on host {s.host or '?'}, node {s.node_id[:12]}; "
+                    f"{len(answers)} nodes answered"
+                    + (f", {silent} did not within {wait:g} s" if silent else "")
+                    + ")\nhelp: start the machine whose disk holds it and open the index again "
+                    "(a shard is found by its file, whatever its node's id), or keep shards on a "
+                    "shared path (shared=True)"
+                )
+            same = [n for host, n in holders if host == s.host]
+            s.node_id = (same or [n for _, n in holders])[0]
 
     def _each(self, method: str, *args: Any) -> list[Any]:
         """Call `method` on every shard's writer; results in shard order."""
@@ -373,8 +446,9 @@ class ShardedIndex:
         if not alive.get(s.node_id, False) and not self.shared:
             return ShardUnavailableError(
                 f"shard {i} ({s.path}) is on node {s.node_id[:12]}, which left the cluster; "
-                f"{what} cannot reach it\nhelp: bring that node back (the shard's file is on "
-                "its disk), or keep shards on a shared path (shared=True)"
+                f"{what} cannot reach it\nhelp: bring that machine back and open the index "
+                "again (ShardedIndex.open finds each shard's file on whichever node has it), or "
+                "keep shards on a shared path (shared=True)"
             )
         return ShardUnavailableError(
             f"shard {i} ({s.path}) could not be reached for {what}: {type(e).__name__}\n"
@@ -400,7 +474,7 @@ class ShardedIndex:
             )
         return v
 
-    def _check_ids(self, ids: Any, n: int) -> np.ndarray:
+    def _check_ids(self, ids: Any, n: int, distinct: bool = True) -> np.ndarray:
         arr = np.asarray(ids)
         if arr.shape != (n,) or not (
             np.issubdtype(arr.dtype, np.integer) and (len(arr) == 0 or arr.min() >= 0)
@@ -415,7 +489,7 @@ class ShardedIndex:
                 "id 2**64-1 is reserved\nhelp: use ids below 2**64-1"
             )
         uniq, counts = np.unique(arr, return_counts=True)
-        if (counts > 1).any():
+        if distinct and (counts > 1).any():
             raise chassis.IdInUseError(
                 f"id {int(uniq[counts > 1][0])} appears twice in the batch\nhelp: pass distinct ids"
             )
@@ -470,14 +544,53 @@ class ShardedIndex:
             self._shards[i].dirty |= done
             return done
 
+    def delete_batch(self, ids: Any) -> int:
+        """Delete every id of `ids`, each from its shard; returns how many were present.
+
+        One call per shard; repeated and absent ids are skipped.
+        """
+        arr = np.unique(self._check_ids(ids, len(np.asarray(ids).reshape(-1)), distinct=False))
+        with self._lock:
+            where = shard_of(arr, len(self._shards))
+            parts = [(i, arr[where == i]) for i in range(len(self._shards))]
+            parts = [(i, p) for i, p in parts if len(p)]
+            counts = self._write(
+                "delete_batch", [(i, "delete_many", (p.tolist(),)) for i, p in parts]
+            )
+            for (i, _), c in zip(parts, counts):
+                self._shards[i].dirty |= bool(c)
+            return int(sum(counts))
+
+    def upsert(self, vectors: Any, ids: Any) -> None:
+        """Replace the vectors of the `ids` present and add the others, each in its shard.
+
+        All or nothing: an error in one shard puts the other shards' rows back as they were.
+        """
+        v = self._check_rows(vectors)
+        arr = self._check_ids(ids, len(v))
+        with self._lock:
+            where = shard_of(arr, len(self._shards))
+            parts = [(i, np.flatnonzero(where == i)) for i in range(len(self._shards))]
+            parts = [(i, rows) for i, rows in parts if len(rows)]
+            self._write(
+                "upsert",
+                [(i, "upsert", (v[rows], arr[rows])) for i, rows in parts],
+                restore={i: arr[rows] for i, rows in parts},
+            )
+            for i, _ in parts:
+                self._shards[i].dirty = True
+
     def _write(
         self,
         what: str,
         calls: Sequence[tuple[int, str, tuple[Any, ...]]],
         undo: dict[int, np.ndarray] | None = None,
+        restore: dict[int, np.ndarray] | None = None,
     ) -> list[Any]:
         """Run writes on shards (the caller holds the lock). On a failure the index is left as
-        it was before the call, or, when a shard died, as of its last flush (see the module).
+        it was before the call, or, when a shard died, as of its last flush (see the module):
+        `undo` names rows to delete again (an add), `restore` the ids of an upsert, whose
+        results are the vectors to put back.
         """
         lost = [s for s in self._shards if s.lost]
         if lost:
@@ -514,6 +627,15 @@ class ShardedIndex:
         for j, rows in (undo or {}).items():
             if j not in failed_at:
                 self._wait(self._shards[j].actor.delete_many.remote(rows.tolist()))
+        for (j, _, _), before in zip(calls, results):
+            if restore is None or j in failed_at:
+                continue
+            back = restore[j]
+            absent = np.isnan(before).any(axis=1)
+            if absent.any():
+                self._wait(self._shards[j].actor.delete_many.remote(back[absent].tolist()))
+            if (~absent).any():
+                self._wait(self._shards[j].actor.upsert.remote(before[~absent], back[~absent]))
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         if isinstance(cause, Exception):
             cause.add_note(f"(in shard {i} of {self.root}, {what})")
@@ -538,8 +660,9 @@ class ShardedIndex:
             return ShardUnavailableError(
                 f"shard {s.number} ({s.path}) is on node {s.node_id[:12]}, which left the "
                 f"cluster during {what}; every other shard was rolled back to its last flush\n"
-                "help: bring that node back (the shard's file is on its disk), or keep shards "
-                "on a shared path (shared=True)"
+                "help: bring that machine back and open the index again (ShardedIndex.open "
+                "finds each shard's file on whichever node has it), or keep shards on a shared "
+                "path (shared=True)"
             )
         return ShardFailedError(
             f"shard {s.number} ({s.path}) died, or restarted, during or before {what}: its "
@@ -580,7 +703,13 @@ class ShardedIndex:
             "shared": self.shared,
             "next_id": self._next_id,
             "shards": [
-                {"number": s.number, "path": s.path, "node_id": s.node_id, "seq": s.seq}
+                {
+                    "number": s.number,
+                    "path": s.path,
+                    "node_id": s.node_id,
+                    "host": s.host,
+                    "seq": s.seq,
+                }
                 for s in self._shards
             ],
         }
@@ -694,7 +823,7 @@ class ShardedIndex:
         """Each shard's number, path, node and committed sequence number (as of the last
         flush of this driver)."""
         return [
-            {"number": s.number, "path": s.path, "node_id": s.node_id, "seq": s.seq}
+            {"number": s.number, "path": s.path, "node_id": s.node_id, "host": s.host, "seq": s.seq}
             for s in self._shards
         ]
 
