@@ -506,15 +506,26 @@ def test_unknown_option_names_the_valid_ones():
     ],
     ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()),
 )
-def test_invalid_option_values_are_refused(kwargs):
-    with pytest.raises(InvalidArgumentError) as e:
-        IndexOptions(**kwargs)
-    assert isinstance(e.value, ValueError)
+def test_invalid_option_values_are_refused_by_validate_and_on_use(kwargs, tmp_path):
+    # As chassisdb: construction keeps the value; validate() and opening an index refuse it,
+    # and no file is made.
+    options = IndexOptions(**kwargs)
+    assert getattr(options, next(iter(kwargs))) == next(iter(kwargs.values()))
+    path = tmp_path / "index.chassis"
+    for check in (
+        options.validate,
+        lambda: VectorIndex(path, 4, options),
+        lambda: VectorIndex(path, 4, kwargs),
+    ):
+        with pytest.raises(InvalidArgumentError) as e:
+            check()
+        assert isinstance(e.value, ValueError)
+    assert not path.exists()
 
 
 def test_invalid_metric_message_names_the_value():
     with pytest.raises(InvalidArgumentError) as e:
-        IndexOptions(metric="manhattan")
+        IndexOptions(metric="manhattan").validate()
     assert "manhattan" in str(e.value)
     assert_has_help(e.value)
 

@@ -218,4 +218,4 @@ def test_a_nul_byte_in_a_path_and_a_negative_option_are_named(tmp_path):
         chassis.VectorIndex(str(tmp_path / "a\0b.chassis"), 8)
     assert isinstance(info.value, OSError)
     with pytest.raises(InvalidArgumentError, match="ef_construction=-1"):
-        chassis.IndexOptions(ef_construction=-1)
+        chassis.IndexOptions(ef_construction=-1).validate()

@@ -96,9 +96,9 @@ def test_bad_in_memory_arguments_get_typed_errors(tmp_path):
     with pytest.raises(chassis.InvalidArgumentError, match="read-only"):
         chassis.VectorIndex(None, 4, read_only=True)
     with pytest.raises(chassis.InvalidArgumentError, match="placement"):
-        chassis.IndexOptions(placement="spread")
+        chassis.IndexOptions(placement="spread").validate()
     with pytest.raises(chassis.ArgumentTypeError):
-        chassis.IndexOptions(placement=1)  # type: ignore[arg-type]
+        chassis.IndexOptions(placement=1).validate()  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError):
         chassis.VectorIndex.load(tmp_path / "missing.chassis")
     idx = chassis.VectorIndex(None, 4)

@@ -177,14 +177,14 @@ def test_bad_calls_get_typed_errors_with_help(tmp_path, data):
     plain.add_batch(data[:50])
     assert plain.search(data[0], 5, rerank=1) == plain.search(data[0], 5)
     with pytest.raises(chassis.InvalidArgumentError):
-        IndexOptions(quantization="int2")
+        IndexOptions(quantization="int2").validate()
     with pytest.raises(chassis.ArgumentTypeError):
-        IndexOptions(quantization=8)
+        IndexOptions(quantization=8).validate()
     assert IndexOptions(quantization="SQ8").quantization == "int8"
     assert IndexOptions(quantization="SQ4").quantization == "int4"
     # codes-only storage is 8-bit: 4-bit codes with it are refused, with what to do instead
     with pytest.raises(chassis.InvalidArgumentError) as e:
-        IndexOptions(precision="int8", quantization="int4")
+        IndexOptions(precision="int8", quantization="int4").validate()
     assert "int4" in str(e.value)
     assert_has_help(e.value)
     assert IndexOptions(quantization="none").quantization is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -113,11 +114,8 @@ class IndexOptions:
     Raises
     ------
     ArgumentTypeError
-        For an unknown option name or a value of the wrong type. It is both an
-        `InvalidArgumentError` and a `TypeError` (chassisdb raised `TypeError`).
-    InvalidArgumentError
-        For a value out of range, or an unknown metric, precision or placement name (a
-        `ValueError`).
+        For an unknown option name. It is both an `InvalidArgumentError` and a `TypeError`
+        (chassisdb raised `TypeError`).
 
     See Also
     --------
@@ -126,9 +124,10 @@ class IndexOptions:
     Notes
     -----
     `IndexOptions` is a dataclass, as in chassisdb: fields are positional or keyword,
-    mutable, and `dataclasses.replace` works. A field assigned after construction is checked
-    again (by `validate`) when an index is opened with it. A dict of fields is accepted
-    wherever an `IndexOptions` is.
+    mutable, and `dataclasses.replace` works. As in chassisdb, values are checked by
+    `validate`, which opening an index calls: construction accepts a value out of range or of
+    the wrong type and keeps it, and only puts valid aliases in canonical form. A dict of
+    fields is accepted wherever an `IndexOptions` is.
 
     Examples
     --------
@@ -136,7 +135,8 @@ class IndexOptions:
     >>> options = chassis.IndexOptions(max_connections=32, metric="cos", precision="f16")
     >>> options.metric, options.precision
     ('cosine', 'half')
-    >>> chassis.IndexOptions(ef_search=0)
+    >>> options = chassis.IndexOptions(ef_search=0)
+    >>> options.validate()
     Traceback (most recent call last):
         ...
     chassis.InvalidArgumentError: ef_search=0 is out of range
@@ -186,13 +186,14 @@ class IndexOptions:
         self.huge_pages = huge_pages
         self.warm = warm
         self.placement = placement
-        self.validate()
+        # Checked by `validate` and on use, as in chassisdb; valid aliases made canonical now.
+        with contextlib.suppress(_chassis.ChassisError):
+            self.validate()
 
     def validate(self) -> None:
         """Check every field, and normalise metric and precision aliases such as "l2", "f16".
 
-        Called on construction and again when an index is opened, since fields may be
-        assigned in between.
+        Opening an index calls it, as chassisdb's did; call it to check options earlier.
 
         Raises
         ------
@@ -284,7 +285,7 @@ class IndexOptions:
     def replace(self, **changes: Any) -> IndexOptions:
         """Return a copy with some fields changed, like `dataclasses.replace`.
 
-        The copy is checked as a new `IndexOptions` is; this one is left as it is.
+        The copy is checked (`validate`); this one is left as it is.
 
         Parameters
         ----------
@@ -312,4 +313,6 @@ class IndexOptions:
         """
         fields = dataclasses.asdict(self)
         fields.update(changes)
-        return IndexOptions(**fields)
+        copy = IndexOptions(**fields)
+        copy.validate()
+        return copy

@@ -99,9 +99,24 @@ impl Options {
             ));
         }
         if !(2..=format::MAX_M).contains(&self.max_connections) {
+            // chassisdb accepted up to 32,767; the format keeps at most MAX_M (docs/format.md).
+            let why = if self.max_connections > format::MAX_M {
+                format!(
+                    ": Chassis keeps at most {} links per node ({} on the bottom layer; \
+                     chassisdb accepted up to 32,767, where each node's lists alone take \
+                     hundreds of kilobytes)",
+                    format::MAX_M,
+                    2 * format::MAX_M
+                )
+            } else {
+                String::new()
+            };
             return Err(Error::invalid(
-                format!("max_connections={} is out of range", self.max_connections),
-                format!("use a value from 2 to {} (16 is usual)", format::MAX_M),
+                format!("max_connections={} is out of range{why}", self.max_connections),
+                format!(
+                    "use a value from 2 to {} (16 is usual; 32 to 64 for higher recall)",
+                    format::MAX_M
+                ),
             ));
         }
         for (name, v) in [("ef_construction", self.ef_construction), ("ef_search", self.ef_search)]
