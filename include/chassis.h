@@ -2,19 +2,23 @@
  * chassis.h: the C API of Chassis, an embedded vector index in one memory-mapped file
  * (vectors and an HNSW graph). The same core, and the same files, as the Python package.
  *
- * Build the library with Cargo (feature "capi", on by default):
+ * Install it (Linux): make install PREFIX=/usr/local   (the Makefile says what goes where:
+ * libchassis.so.<ABI> by SONAME, libchassis.a, this header, pkgconfig/chassis.pc), then
+ *     cc app.c $(pkg-config --cflags --libs chassis)
+ *     (static: cc app.c $(pkg-config --cflags chassis) <libdir>/libchassis.a -lpthread -ldl -lm)
+ * Or in the tree, with Cargo (feature "capi", on by default):
  *     cargo build --release                                  -> target/release/libchassis.so
  *     cargo rustc --release --lib --crate-type staticlib     -> target/release/libchassis.a
- * Link: cc app.c -Iinclude -Ltarget/release -lchassis
- *   (static: cc app.c -Iinclude target/release/libchassis.a -lpthread -ldl -lm)
  *
  * Conventions
  * - An index is a chassis_handle: a number, like a file descriptor, never reused. A call on a
  *   closed handle returns CHASSIS_INDEX_CLOSED; on a number never issued (0 is never one),
  *   CHASSIS_INVALID_ARGUMENT. Use after close is refused, never undefined.
- * - Every call but the four first returns a status: CHASSIS_OK (0) or one of the codes below,
- *   the same integers as the `code` of the Python exceptions. chassis_last_error() then gives
- *   the message: one line naming what was wrong, and a "help:" line saying what to do.
+ * - Every call but the library's first few returns a status: CHASSIS_OK (0) or one of the
+ *   codes below, the same integers as the `code` of the Python exceptions. chassis_last_error()
+ *   then gives the message: one line naming what was wrong, and a "help:" line saying what to
+ *   do; chassis_last_errno() the OS error number; chassis_error_message() both, by handle,
+ *   to any thread.
  * - Pointers: NULL where a value is required, a misaligned array, or a length no array can
  *   have is refused with CHASSIS_INVALID_ARGUMENT. A wrong `dims` is CHASSIS_DIMENSION_MISMATCH.
  *   What cannot be checked is the caller's promise: an array is valid for the length passed,
@@ -33,8 +37,8 @@
  *       flushes first);
  *     check: alongside searches; writes wait while it scans;
  *     close: calls still running on the handle complete or return CHASSIS_INDEX_CLOSED;
- *     the library calls (abi_version, version, last_error, status_name, get_cpu_info, the
- *       _init functions): any thread, any time.
+ *     the library calls (abi_version, version, libversion_number, last_error, last_errno,
+ *       error_message, status_name, get_cpu_info, the _init functions): any thread, any time.
  *   One writer process per file (a second gets CHASSIS_INDEX_LOCKED); any number of readers,
  *   in any process.
  * - Long calls (add_batch, train, search_batch, backup, consolidate, compact, check, wait_warm)
@@ -54,6 +58,10 @@ extern "C" {
 
 /* The ABI this header describes; chassis_abi_version() returns the library's. */
 #define CHASSIS_ABI_VERSION 1
+/* The version of the library this header comes with, SQLite's way: chassis_version() and
+ * chassis_libversion_number() return the library's own. */
+#define CHASSIS_VERSION "0.1.0"
+#define CHASSIS_VERSION_NUMBER 1000 /* major x 1,000,000 + minor x 1,000 + patch */
 
 /* Statuses (the Python exceptions' `code`). */
 #define CHASSIS_OK 0
@@ -102,12 +110,14 @@ typedef struct chassis_options {
     uint32_t metric;          /* CHASSIS_METRIC_*; default euclidean */
     uint32_t precision;       /* CHASSIS_PRECISION_*; default full */
     uint32_t quantization;    /* CHASSIS_QUANTIZATION_*; default none */
-    uint32_t max_connections; /* M, 2 to 2048; default 16 */
+    uint32_t max_connections; /* M, 2 to 256; default 16 */
     uint32_t ef_construction; /* default 200 */
     uint32_t ef_search;       /* default 50 */
     int32_t huge_pages;       /* CHASSIS_HUGE_PAGES_*; default auto */
     uint32_t warm;            /* non-zero: read the index in from opening (ADR-0019) */
     uint32_t placement;       /* CHASSIS_PLACEMENT_*; default balanced */
+    uint32_t reserved;        /* 0: where padding would be, so that a field a later header puts
+                                 here is refused by an older library, not silently ignored */
 } chassis_options;
 
 /* What a search may be told besides the query and k. */
@@ -126,6 +136,7 @@ typedef struct chassis_search_params {
 typedef struct chassis_check_report {
     size_t size;
     uint32_t ok;          /* 1: nothing unreachable, non-finite or corrupt */
+    uint32_t reserved;    /* 0 */
     uint64_t unreachable; /* live vectors no search can reach */
     uint64_t not_finite;  /* live vectors holding NaN or infinity */
     uint64_t corrupt;     /* slots whose bytes fail their checksums */
@@ -157,6 +168,7 @@ typedef struct chassis_memory_stats {
                                index was short of memory at the last sample */
     uint32_t in_memory;   /* 1: no file */
     char populate[32];    /* how warm reads in: "MADV_POPULATE_READ", "MADV_WILLNEED", "none" */
+    uint32_t reserved;    /* 0 */
 } chassis_memory_stats;
 
 /* The CPU as ADR-0015 sees it, and the prefetch policy it chose. */
@@ -171,11 +183,20 @@ typedef struct chassis_cpu_info {
     uint32_t prefetch_l1;    /* 1: into L1; 0: into L2 */
 } chassis_cpu_info;
 
-/* ---- the library (these four return values, not statuses; any thread) ---- */
+/* ---- the library (these return values, not statuses; any thread) ---- */
 uint32_t chassis_abi_version(void);
 const char *chassis_version(void);
+uint32_t chassis_libversion_number(void);
 /* This thread's last error message ("" before any); valid until its next failing call. */
 const char *chassis_last_error(void);
+/* The OS error number (errno: ENOSPC, EIO, EFBIG...) of this thread's last error; 0: none. */
+int chassis_last_errno(void);
+/* The last error of a call on `handle`, whatever thread asks (0: this thread's last error; a
+ * runtime that moves a caller between threads, as Go's does, asks by handle). Copies the
+ * message into buf (at most len bytes with the NUL; NULL with len 0 asks the length only) and
+ * its OS error number into *os_errno (NULL: not wanted); returns the message's length without
+ * the NUL, as snprintf does; 0 when there is none (closing a handle forgets its error). */
+size_t chassis_error_message(chassis_handle handle, char *buf, size_t len, int *os_errno);
 /* "CHASSIS_ID_NOT_FOUND" for 13, ...; "CHASSIS_UNKNOWN" for a number that is no status. */
 const char *chassis_status_name(int status);
 

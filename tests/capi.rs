@@ -86,6 +86,21 @@ fn valgrind() -> bool {
     }
 }
 
+/// Oracle: Cargo's version, against the header's version macros (the library's own calls
+/// are checked against the macros by the C program).
+#[test]
+fn header_version_macros_are_cargos_version() {
+    let h = std::fs::read_to_string(root().join("include/chassis.h")).unwrap();
+    let v = env!("CARGO_PKG_VERSION");
+    assert!(h.contains(&format!("#define CHASSIS_VERSION \"{v}\"")), "CHASSIS_VERSION is not {v}");
+    let n: Vec<u32> = v.split('.').map(|p| p.parse().unwrap()).collect();
+    let number = n[0] * 1_000_000 + n[1] * 1_000 + n[2];
+    assert!(
+        h.contains(&format!("#define CHASSIS_VERSION_NUMBER {number} ")),
+        "CHASSIS_VERSION_NUMBER is not {number}"
+    );
+}
+
 #[test]
 fn header_compiles_as_c99_and_cxx11() {
     let h = root().join("include/chassis.h");
@@ -153,7 +168,8 @@ fn structs_have_the_same_layout_in_c_and_rust() {
         ef_search,
         huge_pages,
         warm,
-        placement
+        placement,
+        reserved
     );
     layout!(
         "chassis_search_params",
@@ -166,7 +182,16 @@ fn structs_have_the_same_layout_in_c_and_rust() {
         excluded,
         excluded_len
     );
-    layout!("chassis_check_report", CCheckReport, ok, unreachable, not_finite, corrupt, clipped);
+    layout!(
+        "chassis_check_report",
+        CCheckReport,
+        ok,
+        reserved,
+        unreachable,
+        not_finite,
+        corrupt,
+        clipped
+    );
     layout!(
         "chassis_memory_stats",
         CMemoryStats,
@@ -175,7 +200,8 @@ fn structs_have_the_same_layout_in_c_and_rust() {
         warm_total_bytes,
         huge_pages_asked,
         in_memory,
-        populate
+        populate,
+        reserved
     );
     layout!(
         "chassis_cpu_info",

@@ -158,3 +158,58 @@ def test_header_statuses_are_the_python_exception_codes():
     for name, cls in classes.items():
         assert defines[name] == cls.code, name
     assert defines["OK"] == 0 and defines["INTERRUPTED"] == 16
+
+
+@needs_c
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("make") and shutil.which("pkg-config")),
+    reason="needs Linux, cargo and cc to build the C library and program (and make, pkg-config)",
+)
+def test_the_installed_library_builds_a_program_with_pkg_config_alone(tmp_path):
+    # Oracles: the files `make install` laid out, the ELF dynamic sections (SONAME, NEEDED),
+    # the program's run, and this package opening the file the program wrote.
+    prefix = tmp_path / "prefix"
+    subprocess.run(
+        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    lib = prefix / "lib"
+    abi = re.search(r"#define CHASSIS_ABI_VERSION (\d+)", HEADER.read_text())[1]
+    assert (lib / "libchassis.so").resolve().name == f"libchassis.so.{abi}.{chassis.__version__}"
+    assert (lib / f"libchassis.so.{abi}").is_symlink() and (lib / "libchassis.a").exists()
+    assert (prefix / "include" / "chassis.h").read_text() == HEADER.read_text()
+    dynamic = subprocess.run(
+        ["readelf", "-d", str(lib / "libchassis.so")], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"Library soname: [libchassis.so.{abi}]" in dynamic
+
+    # A clean folder: the example's source, and only what pkg-config says.
+    app = tmp_path / "app"
+    app.mkdir()
+    shutil.copy(ROOT / "examples" / "c" / "quickstart.c", app / "app.c")
+    env = {**os.environ, "PKG_CONFIG_PATH": str(lib / "pkgconfig")}
+    pc = ["pkg-config", "--cflags", "--libs", "chassis"]
+    flags = subprocess.run(pc, env=env, capture_output=True, text=True, check=True).stdout.split()
+    version = subprocess.run(
+        ["pkg-config", "--modversion", "chassis"], env=env, capture_output=True, text=True
+    ).stdout.strip()
+    assert version == chassis.__version__
+    subprocess.run(["cc", "app.c", *flags, "-lm", "-o", "app"], cwd=app, check=True)
+    needed = subprocess.run(
+        ["readelf", "-d", str(app / "app")], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"Shared library: [libchassis.so.{abi}]" in needed
+    run = subprocess.run(
+        ["./app", str(app / "made.chassis")],
+        cwd=app,
+        env={**env, "LD_LIBRARY_PATH": str(lib)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    with chassis.IndexReader(app / "made.chassis") as reader:
+        assert len(reader) > 0

@@ -7,7 +7,10 @@
 //! thread during the call). Everything else is checked and refused with a status.
 
 use super::types::*;
-use super::{get, guard, insert, last_error_ptr, remove, ABI_VERSION};
+use super::{
+    error_of, forget_errors, get, guard, guard_on, insert, last_errno, last_error_ptr, remove,
+    ABI_VERSION,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::RESERVED_ID;
 use crate::index::{BatchFilter, Control, Filter, Mode};
@@ -31,7 +34,7 @@ unsafe fn value_call<T>(
     what: &str,
     f: impl FnOnce(&Index) -> Result<T>,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.check_open()?;
         let v = f(&h.index)?;
@@ -62,7 +65,7 @@ unsafe fn rows<'a>(
 
 /// A call with nothing to return, on an open index.
 fn unit_call(handle: u64, f: impl FnOnce(&Index)) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.check_open()?;
         f(&h.index);
@@ -121,6 +124,66 @@ pub extern "C" fn chassis_abi_version() -> u32 {
 #[no_mangle]
 pub extern "C" fn chassis_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}
+
+/// The version as a number, SQLite's way: major x 1,000,000 + minor x 1,000 + patch
+/// (`CHASSIS_VERSION_NUMBER` of the header it was built with).
+#[no_mangle]
+pub extern "C" fn chassis_libversion_number() -> u32 {
+    VERSION_NUMBER
+}
+
+const fn parse(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut n = 0;
+    while i < b.len() {
+        n = n * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}
+
+const VERSION_NUMBER: u32 = parse(env!("CARGO_PKG_VERSION_MAJOR")) * 1_000_000
+    + parse(env!("CARGO_PKG_VERSION_MINOR")) * 1_000
+    + parse(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// The OS error number (errno) of this thread's last error: ENOSPC, EIO, EACCES... for
+/// `CHASSIS_STORAGE` and the like; 0 when that error had none.
+#[no_mangle]
+pub extern "C" fn chassis_last_errno() -> i32 {
+    last_errno()
+}
+
+/// The last error of a call on `handle` (0: this thread's last error), whatever thread asks:
+/// the message copied into `buf` (at most `len` bytes with its NUL; NULL with `len` 0 asks
+/// only for the length) and its OS error number into `os_errno` (NULL: not wanted). Returns the
+/// message's length without the NUL, as snprintf does; 0 when there is none.
+///
+/// # Safety
+/// `buf` holds `len` writable bytes; `os_errno`, when not NULL, is writable.
+#[no_mangle]
+pub unsafe extern "C" fn chassis_error_message(
+    handle: u64,
+    buf: *mut c_char,
+    len: usize,
+    os_errno: *mut i32,
+) -> usize {
+    let (msg, errno) = error_of(handle);
+    if !buf.is_null() && len > 0 {
+        let n = msg.len().min(len - 1);
+        // SAFETY: `buf` holds `len` writable bytes (the caller's promise) and n + 1 <= len;
+        // the message is our own String, which does not overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(msg.as_ptr() as *const c_char, buf, n);
+            *buf.add(n) = 0;
+        }
+    }
+    if !os_errno.is_null() {
+        // SAFETY: writable when not NULL (the caller's promise).
+        unsafe { *os_errno = errno };
+    }
+    msg.len()
 }
 
 /// This thread's last error: one line naming what was wrong, then a `help:` line. Valid
@@ -275,14 +338,18 @@ pub unsafe extern "C" fn chassis_open_memory(
 /// goes. The handle is invalid afterwards (calls on it return CHASSIS_INDEX_CLOSED).
 #[no_mangle]
 pub extern "C" fn chassis_close(handle: u64) -> i32 {
-    guard(|| remove(handle)?.index.close())
+    let status = guard_on(handle, || remove(handle)?.index.close());
+    if status == 0 {
+        forget_errors(handle);
+    }
+    status
 }
 
 /// Make the long calls running on `handle` now return CHASSIS_INTERRUPTED (nothing they did
 /// remains); calls that start later run as usual.
 #[no_mangle]
 pub extern "C" fn chassis_interrupt(handle: u64) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         get(handle)?.interrupts.fetch_add(1, AcqRel);
         Ok(())
     })
@@ -303,7 +370,7 @@ pub unsafe extern "C" fn chassis_add(
     id: *const u64,
     out_id: *mut u64,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.check_dims(dims, "the vector")?;
         // SAFETY: the caller's promises, passed on.
@@ -337,7 +404,7 @@ pub unsafe extern "C" fn chassis_add_batch(
     out_ids: *mut u64,
     threads: usize,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promises, passed on.
         let (data, ids) = unsafe {
@@ -366,7 +433,7 @@ pub unsafe extern "C" fn chassis_train(
     dims: usize,
     threads: usize,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promise, passed on.
         let sample = unsafe { rows(&h.index, sample, n, dims, "sample")? };
@@ -393,7 +460,7 @@ pub unsafe extern "C" fn chassis_delete_batch(
     n: usize,
     deleted: *mut u64,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promise, passed on.
         let ids = unsafe { slice(ids, n, "ids")? };
@@ -421,7 +488,7 @@ pub unsafe extern "C" fn chassis_upsert(
     replaced: *mut u64,
     threads: usize,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promises, passed on.
         let (data, ids) =
@@ -465,7 +532,7 @@ pub unsafe extern "C" fn chassis_search(
     distances: *mut f32,
     found: *mut usize,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.check_dims(dims, "the query")?;
         // SAFETY: the caller's promises, passed on.
@@ -511,7 +578,7 @@ pub unsafe extern "C" fn chassis_search_batch(
     ids: *mut u64,
     distances: *mut f32,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promises, passed on.
         let (qs, (p, filter)) =
@@ -549,7 +616,7 @@ pub unsafe extern "C" fn chassis_search_batch(
 /// `vector` holds dims writable floats.
 #[no_mangle]
 pub unsafe extern "C" fn chassis_get(handle: u64, id: u64, vector: *mut f32, dims: usize) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.check_dims(dims, "the output")?;
         // SAFETY: the caller's promise, passed on.
@@ -606,7 +673,7 @@ pub unsafe extern "C" fn chassis_ids(
     capacity: usize,
     count: *mut u64,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promises, passed on.
         let (buf, count) = unsafe { (slice_mut(ids, capacity, "ids")?, out(count, "count")?) };
@@ -658,7 +725,7 @@ pub extern "C" fn chassis_set_user_version(handle: u64, version: u64) -> i32 {
 /// `dest` is NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn chassis_backup(handle: u64, dest: *const c_char, overwrite: i32) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: the caller's promise, passed on.
         let dest = unsafe { path(dest, "dest")? };
@@ -677,7 +744,7 @@ pub unsafe extern "C" fn chassis_consolidate(
     threads: usize,
     relinked: *mut u64,
 ) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         let count = h.index.consolidate(pool(threads), &Control::watching(&h.interrupts))?;
         if !relinked.is_null() {
@@ -691,7 +758,7 @@ pub unsafe extern "C" fn chassis_consolidate(
 /// Rewrite the index without its deleted vectors (flushes first), on `threads` threads.
 #[no_mangle]
 pub extern "C" fn chassis_compact(handle: u64, threads: usize) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.compact(pool(threads), &Control::watching(&h.interrupts))
     })
@@ -703,7 +770,7 @@ pub extern "C" fn chassis_compact(handle: u64, threads: usize) -> i32 {
 /// `report` points to `report->size` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn chassis_check(handle: u64, report: *mut CCheckReport) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         // SAFETY: checked before the scan, so a bad pointer costs no scan.
         unsafe { read_sized(report, CCheckReport::default(), "report")? };
@@ -739,7 +806,7 @@ pub extern "C" fn chassis_warm(handle: u64, vectors: i32) -> i32 {
 /// Wait until the running warm is done (CHASSIS_INTERRUPTED stops it).
 #[no_mangle]
 pub extern "C" fn chassis_wait_warm(handle: u64) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let h = get(handle)?;
         h.index.wait_warm(&Control::watching(&h.interrupts))
     })
@@ -757,7 +824,7 @@ pub extern "C" fn chassis_stop_warm(handle: u64) -> i32 {
 /// `stats` points to `stats->size` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn chassis_get_memory_stats(handle: u64, stats: *mut CMemoryStats) -> i32 {
-    guard(|| {
+    guard_on(handle, || {
         let m = get(handle)?.index.memory_stats()?;
         // SAFETY: the caller's promise, passed on.
         unsafe { write_sized(stats, &CMemoryStats::from(&m), "stats") }

@@ -17,9 +17,11 @@
 //! free what it uses. The lookup is a read lock and a hash probe, about 20 ns.
 //!
 //! **Errors.** Every call returns a status: 0 or the code of the Python exception of the
-//! same error (`ErrorKind::code`). The message, with its `help:` line, is kept per thread
-//! for `chassis_last_error`. A panic is caught at the boundary and becomes `CHASSIS_ERROR`
-//! (12) with the panic's message.
+//! same error (`ErrorKind::code`). The message, with its `help:` line, and the OS error number
+//! are kept per thread (`chassis_last_error`, `chassis_last_errno`) and, for a call on a
+//! handle, per handle (`chassis_error_message`), which a runtime that moves a caller between
+//! threads (Go, async) can ask from any thread. A panic is caught at the boundary and becomes
+//! `CHASSIS_ERROR` (12) with the panic's message.
 //!
 //! **Unsafe.** The caller's pointers are turned into references only in `types.rs`, each
 //! after its null, alignment and length checks; what remains is the caller's promise the
@@ -101,12 +103,50 @@ fn missing(handle: u64) -> Error {
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_ERRNO: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
 }
 
-/// Keep `message` as this thread's last error (NUL bytes inside it become spaces).
-pub(crate) fn set_last_error(message: &str) {
+/// Keep `message` (and the OS error number, 0 for none) as this thread's last error (NUL
+/// bytes inside it become spaces).
+pub(crate) fn set_last_error(message: &str, errno: i32) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|l| *l.borrow_mut() = c);
+    LAST_ERRNO.with(|e| e.set(errno));
+}
+
+/// The OS error number of this thread's last error (0: none).
+pub(crate) fn last_errno() -> i32 {
+    LAST_ERRNO.with(|e| e.get())
+}
+
+/// The last failing call's error on each handle (message, OS error number), for any thread
+/// to ask. An entry goes when its handle is closed.
+static HANDLE_ERRORS: parking_lot::Mutex<Option<HashMap<u64, (String, i32)>>> =
+    parking_lot::Mutex::new(None);
+
+/// The last error of a call on `handle` (0: this thread's last error).
+pub(crate) fn error_of(handle: u64) -> (String, i32) {
+    if handle == 0 {
+        let msg = LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned());
+        return (msg, last_errno());
+    }
+    HANDLE_ERRORS.lock().as_ref().and_then(|m| m.get(&handle).cloned()).unwrap_or_default()
+}
+
+pub(crate) fn forget_errors(handle: u64) {
+    if let Some(m) = HANDLE_ERRORS.lock().as_mut() {
+        m.remove(&handle);
+    }
+}
+
+/// `guard` for a call on `handle`: a failure is also kept as that handle's last error.
+pub(crate) fn guard_on(handle: u64, f: impl FnOnce() -> Result<()>) -> i32 {
+    let status = guard(f);
+    if status != 0 && handle != 0 {
+        let msg = LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned());
+        HANDLE_ERRORS.lock().get_or_insert_with(HashMap::new).insert(handle, (msg, last_errno()));
+    }
+    status
 }
 
 /// This thread's last error message; valid until the next call on this thread that fails.
@@ -120,7 +160,7 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> i32 {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            set_last_error(&e.to_string());
+            set_last_error(&e.to_string(), e.errno.unwrap_or(0));
             e.kind.code() as i32
         }
         Err(panic) => {
@@ -129,10 +169,13 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<()>) -> i32 {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_string());
-            set_last_error(&format!(
-                "internal error: {what}\nhelp: this is a bug in chassis; please report it with \
-                 the call that caused it"
-            ));
+            set_last_error(
+                &format!(
+                    "internal error: {what}\nhelp: this is a bug in chassis; please report it \
+                     with the call that caused it"
+                ),
+                0,
+            );
             INTERNAL_CODE as i32
         }
     }

@@ -35,6 +35,9 @@ pub struct COptions {
     pub warm: u32,
     /// `CHASSIS_PLACEMENT_*`: 0 balanced, 1 local (in-memory indexes, the NUMA note).
     pub placement: u32,
+    /// Must be 0: fills what would be padding, so that a field a later header puts here is
+    /// refused by this library rather than silently ignored.
+    pub reserved: u32,
 }
 
 impl COptions {
@@ -51,6 +54,7 @@ impl COptions {
             huge_pages: -1,
             warm: o.warm as u32,
             placement: 0,
+            reserved: 0,
         }
     }
 
@@ -89,6 +93,13 @@ impl COptions {
             1 => Placement::Local,
             p => return bad("placement", p as i64, "a CHASSIS_PLACEMENT_ value"),
         };
+        if self.reserved != 0 {
+            return Err(Error::invalid(
+                format!("options.reserved={} is not 0", self.reserved),
+                "set it to 0 (chassis_options_init does); a non-zero value is a field of a later \
+                 header that this library does not have: link the library of that version",
+            ));
+        }
         let or = |v: u32, d: usize| if v == 0 { d } else { v as usize };
         let o = Options {
             max_connections: or(self.max_connections, d.max_connections),
@@ -147,6 +158,8 @@ pub struct CCheckReport {
     pub size: usize,
     /// 1 when nothing is unreachable, non-finite or corrupt.
     pub ok: u32,
+    /// 0; where padding would be.
+    pub reserved: u32,
     pub unreachable: u64,
     pub not_finite: u64,
     pub corrupt: u64,
@@ -160,6 +173,7 @@ impl From<&CheckReport> for CCheckReport {
             size: size_of::<CCheckReport>(),
             ok: (r.unreachable.is_empty() && r.not_finite.is_empty() && r.corrupt.is_empty())
                 as u32,
+            reserved: 0,
             unreachable: r.unreachable.len() as u64,
             not_finite: r.not_finite.len() as u64,
             corrupt: r.corrupt.len() as u64,
@@ -198,6 +212,8 @@ pub struct CMemoryStats {
     pub in_memory: u32,
     /// How warm reads pages in: "MADV_POPULATE_READ", "MADV_WILLNEED" or "none".
     pub populate: [c_char; 32],
+    /// 0; where padding would be.
+    pub reserved: u32,
 }
 
 impl From<&MemoryStats> for CMemoryStats {
@@ -225,6 +241,7 @@ impl From<&MemoryStats> for CMemoryStats {
             naming_pages: m.prefetching_pages as u32,
             in_memory: (m.backing == "memory") as u32,
             populate: text(m.populate),
+            reserved: 0,
         }
     }
 }

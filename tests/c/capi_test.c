@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "chassis.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -178,7 +179,28 @@ static int fsize_main(const char *dir) {
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) FAIL("setrlimit");
     chassis_handle h;
     STATUS(CHASSIS_STORAGE, chassis_open(path, DIMS, NULL, &h));
+    if (chassis_last_errno() != EFBIG) FAIL("errno %d, not EFBIG", chassis_last_errno());
+    int os_errno = 0;
+    char msg[512];
+    chassis_error_message(0, msg, sizeof msg, &os_errno);
+    if (os_errno != EFBIG || strcmp(msg, chassis_last_error()) != 0) FAIL("thread's error");
     return 0;
+}
+
+/* ---- a handle's last error, asked from another thread than the call's ---- */
+
+struct failing {
+    chassis_handle h;
+    int status;
+};
+
+static void *fail_on_handle(void *arg) {
+    struct failing *f = arg;
+    float q[DIMS] = {0};
+    uint64_t ids[1];
+    float dists[1];
+    f->status = chassis_search(f->h, q, DIMS, 0, NULL, ids, dists, NULL); /* k = 0 */
+    return NULL;
 }
 
 /* ---- interrupting a batch from another thread ---- */
@@ -239,7 +261,38 @@ static int everything(const char *dir) {
 
     /* The library */
     EXPECT(chassis_abi_version() == CHASSIS_ABI_VERSION);
-    EXPECT(strlen(chassis_version()) > 0);
+    EXPECT(strcmp(chassis_version(), CHASSIS_VERSION) == 0);
+    EXPECT(chassis_libversion_number() == CHASSIS_VERSION_NUMBER);
+    EXPECT(CHASSIS_VERSION_NUMBER >= 1000); /* 0.1.0 or later */
+    {
+        /* The error of a call on a handle, read from another thread (as Go may). */
+        chassis_handle m;
+        OK(chassis_open_memory(DIMS, NULL, &m));
+        chassis_handle none;
+        STATUS(CHASSIS_INDEX_NOT_FOUND, chassis_open_read_only("/nonexistent/x", NULL, &none));
+        char mine[512];
+        snprintf(mine, sizeof mine, "%s", chassis_last_error());
+        struct failing f = {m, 0};
+        pthread_t t;
+        pthread_create(&t, NULL, fail_on_handle, &f);
+        pthread_join(t, NULL);
+        EXPECT(f.status == CHASSIS_INVALID_ARGUMENT);
+        char msg[512];
+        int os_errno = -1;
+        size_t n = chassis_error_message(m, NULL, 0, NULL);
+        EXPECT(n > 0 && chassis_error_message(m, msg, sizeof msg, &os_errno) == n);
+        EXPECT(strstr(msg, "k=0 is out of range") != NULL && strstr(msg, "\nhelp: ") != NULL && os_errno == 0);
+        EXPECT(strcmp(chassis_last_error(), mine) == 0); /* this thread's is its own */
+        char small[8];
+        EXPECT(chassis_error_message(m, small, sizeof small, NULL) == n && strlen(small) == 7);
+        OK(chassis_close(m));
+        EXPECT(chassis_error_message(m, msg, sizeof msg, NULL) == 0); /* gone with it */
+        /* A reserved field set: a field of a later header, refused rather than ignored. */
+        chassis_options later;
+        OK(chassis_options_init(&later, sizeof later));
+        later.reserved = 1;
+        STATUS(CHASSIS_INVALID_ARGUMENT, chassis_open_memory(DIMS, &later, &m));
+    }
     EXPECT(strcmp(chassis_status_name(CHASSIS_ID_NOT_FOUND), "CHASSIS_ID_NOT_FOUND") == 0);
     EXPECT(strcmp(chassis_status_name(99), "CHASSIS_UNKNOWN") == 0);
     chassis_cpu_info cpu = {sizeof cpu, {0}, {0}, 0, 0, {0}, 0, 0};
@@ -425,7 +478,7 @@ static int everything(const char *dir) {
 
 
     /* Whole-index operations */
-    chassis_check_report rep = {sizeof rep, 0, 1, 1, 1, 1};
+    chassis_check_report rep = {sizeof rep, 0, 0, 1, 1, 1, 1};
     OK(chassis_check(h, &rep));
     EXPECT(rep.ok == 1 && rep.unreachable == 0 && rep.not_finite == 0 && rep.corrupt == 0);
     snprintf(copy, sizeof copy, "%s/copy.chassis", dir);
@@ -576,6 +629,7 @@ static int layout(void) {
     FIELD(chassis_options, huge_pages);
     FIELD(chassis_options, warm);
     FIELD(chassis_options, placement);
+    FIELD(chassis_options, reserved);
     printf("chassis_search_params %zu\n", sizeof(chassis_search_params));
     FIELD(chassis_search_params, ef);
     FIELD(chassis_search_params, rerank);
@@ -586,6 +640,7 @@ static int layout(void) {
     FIELD(chassis_search_params, excluded_len);
     printf("chassis_check_report %zu\n", sizeof(chassis_check_report));
     FIELD(chassis_check_report, ok);
+    FIELD(chassis_check_report, reserved);
     FIELD(chassis_check_report, unreachable);
     FIELD(chassis_check_report, not_finite);
     FIELD(chassis_check_report, corrupt);
@@ -597,6 +652,7 @@ static int layout(void) {
     FIELD(chassis_memory_stats, huge_pages_asked);
     FIELD(chassis_memory_stats, in_memory);
     FIELD(chassis_memory_stats, populate);
+    FIELD(chassis_memory_stats, reserved);
     printf("chassis_cpu_info %zu\n", sizeof(chassis_cpu_info));
     FIELD(chassis_cpu_info, arch);
     FIELD(chassis_cpu_info, vendor);
