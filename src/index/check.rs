@@ -5,6 +5,10 @@ use crate::format::{EMPTY, NO_UPPER};
 use crate::graph::{Graph, MAX_LEVEL};
 use crate::storage::lists;
 use rayon::prelude::*;
+use std::sync::atomic::AtomicU32;
+
+/// Lists a reader's `check` reads again after a pause of 2 ms; later ones at once.
+const PAUSES: u32 = 64;
 
 /// What `check()` found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +48,7 @@ impl Index {
         let codes_only = self.precision() == Precision::CodesOnly;
         let g = Graph::new(st, self.metric(), n);
         let clipped = AtomicU64::new(0);
+        let pauses = AtomicU32::new(0);
         // Each thread reads a run of slots in order: readahead, not a fault per page.
         let scan = st.sequential_scan(snap.slots);
         let per_slot: Vec<(Option<u32>, Option<u64>)> = (0..n)
@@ -66,7 +71,7 @@ impl Index {
                     let vec_ok = format::vector_crc(st.vector_bytes(s)) == crcs as u32;
                     let hdr_ok = format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32;
                     let marker_ok = format::read_marker(del, s) != format::Marker::Damaged;
-                    let lists_ok = self.lists_ok(st, s, n);
+                    let lists_ok = self.lists_ok(st, s, n, &pauses);
                     if !(vec_ok && hdr_ok && marker_ok && lists_ok) {
                         return (Some(s), None);
                     }
@@ -111,9 +116,11 @@ impl Index {
         Ok(CheckReport { unreachable, not_finite, corrupt, clipped: clipped.into_inner() })
     }
 
-    /// Whether a node's lists check out: counts in range, checksums, entries below `n`. A list
-    /// that fails is read again a moment later: a writer in another process may be changing it.
-    pub(super) fn lists_ok(&self, st: &Storage, s: u32, n: u32) -> bool {
+    /// Whether a node's lists check out: counts in range, checksums, entries below `n`. A
+    /// reader reads a list that fails again, a moment later for the first PAUSES of a scan
+    /// (`pauses` counts them): a writer in another process may be changing it, and a damaged
+    /// file must not cost a pause per slot.
+    pub(super) fn lists_ok(&self, st: &Storage, s: u32, n: u32, pauses: &AtomicU32) -> bool {
         let once = || {
             let l0 = st.l0(s);
             let head = l0[0].load(Acquire);
@@ -121,7 +128,7 @@ impl Index {
             if (head & 0xffff) as usize > l0.len() - 2 || level > MAX_LEVEL {
                 return false;
             }
-            let ok = |list: &[std::sync::atomic::AtomicU32], layer: usize| {
+            let ok = |list: &[AtomicU32], layer: usize| {
                 let head = list[0].load(Acquire);
                 let cnt = (head & 0xffff) as usize;
                 if cnt > list.len() - 2 {
@@ -144,7 +151,9 @@ impl Index {
             return true;
         }
         if self.read_only {
-            std::thread::sleep(std::time::Duration::from_millis(2));
+            if pauses.fetch_add(1, Relaxed) < PAUSES {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
             return once();
         }
         false
