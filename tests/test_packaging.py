@@ -55,8 +55,8 @@ def test_one_version_in_cargo_toml_pyproject_and_the_installed_package() -> None
 
 
 def test_the_wheel_builds_pin_one_rust_toolchain() -> None:
-    # The Linux containers install it with .ci/install-rust; macOS, Windows and the sdist job
-    # with the runner's rustup. One version everywhere.
+    # The Linux containers install it with .ci/install-rust; macOS, Windows, the sdist job and
+    # the C library's job with the runner's rustup. One version everywhere.
     if not (REPO / ".ci" / "install-rust").exists():
         pytest.skip("needs the source checkout")
     script = (REPO / ".ci" / "install-rust").read_text()
@@ -66,7 +66,7 @@ def test_the_wheel_builds_pin_one_rust_toolchain() -> None:
         for name in ["pyproject.toml", ".github/workflows/wheels.yml"]
     }
     assert len(installs["pyproject.toml"]) == 2, installs  # macOS, Windows
-    assert len(installs[".github/workflows/wheels.yml"]) == 1, installs  # the sdist job
+    assert len(installs[".github/workflows/wheels.yml"]) == 2, installs  # sdist, C library
     for name, versions in installs.items():
         assert set(versions) == {pinned}, f"{name} installs {versions}, .ci/install-rust {pinned}"
 
