@@ -355,6 +355,36 @@ def test_batch_deletes_and_upserts_go_to_the_shards_of_their_ids(cluster, tmp_pa
     index.close()
 
 
+def test_an_upsert_one_shard_refuses_leaves_every_shard_as_it_was(cluster, tmp_path):
+    # Half precision refuses values beyond 65,504 in the shard, not on the driver: one shard's
+    # part of the upsert fails after the others applied theirs, which must be put back.
+    data = rows(600, 8, 31)
+    index = ShardedIndex(tmp_path, 8, {"precision": "half"}, shards=3)
+    index.add_batch(data)
+    index.flush()
+    ids = np.array([1, 2, 3, 4, 5, 6, 1000, 1001, 1002], dtype=np.uint64)
+    assert len(set(shard_of(ids, 3))) == 3
+    before = {int(i): index.get(int(i)) for i in ids[:6]}
+    new = rows(9, 8, 32)
+    new[0, 0] = 1e6  # id 1's shard refuses it
+    with pytest.raises(chassis.InvalidArgumentError):
+        index.upsert(new, ids)
+    for i, v in before.items():
+        assert np.array_equal(index.get(i), v), i
+    assert not any(int(i) in index for i in ids[6:])
+    assert len(index) == 600
+    index.flush()
+    applied = 0  # rows another shard took, then gave back: it did run, and was undone
+    for s in index.shards:  # and so each shard's file, flushed
+        with chassis.IndexReader(s["path"]) as r:
+            assert sorted(int(i) for i in r.ids()) == sorted(
+                i for i in range(600) if shard_of([i], 3)[0] == s["number"]
+            )
+            applied += r.deleted_count()
+    assert applied > 0
+    index.close()
+
+
 def _add_node(cluster):
     """A new node, once the driver's view of the cluster (`ray.nodes()`, which places new
     shards) lists it as alive: `wait_for_nodes` can return before that."""
