@@ -509,9 +509,7 @@ class ShardedIndex:
                 arr = np.arange(self._next_id, self._next_id + n, dtype=np.uint64)
             else:
                 arr = self._check_ids(ids, n)
-            where = shard_of(arr, len(self._shards))
-            parts = [(i, np.flatnonzero(where == i)) for i in range(len(self._shards))]
-            parts = [(i, rows) for i, rows in parts if len(rows)]
+            parts = self._by_shard(arr)
             if ids is not None:
                 # Ids in use anywhere: each shard asked about its own.
                 refs = [self._shards[i].actor.present.remote(arr[rows]) for i, rows in parts]
@@ -536,13 +534,15 @@ class ShardedIndex:
                 self._next_id = max(self._next_id, int(arr.max()) + 1)
             return arr
 
+    def _by_shard(self, ids: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """(shard, positions in `ids` of the ids it holds) for each shard that holds some."""
+        where = shard_of(ids, len(self._shards))
+        parts = [(i, np.flatnonzero(where == i)) for i in range(len(self._shards))]
+        return [(i, rows) for i, rows in parts if len(rows)]
+
     def delete(self, id: int) -> bool:
         """Delete `id` (from its shard); False if it is not there."""
-        with self._lock:
-            i = int(shard_of([id], len(self._shards))[0])
-            done = bool(self._write("delete", [(i, "delete_many", ([int(id)],))])[0])
-            self._shards[i].dirty |= done
-            return done
+        return self.delete_batch([id]) == 1
 
     def delete_batch(self, ids: Any) -> int:
         """Delete every id of `ids`, each from its shard; returns how many were present.
@@ -551,9 +551,7 @@ class ShardedIndex:
         """
         arr = np.unique(self._check_ids(ids, len(np.asarray(ids).reshape(-1)), distinct=False))
         with self._lock:
-            where = shard_of(arr, len(self._shards))
-            parts = [(i, arr[where == i]) for i in range(len(self._shards))]
-            parts = [(i, p) for i, p in parts if len(p)]
+            parts = [(i, arr[rows]) for i, rows in self._by_shard(arr)]
             counts = self._write(
                 "delete_batch", [(i, "delete_many", (p.tolist(),)) for i, p in parts]
             )
@@ -569,9 +567,7 @@ class ShardedIndex:
         v = self._check_rows(vectors)
         arr = self._check_ids(ids, len(v))
         with self._lock:
-            where = shard_of(arr, len(self._shards))
-            parts = [(i, np.flatnonzero(where == i)) for i in range(len(self._shards))]
-            parts = [(i, rows) for i, rows in parts if len(rows)]
+            parts = self._by_shard(arr)
             self._write(
                 "upsert",
                 [(i, "upsert", (v[rows], arr[rows])) for i, rows in parts],

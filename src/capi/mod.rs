@@ -142,7 +142,8 @@ pub(crate) fn forget_errors(handle: u64) {
 /// `guard` for a call on `handle`: a failure is also kept as that handle's last error.
 pub(crate) fn guard_on(handle: u64, f: impl FnOnce() -> Result<()>) -> i32 {
     let status = guard(f);
-    if status != 0 && handle != 0 {
+    // Only for a handle still open: a closed one's error would never be forgotten.
+    if status != 0 && handle != 0 && get(handle).is_ok() {
         let msg = LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned());
         HANDLE_ERRORS.lock().get_or_insert_with(HashMap::new).insert(handle, (msg, last_errno()));
     }
