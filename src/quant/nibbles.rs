@@ -96,6 +96,9 @@ mod x86 {
     use std::arch::x86_64::*;
 
     x86_code_sets!();
+    // Four calls: the 8-bit codes' interleaved AVX2 kernels were not tried on nibbles.
+    four_calls!(l2_avx2_x4, l2_avx2);
+    four_calls!(dot_avx2_x4, dot_avx2);
 
     /// Masks of a block of `r` dimensions (`r` in 1..=32): its bytes and low nibbles, and its
     /// high nibbles.
