@@ -5,6 +5,7 @@
 #   $(LIBDIR)/libchassis.a                     the static library
 #   $(INCLUDEDIR)/chassis.h                    the header
 #   $(LIBDIR)/pkgconfig/chassis.pc             for `pkg-config --cflags --libs chassis`
+#   $(LIBDIR)/cmake/chassis/                   for CMake's `find_package(chassis)`
 #
 # ABI is CHASSIS_ABI_VERSION of include/chassis.h (bumped only when an old program would
 # misread the library), so the SONAME changes exactly when programs must be rebuilt. Built in a
@@ -39,8 +40,15 @@ install: lib
 	install -m 644 $(OUT)/libchassis.a $(DESTDIR)$(LIBDIR)/libchassis.a
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 		-e 's|@VERSION@|$(VERSION)|' include/chassis.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/chassis.pc
+	install -d $(DESTDIR)$(LIBDIR)/cmake/chassis
+	sed -e 's|@CMAKE_LIBDIR@|$(LIBDIR)|' -e 's|@CMAKE_INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@ABI@|$(ABI)|g' \
+		-e 's|@VERSION@|$(VERSION)|' include/chassis-config.cmake.in > $(DESTDIR)$(LIBDIR)/cmake/chassis/chassis-config.cmake
+	sed -e 's|@VERSION@|$(VERSION)|' include/chassis-config-version.cmake.in \
+		> $(DESTDIR)$(LIBDIR)/cmake/chassis/chassis-config-version.cmake
 
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/chassis.h $(DESTDIR)$(LIBDIR)/$(REAL) \
 		$(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libchassis.so \
-		$(DESTDIR)$(LIBDIR)/libchassis.a $(DESTDIR)$(LIBDIR)/pkgconfig/chassis.pc
+		$(DESTDIR)$(LIBDIR)/libchassis.a $(DESTDIR)$(LIBDIR)/pkgconfig/chassis.pc \
+		$(DESTDIR)$(LIBDIR)/cmake/chassis/chassis-config.cmake \
+		$(DESTDIR)$(LIBDIR)/cmake/chassis/chassis-config-version.cmake

@@ -213,3 +213,71 @@ def test_the_installed_library_builds_a_program_with_pkg_config_alone(tmp_path):
     assert run.returncode == 0, run.stderr
     with chassis.IndexReader(app / "made.chassis") as reader:
         assert len(reader) > 0
+
+
+# CMake ships as a Debian package and as a PyPI wheel; the wheel lands beside this Python.
+CMAKE = shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
+
+
+@needs_c
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("make") and CMAKE),
+    reason="needs Linux, cargo and cc to build the C library and program (and make, cmake)",
+)
+def test_the_installed_library_builds_a_program_with_cmake_find_package(tmp_path):
+    # Oracles: CMake's own resolution (find_package refuses a version this is not compatible
+    # with), the ELF dynamic sections of the two programs (the shared one needs the SONAME,
+    # the static one no libchassis at all), the programs' runs, and this package opening the
+    # files they wrote.
+    prefix = tmp_path / "prefix"
+    subprocess.run(
+        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    abi = re.search(r"#define CHASSIS_ABI_VERSION (\d+)", HEADER.read_text())[1]
+    major_minor = ".".join(chassis.__version__.split(".")[:2])
+    app = tmp_path / "app"
+    app.mkdir()
+    shutil.copy(ROOT / "examples" / "c" / "quickstart.c", app / "app.c")
+    (app / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.10)\n"
+        "project(app C)\n"
+        f"find_package(chassis {major_minor} REQUIRED)\n"
+        "find_package(chassis 99 QUIET)\n"  # a later major version: not this one
+        'if(chassis_FOUND)\n  message(FATAL_ERROR "chassis 99 found")\nendif()\n'
+        f"find_package(chassis {major_minor} REQUIRED)\n"
+        "add_executable(app app.c)\n"
+        "target_link_libraries(app PRIVATE chassis::chassis m)\n"
+        "add_executable(app_static app.c)\n"
+        "target_link_libraries(app_static PRIVATE chassis::static)\n"
+    )
+    build = tmp_path / "build"
+    for cmd in (
+        [CMAKE, "-S", str(app), "-B", str(build), f"-DCMAKE_PREFIX_PATH={prefix}"],
+        [CMAKE, "--build", str(build)],
+    ):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    def needed(program: Path) -> str:
+        return subprocess.run(
+            ["readelf", "-d", str(program)], capture_output=True, text=True, check=True
+        ).stdout
+
+    assert f"Shared library: [libchassis.so.{abi}]" in needed(build / "app")
+    assert "libchassis" not in needed(build / "app_static")
+    for name in ("app", "app_static"):
+        # No LD_LIBRARY_PATH: CMake gives a program built in its tree the imported library's
+        # folder as its run path.
+        run = subprocess.run(
+            [str(build / name), str(tmp_path / f"{name}.chassis")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, (name, run.stderr)
+        with chassis.IndexReader(tmp_path / f"{name}.chassis") as reader:
+            assert len(reader) > 0
