@@ -57,7 +57,8 @@ RUNS: dict[str, str] = {
     "2026-12-03-bench_speed-int8-vm.json": "readme",
     "2026-12-04-bench_speed-int4-vm.json": "docs",
     "2026-12-02-bench_scale-peers-vm.json": "readme",
-    "2026-12-05-bench_speed-all-vm.json": "readme",
+    "2026-12-05-bench_speed-all-vm.json": "docs",
+    "2026-12-05-bench_speed-grouped-avx2-vm.json": "readme",
     "2026-12-05-bench_filters-vm.json": "docs",
 }
 
