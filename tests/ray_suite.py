@@ -30,6 +30,7 @@ from chassis.ray import (
     ShardedIndex,
     ShardFailedError,
     ShardUnavailableError,
+    StaleWriteError,
     shard_of,
 )
 from ray.cluster_utils import Cluster
@@ -382,6 +383,51 @@ def test_an_upsert_one_shard_refuses_leaves_every_shard_as_it_was(cluster, tmp_p
             )
             applied += r.deleted_count()
     assert applied > 0
+    index.close()
+
+
+def test_writes_are_fenced_by_the_rollbacks_sent_around_them(cluster, tmp_path):
+    # Ray runs an actor's tasks on several threads in no set order. Oracles: the shard's own
+    # refusal of a write sent before a rollback (one that timed out, arriving late), and the
+    # shard's ids, then its file opened here after the next flush: exactly the rows written
+    # since, none of the late write's, and a rollback that arrives after the next write
+    # (which ran it already) undoing nothing.
+    data = rows(400, 8, 41)
+    index = ShardedIndex(tmp_path, 8, shards=2)
+    index.add_batch(data[:200])
+    index.flush()
+    actor = index.shard_actors()[0]
+    mine = np.array([i for i in range(1000, 1200) if shard_of([i], 2)[0] == 0], dtype=np.uint64)
+    stale = index._fence
+    index.add_batch(data[200:250], np.arange(200, 250))
+    index.rollback()
+    for late in (
+        actor.add_batch.remote(rows(10, 8, 42), mine[:10], stale),
+        actor.upsert.remote(rows(2, 8, 43), mine[10:12], stale),
+        actor.delete_many.remote([int(i) for i in range(200) if shard_of([i], 2)[0] == 0], stale),
+        actor.flush.remote(stale),
+    ):
+        with pytest.raises(StaleWriteError, match="refused"):
+            ray.get(late)
+    # A write that starts before the rollback sent ahead of it: it runs the rollback first.
+    pending = np.arange(250, 300, dtype=np.uint64)
+    index.add_batch(data[250:300], pending)
+    ahead = index._fence + 1
+    ray.get(actor.add_batch.remote(rows(5, 8, 44), mine[20:25], ahead))
+    ray.get(actor.rollback.remote(ahead))  # the rollback task, late: already done
+    held = set(int(i) for i in ray.get(actor.ids.remote()))
+    assert held.isdisjoint(int(i) for i in pending)
+    assert set(int(i) for i in mine[20:25]) <= held
+    assert held.isdisjoint(int(i) for i in mine[:20])
+    index._fence = ahead  # the driver's own rollback, whose task the write ran
+    index.flush()
+    for s in index.shards:
+        with chassis.IndexReader(s["path"]) as r:
+            got = sorted(int(i) for i in r.ids())
+        want = [i for i in range(200) if shard_of([i], 2)[0] == s["number"]]
+        if s["number"] == 0:
+            want = sorted(want + [int(i) for i in mine[20:25]])
+        assert got == want, s["number"]
     index.close()
 
 

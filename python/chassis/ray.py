@@ -58,6 +58,7 @@ __all__ = [
     "ShardedIndex",
     "ShardFailedError",
     "ShardUnavailableError",
+    "StaleWriteError",
     "shard_of",
     "MANIFEST",
 ]
@@ -70,6 +71,11 @@ _NO_ID = np.uint64(2**64 - 1)
 class ShardFailedError(ChassisError, OSError):
     """A shard's actor died during a write or a flush. The index is as of its last flush on
     every shard (the others were rolled back); the shard restarts by itself."""
+
+
+class StaleWriteError(ShardFailedError):
+    """A write that reached its shard after the index was rolled back since it was sent (it
+    timed out, or a shard failed): refused, so that it cannot land in the next flush."""
 
 
 class ShardUnavailableError(ChassisError, OSError):
@@ -107,6 +113,27 @@ class _Shard:
         # This incarnation: a restarted actor has another, so the driver can tell that the
         # writes it made since the last flush are gone (writes and searches return it).
         self.life = uuid.uuid4().hex
+        # Fencing: every write carries the driver's fence, which each rollback raises. The
+        # actor runs tasks on several threads in no set order, so a write the driver gave up
+        # on (a timeout) may start after the rollback that undid its batch: its older fence is
+        # refused instead of landing in the next flush. And a write may start before the
+        # rollback the driver sent ahead of it: its newer fence runs that rollback first (the
+        # rollback task then finds it done). Writes and rollbacks take turns.
+        self.fence = 0
+        self._writing = threading.Lock()
+
+    def _fenced(self, fence: int, what: str) -> None:
+        """Refuse a write sent before the last rollback; run a rollback sent before this
+        write that has not run yet (the caller holds `_writing`)."""
+        if fence > self.fence:
+            self.index.rollback()
+        elif fence < self.fence:
+            raise StaleWriteError(
+                f"a {what} sent with fence {fence} reached the shard after a rollback raised "
+                f"its fence to {self.fence}: refused\nhelp: nothing to do: the driver gave up "
+                "on this write (it timed out or another shard failed) and rolled the index back"
+            )
+        self.fence = fence
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -117,33 +144,47 @@ class _Shard:
             "life": self.life,
         }
 
-    def add_batch(self, vectors: np.ndarray, ids: np.ndarray) -> tuple[None, str]:
-        self.index.add_batch(vectors, ids=ids)
+    def add_batch(self, vectors: np.ndarray, ids: np.ndarray, fence: int) -> tuple[None, str]:
+        with self._writing:
+            self._fenced(fence, "add_batch")
+            self.index.add_batch(vectors, ids=ids)
         return None, self.life
 
     def present(self, ids: np.ndarray) -> list[int]:
         return [int(i) for i in ids if int(i) in self.index]
 
-    def delete_many(self, ids: Iterable[int]) -> tuple[int, str]:
-        return int(self.index.delete_batch(np.asarray(list(ids), dtype=np.uint64))), self.life
+    def delete_many(self, ids: Iterable[int], fence: int) -> tuple[int, str]:
+        with self._writing:
+            self._fenced(fence, "delete")
+            count = int(self.index.delete_batch(np.asarray(list(ids), dtype=np.uint64)))
+        return count, self.life
 
-    def upsert(self, vectors: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, str]:
+    def upsert(self, vectors: np.ndarray, ids: np.ndarray, fence: int) -> tuple[np.ndarray, str]:
         """Upsert; returns the rows' vectors before it (NaN rows: the id was not there), so
         that the driver can put them back if another shard fails."""
         before = np.full(vectors.shape, np.nan, dtype=np.float32)
-        for r, i in enumerate(ids):
-            v = self.index.get(int(i))
-            if v is not None:
-                before[r] = v
-        self.index.upsert(vectors, ids)
+        with self._writing:
+            self._fenced(fence, "upsert")
+            for r, i in enumerate(ids):
+                v = self.index.get(int(i))
+                if v is not None:
+                    before[r] = v
+            self.index.upsert(vectors, ids)
         return before, self.life
 
-    def flush(self) -> tuple[int, str]:
-        self.index.flush()
-        return int(self.index.snapshot().seq), self.life
+    def flush(self, fence: int) -> tuple[int, str]:
+        with self._writing:
+            self._fenced(fence, "flush")
+            self.index.flush()
+            seq = int(self.index.snapshot().seq)
+        return seq, self.life
 
-    def rollback(self) -> tuple[None, str]:
-        self.index.rollback()
+    def rollback(self, fence: int) -> tuple[None, str]:
+        """Discard the changes since the last flush, and refuse writes sent before `fence`."""
+        with self._writing:
+            if fence > self.fence:  # else a write carrying this fence ran it already
+                self.index.rollback()
+                self.fence = fence
         return None, self.life
 
     def search_batch(self, queries: np.ndarray, k: int, kw: dict[str, Any]):
@@ -259,6 +300,8 @@ class ShardedIndex:
         self._lock = threading.Lock()
         self._max_restarts = max_restarts
         self.timeout = timeout
+        # Raised by each rollback; every write carries it (see `_Shard.fence`).
+        self._fence = 0
         self._round = 0
         manifest = self.root / MANIFEST
         if manifest.exists():
@@ -355,7 +398,7 @@ class ShardedIndex:
         if replicas:
             # The writers created the files; the readers follow them from their first flush.
             if create:
-                self._each("flush")
+                self._each("flush", self._fence)
             for s in self._shards:
                 s.replicas = [
                     _ShardActor.options(**self._actor_options(s.node_id)).remote(
@@ -525,7 +568,7 @@ class ShardedIndex:
                     )
             self._write(
                 "add_batch",
-                [(i, "add_batch", (v[rows], arr[rows])) for i, rows in parts],
+                [(i, "add_batch", (v[rows], arr[rows], self._fence)) for i, rows in parts],
                 undo={i: arr[rows] for i, rows in parts},
             )
             for i, _ in parts:
@@ -553,7 +596,8 @@ class ShardedIndex:
         with self._lock:
             parts = [(i, arr[rows]) for i, rows in self._by_shard(arr)]
             counts = self._write(
-                "delete_batch", [(i, "delete_many", (p.tolist(),)) for i, p in parts]
+                "delete_batch",
+                [(i, "delete_many", (p.tolist(), self._fence)) for i, p in parts],
             )
             for (i, _), c in zip(parts, counts):
                 self._shards[i].dirty |= bool(c)
@@ -570,7 +614,7 @@ class ShardedIndex:
             parts = self._by_shard(arr)
             self._write(
                 "upsert",
-                [(i, "upsert", (v[rows], arr[rows])) for i, rows in parts],
+                [(i, "upsert", (v[rows], arr[rows], self._fence)) for i, rows in parts],
                 restore={i: arr[rows] for i, rows in parts},
             )
             for i, _ in parts:
@@ -622,16 +666,20 @@ class ShardedIndex:
         failed_at = {j for j, _ in failed}
         for j, rows in (undo or {}).items():
             if j not in failed_at:
-                self._wait(self._shards[j].actor.delete_many.remote(rows.tolist()))
+                self._wait(self._shards[j].actor.delete_many.remote(rows.tolist(), self._fence))
         for (j, _, _), before in zip(calls, results):
             if restore is None or j in failed_at:
                 continue
             back = restore[j]
             absent = np.isnan(before).any(axis=1)
             if absent.any():
-                self._wait(self._shards[j].actor.delete_many.remote(back[absent].tolist()))
+                self._wait(
+                    self._shards[j].actor.delete_many.remote(back[absent].tolist(), self._fence)
+                )
             if (~absent).any():
-                self._wait(self._shards[j].actor.upsert.remote(before[~absent], back[~absent]))
+                self._wait(
+                    self._shards[j].actor.upsert.remote(before[~absent], back[~absent], self._fence)
+                )
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         if isinstance(cause, Exception):
             cause.add_note(f"(in shard {i} of {self.root}, {what})")
@@ -644,10 +692,14 @@ class ShardedIndex:
             raise ray.exceptions.RayActorError() from e
 
     def _back_to_last_flush(self, s: _ShardInfo, what: str) -> ChassisError:
-        """Every shard rolled back to its last flush, after `s` lost its unflushed writes."""
+        """Every shard rolled back to its last flush, after `s` lost its unflushed writes.
+
+        The fence goes up first: a write still on its way (one that timed out) is refused
+        when it arrives (see `_Shard.fence`)."""
+        self._fence += 1
         for t in self._shards:
             try:
-                _, t.life = self._wait(t.actor.rollback.remote())
+                _, t.life = self._wait(t.actor.rollback.remote(self._fence))
             except Exception:  # it died too: its restart reopens as of its last flush
                 pass
             t.dirty = t.lost = False
@@ -677,7 +729,7 @@ class ShardedIndex:
                 if w["life"] != s.life:
                     s.lost = s.lost or s.dirty
                     s.life = w["life"]
-            seqs = self._write("flush", [(s.number, "flush", ()) for s in self._shards])
+            seqs = self._write("flush", [(s.number, "flush", (self._fence,)) for s in self._shards])
             for s, q in zip(self._shards, seqs):
                 s.seq, s.dirty = int(q), False
             self._write_manifest()
@@ -687,7 +739,8 @@ class ShardedIndex:
         with self._lock:
             for s in self._shards:
                 s.lost = False
-            self._write("rollback", [(s.number, "rollback", ()) for s in self._shards])
+            self._fence += 1
+            self._write("rollback", [(s.number, "rollback", (self._fence,)) for s in self._shards])
             for s in self._shards:
                 s.dirty = False
 
@@ -866,6 +919,7 @@ class ShardedIndex:
                 "vector_column": vector_column,
                 "id_column": id_column,
                 "counter": counter,
+                "fence": index._fence,
             },
             batch_size=batch_size,
             batch_format="numpy",
@@ -924,6 +978,7 @@ def _route_batch(
     vector_column: str,
     id_column: str | None,
     counter: Any,
+    fence: int,
 ) -> dict[str, np.ndarray]:
     vectors = np.ascontiguousarray(np.stack(list(batch[vector_column])), dtype=np.float32)
     if id_column is None:
@@ -936,7 +991,7 @@ def _route_batch(
     for i, actor in enumerate(actors):
         rows = np.flatnonzero(where == i)
         if len(rows):
-            refs.append(actor.add_batch.remote(vectors[rows], ids[rows]))
+            refs.append(actor.add_batch.remote(vectors[rows], ids[rows], fence))
     ray.get(refs)
     return {"count": np.array([len(vectors)])}
 
