@@ -322,6 +322,34 @@ def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):
     index.close()
 
 
+def test_rows_of_a_dataset_that_a_restarted_shard_lost_fail_the_flush(cluster, tmp_path):
+    # Oracles: the flush's error, each shard's file opened here (every shard at its last
+    # flush, none holding part of the dataset), and rows the driver's checks refuse (NaN)
+    # stored nowhere.
+    data = rows(2000, 8, 51)
+    index = ShardedIndex(tmp_path, 8, shards=2, timeout=60)
+    index.add_batch(data[:100])
+    index.flush()
+    ds = ray.data.from_items([{"id": 5000 + i, "v": data[i]} for i in range(2000)])
+    index.add_dataset(ds, vector_column="v", id_column="id", batch_size=500)
+    assert len(index) == 2100
+    pid = ray.get(index.shard_actors()[1].where.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    _restarted(index, 1, pid)
+    with pytest.raises(ShardFailedError, match="shard 1 "):
+        index.flush()
+    assert len(index) == 100
+    for s, n in zip(index.shards, np.bincount(shard_of(np.arange(100), 2))):
+        with chassis.IndexReader(s["path"]) as r:
+            assert len(r) == n
+    bad = data[:10].copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(chassis.InvalidArgumentError, match="row 3 holds NaN"):
+        index.add_dataset(ray.data.from_items([{"v": b} for b in bad]), vector_column="v")
+    assert len(index) == 100
+    index.close()
+
+
 def test_batch_deletes_and_upserts_go_to_the_shards_of_their_ids(cluster, tmp_path):
     data, new, queries = rows(1200, 8, 21), rows(300, 8, 22), rows(20, 8, 23)
     index = ShardedIndex(tmp_path, 8, shards=3)

@@ -501,42 +501,10 @@ class ShardedIndex:
     # ---- writes
 
     def _check_rows(self, vectors: Any) -> np.ndarray:
-        v = np.asarray(vectors)
-        if v.ndim == 1:
-            v = v[None, :]
-        if v.ndim != 2 or v.shape[1] != self.dimensions:
-            raise chassis.DimensionMismatchError(
-                f"got an array of shape {np.shape(vectors)}; the index has {self.dimensions} "
-                f"dimensions\nhelp: pass an array of shape (n, {self.dimensions})"
-            )
-        v = np.ascontiguousarray(v, dtype=np.float32)  # one conversion, when not float32
-        if not np.isfinite(v).all():
-            row = int(np.argwhere(~np.isfinite(v))[0][0])
-            raise chassis.InvalidArgumentError(
-                f"row {row} holds NaN or infinity\nhelp: remove or fix that row"
-            )
-        return v
+        return _checked_rows(vectors, self.dimensions)
 
     def _check_ids(self, ids: Any, n: int, distinct: bool = True) -> np.ndarray:
-        arr = np.asarray(ids)
-        if arr.shape != (n,) or not (
-            np.issubdtype(arr.dtype, np.integer) and (len(arr) == 0 or arr.min() >= 0)
-        ):
-            raise chassis.InvalidArgumentError(
-                f"ids must be {n} non-negative integers, got shape {arr.shape} of {arr.dtype}\n"
-                "help: pass one id per row"
-            )
-        arr = arr.astype(np.uint64)
-        if (arr == _NO_ID).any():
-            raise chassis.InvalidArgumentError(
-                "id 2**64-1 is reserved\nhelp: use ids below 2**64-1"
-            )
-        uniq, counts = np.unique(arr, return_counts=True)
-        if distinct and (counts > 1).any():
-            raise chassis.IdInUseError(
-                f"id {int(uniq[counts > 1][0])} appears twice in the batch\nhelp: pass distinct ids"
-            )
-        return arr
+        return _checked_ids(ids, n, distinct)
 
     def add(self, vector: Any, id: int | None = None) -> int:
         """Add one vector; returns its id."""
@@ -910,25 +878,84 @@ class ShardedIndex:
                 )
             dimensions = len(np.asarray(first[0][vector_column]))
         index = cls(root, dimensions, options, shards=shards, shared=shared)
-        counter = _Counter.options(num_cpus=0).remote(index._next_id) if id_column is None else None
-        actors = index.shard_actors()
-        ds.map_batches(
-            _route_batch,
-            fn_kwargs={
-                "actors": actors,
-                "vector_column": vector_column,
-                "id_column": id_column,
-                "counter": counter,
-                "fence": index._fence,
-            },
-            batch_size=batch_size,
-            batch_format="numpy",
-            zero_copy_batch=True,
-        ).materialize()
-        stats = index._each("stats")
-        index._next_id = max(index._next_id, 1 + max(s["max_id"] for s in stats))
-        index.flush()
+        try:
+            index.add_dataset(
+                ds, vector_column=vector_column, id_column=id_column, batch_size=batch_size
+            )
+            index.flush()
+        except BaseException:
+            index.close()
+            raise
         return index
+
+    def add_dataset(
+        self,
+        ds: Any,
+        *,
+        vector_column: str,
+        id_column: str | None = None,
+        batch_size: int = 4096,
+    ) -> None:
+        """Add a Ray Dataset's rows: its `map_batches` workers send each batch's rows straight
+        to their shards, in parallel, checked as `add_batch` checks them. Durable at the next
+        `flush()`, like any write; a shard that restarts before then fails that flush
+        (`ShardFailedError`), so no row is committed in some shards and lost in others.
+
+        Without `id_column`, ids are given in blocks by a small counter actor (unique, not in
+        the dataset's order). A batch's error (NaN, an id in use, a shard's refusal) is raised
+        as itself (`InvalidArgumentError`, `IdInUseError`, ...) after every shard went back to
+        its last flush: the batches before it had gone in, and writes since the last flush are
+        discarded with them.
+        """
+        with self._lock:
+            counter = (
+                _Counter.options(num_cpus=0).remote(self._next_id) if id_column is None else None
+            )
+            for s in self._shards:
+                # Every shard may take rows: a restart from here on loses them (see flush).
+                s.dirty = True
+            try:
+                done = ds.map_batches(
+                    _route_batch,
+                    fn_kwargs={
+                        "actors": self.shard_actors(),
+                        "vector_column": vector_column,
+                        "id_column": id_column,
+                        "counter": counter,
+                        "fence": self._fence,
+                        "dimensions": self.dimensions,
+                    },
+                    batch_size=batch_size,
+                    batch_format="numpy",
+                    zero_copy_batch=True,
+                ).materialize()
+            except Exception as e:
+                cause = _chassis_cause(e)
+                if cause is None:
+                    raise
+                raise cause from None
+            # A batch's own error (a check, an id in use, a shard's refusal) comes back as
+            # data, not as a failed task, which Ray Data would retry and then wrap: the
+            # batches before it went in, so every shard goes back to its last flush.
+            errors = [r["error"] for r in done.iter_rows() if r["error"]]
+            if errors:
+                self._fence += 1
+                self._write(
+                    "add_dataset", [(s.number, "rollback", (self._fence,)) for s in self._shards]
+                )
+                for s in self._shards:
+                    s.dirty = False
+                name, _, message = errors[0].partition("\n")
+                cls = getattr(chassis, name, None)
+                if not (isinstance(cls, type) and issubclass(cls, ChassisError)):
+                    cls = ChassisError
+                error = cls(message)
+                error.add_note(
+                    f"(in add_dataset of {self.root}: every shard is back at its last flush)"
+                )
+                raise error
+            stats = self._each("stats")
+            self._next_id = max(self._next_id, 1 + max(st["max_id"] for st in stats))
 
     # ---- life cycle
 
@@ -971,6 +998,58 @@ class _Counter:
         return start
 
 
+def _chassis_cause(e: BaseException) -> ChassisError | None:
+    """The innermost Chassis error an exception from Ray wraps, if any."""
+    found, seen = None, 0
+    while e is not None and seen < 16:
+        if isinstance(e, ChassisError):
+            found = e
+        e = getattr(e, "cause", None) or e.__cause__ or e.__context__
+        seen += 1
+    return found
+
+
+def _checked_rows(vectors: Any, dimensions: int) -> np.ndarray:
+    """`vectors` as a C-contiguous float32 (n, dimensions) array of finite values, or the
+    error a `VectorIndex` gives."""
+    v = np.asarray(vectors)
+    if v.ndim == 1:
+        v = v[None, :]
+    if v.ndim != 2 or v.shape[1] != dimensions:
+        raise chassis.DimensionMismatchError(
+            f"got an array of shape {np.shape(vectors)}; the index has {dimensions} "
+            f"dimensions\nhelp: pass an array of shape (n, {dimensions})"
+        )
+    v = np.ascontiguousarray(v, dtype=np.float32)  # one conversion, when not float32
+    if not np.isfinite(v).all():
+        row = int(np.argwhere(~np.isfinite(v))[0][0])
+        raise chassis.InvalidArgumentError(
+            f"row {row} holds NaN or infinity\nhelp: remove or fix that row"
+        )
+    return v
+
+
+def _checked_ids(ids: Any, n: int, distinct: bool = True) -> np.ndarray:
+    """`ids` as n uint64 ids (distinct ones unless told), or the error a `VectorIndex` gives."""
+    arr = np.asarray(ids)
+    if arr.shape != (n,) or not (
+        np.issubdtype(arr.dtype, np.integer) and (len(arr) == 0 or arr.min() >= 0)
+    ):
+        raise chassis.InvalidArgumentError(
+            f"ids must be {n} non-negative integers, got shape {arr.shape} of {arr.dtype}\n"
+            "help: pass one id per row"
+        )
+    arr = arr.astype(np.uint64)
+    if (arr == _NO_ID).any():
+        raise chassis.InvalidArgumentError("id 2**64-1 is reserved\nhelp: use ids below 2**64-1")
+    uniq, counts = np.unique(arr, return_counts=True)
+    if distinct and (counts > 1).any():
+        raise chassis.IdInUseError(
+            f"id {int(uniq[counts > 1][0])} appears twice in the batch\nhelp: pass distinct ids"
+        )
+    return arr
+
+
 def _route_batch(
     batch: dict[str, np.ndarray],
     *,
@@ -979,21 +1058,32 @@ def _route_batch(
     id_column: str | None,
     counter: Any,
     fence: int,
+    dimensions: int,
 ) -> dict[str, np.ndarray]:
-    vectors = np.ascontiguousarray(np.stack(list(batch[vector_column])), dtype=np.float32)
-    if id_column is None:
-        start = ray.get(counter.take.remote(len(vectors)))
-        ids = np.arange(start, start + len(vectors), dtype=np.uint64)
-    else:
-        ids = np.asarray(batch[id_column]).astype(np.uint64)
+    try:
+        # The driver's checks, here where the rows are (NaN, shape, negative or repeated ids).
+        vectors = _checked_rows(np.stack(list(batch[vector_column])), dimensions)
+        if id_column is None:
+            start = ray.get(counter.take.remote(len(vectors)))
+            ids = np.arange(start, start + len(vectors), dtype=np.uint64)
+        else:
+            ids = _checked_ids(batch[id_column], len(vectors))
+    except ChassisError as e:
+        return {"count": np.array([0]), "error": np.array([f"{type(e).__name__}\n{e}"])}
     where = shard_of(ids, len(actors))
     refs = []
     for i, actor in enumerate(actors):
         rows = np.flatnonzero(where == i)
         if len(rows):
             refs.append(actor.add_batch.remote(vectors[rows], ids[rows], fence))
-    ray.get(refs)
-    return {"count": np.array([len(vectors)])}
+    try:
+        ray.get(refs)
+    except ray.exceptions.RayTaskError as e:
+        cause = _chassis_cause(e)
+        if cause is None:
+            raise
+        return {"count": np.array([0]), "error": np.array([f"{type(cause).__name__}\n{cause}"])}
+    return {"count": np.array([len(vectors)]), "error": np.array([""])}
 
 
 def _merge(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
