@@ -323,23 +323,25 @@ fn backup_and_compact_keep_exactly_the_live_vectors() {
     let b = dir.path().join("b.chassis");
     w.backup(&b, false, &Control::default()).unwrap();
     let r = Index::open(&p, None, None, Mode::Read).unwrap();
-    w.compact(Some(2), &Control::default()).unwrap();
-    assert_eq!(w.deleted_count().unwrap(), 0);
     let live: Vec<u64> = (0..2000).filter(|i| i % 3 != 0).collect();
-    assert_eq!(w.ids().unwrap(), live);
-    assert_eq!(w.user_version(), 77);
-    for &id in &live[..50] {
-        assert_eq!(
-            w.get(id).unwrap().unwrap(),
-            data[id as usize * d..(id as usize + 1) * d].to_vec()
-        );
+    if !common::wine_cannot(common::WINE_COMPACT) {
+        w.compact(Some(2), &Control::default()).unwrap();
+        assert_eq!(w.deleted_count().unwrap(), 0);
+        assert_eq!(w.ids().unwrap(), live);
+        assert_eq!(w.user_version(), 77);
+        for &id in &live[..50] {
+            assert_eq!(
+                w.get(id).unwrap().unwrap(),
+                data[id as usize * d..(id as usize + 1) * d].to_vec()
+            );
+        }
+        assert_eq!(w.add(&data[..d], None).unwrap(), 2000, "default ids go on after the largest");
+        w.flush().unwrap();
+        let report = w.check(&Control::default()).unwrap();
+        assert!(report.corrupt.is_empty() && report.not_finite.is_empty(), "{report:?}");
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(r.len(), 1334, "the reader moved to the compacted file");
     }
-    assert_eq!(w.add(&data[..d], None).unwrap(), 2000, "default ids go on after the largest");
-    w.flush().unwrap();
-    let report = w.check(&Control::default()).unwrap();
-    assert!(report.corrupt.is_empty() && report.not_finite.is_empty(), "{report:?}");
-    std::thread::sleep(std::time::Duration::from_millis(60));
-    assert_eq!(r.len(), 1334, "the reader moved to the compacted file");
     let bk = Index::open(&b, None, None, Mode::Read).unwrap();
     assert_eq!(bk.ids().unwrap(), live);
     assert_eq!(bk.user_version(), 77);

@@ -241,13 +241,15 @@ fn training_from_a_sample_compaction_and_memory_copies_keep_the_codes_right() {
     for id in (0..n as u64).step_by(2) {
         idx.delete(id).unwrap();
     }
-    idx.compact(Some(1), &Control::default()).unwrap();
-    assert!(idx.is_trained());
-    let report = idx.check(&Control::default()).unwrap();
-    assert!(
-        report.corrupt.is_empty() && report.clipped == 0,
-        "learned from the live rows: {report:?}"
-    );
+    if !common::wine_cannot(common::WINE_COMPACT) {
+        idx.compact(Some(1), &Control::default()).unwrap();
+        assert!(idx.is_trained());
+        let report = idx.check(&Control::default()).unwrap();
+        assert!(
+            report.corrupt.is_empty() && report.clipped == 0,
+            "learned from the live rows: {report:?}"
+        );
+    }
     let q = &data[7 * d..8 * d];
     let hits = idx.search(q, 3, Some(64)).unwrap();
     assert_eq!(hits[0].id, 7);
@@ -377,6 +379,9 @@ fn a_codes_only_index_returns_the_distances_of_what_its_codes_stand_for() {
         let before = idx.search(q, 10, Some(64)).unwrap();
         assert_eq!(reader.search(q, 10, Some(64)).unwrap(), before);
         drop(reader);
+        if common::wine_cannot(common::WINE_COMPACT) {
+            continue;
+        }
         for id in (0..n as u64).filter(|id| id % 2 == 1) {
             idx.delete(id).unwrap();
         }
@@ -420,7 +425,11 @@ fn whole_huge_pages_of_codes_are_asked_for_as_vectors_are() {
     let snap = idx.snap();
     let pieces = snap.st.vector_pieces(0, n as u64);
     let first = snap.st.code_ptr(1024) as usize; // segment 1's first code
-    assert_eq!(first % HUGE_PAGE as usize, 0, "the codes area starts on a huge page");
+    if cfg!(unix) {
+        // Unix maps a file 2 MiB-aligned; Windows where it likes (docs/platforms.md), so
+        // there only the pieces below, at offsets from the mapping's start, are checked.
+        assert_eq!(first % HUGE_PAGE as usize, 0, "the codes area starts on a huge page");
+    }
     assert!(
         pieces.iter().any(|&(p, len)| p == first && len == HUGE_PAGE as usize),
         "the codes' whole huge page is asked for: {pieces:x?}"

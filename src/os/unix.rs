@@ -35,6 +35,11 @@ pub fn physical_memory() -> Option<u64> {
     })
 }
 
+/// None: Wine runs Windows programs, and this is not one (see the Windows `wine_version`).
+pub fn wine_version() -> Option<String> {
+    None
+}
+
 /// Memory this process could give an index now: the system's MemAvailable (free memory and
 /// reclaimable cache, /proc/meminfo), or less where the process's memory cgroup (v1 or v2)
 /// has a lower limit. Linux; None elsewhere or where neither can be read.

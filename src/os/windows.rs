@@ -16,6 +16,7 @@ use windows_sys::Win32::Storage::FileSystem::{
     LockFileEx, UnlockFileEx, BY_HANDLE_FILE_INFORMATION, FILE_ID_INFO, FILE_READ_ATTRIBUTES,
     LOCKFILE_EXCLUSIVE_LOCK, LOCKFILE_FAIL_IMMEDIATELY,
 };
+use windows_sys::Win32::System::LibraryLoader::{GetModuleHandleW, GetProcAddress};
 use windows_sys::Win32::System::SystemInformation::{
     GetSystemInfo, GlobalMemoryStatusEx, MEMORYSTATUSEX, SYSTEM_INFO,
 };
@@ -46,6 +47,36 @@ pub fn physical_memory() -> Option<u64> {
         let ok = unsafe { GlobalMemoryStatusEx(&mut st) };
         (ok != 0 && st.ullTotalPhys > 0).then_some(st.ullTotalPhys)
     })
+}
+
+/// The version of Wine running this process (ntdll's `wine_get_version`, which Windows' own
+/// ntdll lacks), asked once; None on Windows itself. Tests leave out what Wine does differently
+/// from Windows (docs/platforms.md, "What Wine cannot show") only where this answers.
+pub fn wine_version() -> Option<String> {
+    static WINE: OnceLock<Option<String>> = OnceLock::new();
+    WINE.get_or_init(|| {
+        let name: Vec<u16> = "ntdll.dll".encode_utf16().chain(std::iter::once(0)).collect();
+        // SAFETY: a NUL-terminated wide name. ntdll is loaded in every process, and
+        // GetModuleHandleW takes no reference that would need releasing.
+        let ntdll = unsafe { GetModuleHandleW(name.as_ptr()) };
+        if ntdll.is_null() {
+            return None;
+        }
+        // SAFETY: a module handle from above and a NUL-terminated name.
+        let f = unsafe { GetProcAddress(ntdll, c"wine_get_version".as_ptr().cast()) }?;
+        // SAFETY: Wine declares `const char *wine_get_version(void)`; on x86_64 its C calling
+        // convention is the system's. It returns a static NUL-terminated string.
+        let version = unsafe {
+            let get = std::mem::transmute::<
+                unsafe extern "system" fn() -> isize,
+                unsafe extern "system" fn() -> *const std::ffi::c_char,
+            >(f);
+            let p = get();
+            (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+        };
+        Some(version.unwrap_or_default())
+    })
+    .clone()
 }
 
 // ---------------------------------------------------------------------- files

@@ -31,6 +31,17 @@ pub fn rand_vecs(n: usize, d: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// What a compaction cannot show under Wine: it renames the new file over the open index, which
+/// Windows allows with POSIX rename semantics and Wine refuses ("Access denied").
+pub const WINE_COMPACT: &str = "compact renames over the open index (no POSIX rename in Wine)";
+
+/// Under Wine: print what the test cannot show there (`.ci/cross` counts these lines) and
+/// answer true, so that the test leaves that part out (docs/platforms.md, "What Wine cannot
+/// show"). False everywhere else, Windows included.
+pub fn wine_cannot(what: &str) -> bool {
+    chassis::os::wine_version().inspect(|v| println!("skipped under Wine {v}: {what}")).is_some()
+}
+
 pub fn get(b: &[u8], at: usize, width: usize) -> u64 {
     let mut v = [0u8; 8];
     v[..width].copy_from_slice(&b[at..at + width]);
