@@ -52,3 +52,4 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libchassis.a $(DESTDIR)$(LIBDIR)/pkgconfig/chassis.pc \
 		$(DESTDIR)$(LIBDIR)/cmake/chassis/chassis-config.cmake \
 		$(DESTDIR)$(LIBDIR)/cmake/chassis/chassis-config-version.cmake
+	-rmdir $(DESTDIR)$(LIBDIR)/cmake/chassis $(DESTDIR)$(LIBDIR)/cmake $(DESTDIR)$(LIBDIR)/pkgconfig 2>/dev/null

@@ -15,8 +15,9 @@ use std::sync::OnceLock;
 /// (f32: 4 bytes, f16: 2 bytes); the CPU must have the kernel's features.
 pub type Kernel = unsafe fn(*const f32, *const u8, usize) -> f32;
 
-/// `kernel4(query, [stored; 4], dims)`: four distances in one pass over the query, each
-/// bitwise equal to the one `Kernel` gives (same operations in the same order per vector).
+/// `kernel4(query, [stored; 4], dims)`: four distances, each bitwise equal to the one `Kernel`
+/// gives (same operations in the same order per vector), the query read once per pass (AVX2
+/// makes two passes, the others one).
 /// Loads from four stored vectors are interleaved, so their cache misses overlap (a long
 /// vector is only partly prefetched: ADR-0015 asks for its first lines).
 ///
@@ -327,9 +328,11 @@ pub(crate) mod x86 {
     /// steps, which also go to accumulator 0) and then 2 and 3, each accumulator taking the
     /// same values in the same order as in `avx2_kernel`. Within a pass the four vectors'
     /// loads are interleaved, so their misses on the lines past the prefetched ones overlap
-    /// (four calls, one vector after the other, were 0.89-0.93x as fast: the search-path record).
+    /// (four calls, one vector after the other, were 0.93-0.95x as fast: the search-path record).
     macro_rules! avx2_kernel4 {
         ($name:ident, $load:ident, $elem:expr, $tail:path, $op:ident) => {
+            /// # Safety
+            /// See [`Kernel4`](super::Kernel4).
             #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn $name(q: *const f32, v: &[*const u8; 4], n: usize) -> [f32; 4] {
                 let load = $load;
@@ -547,13 +550,14 @@ mod neon {
         let h: uint16x4_t = vld1_u16((v as *const u16).add(i));
         let out: float32x4_t;
         // SAFETY: a register-to-register conversion: reads `h`, writes `out`, touches no
-        // memory, stack or flags.
+        // memory or stack (a signalling NaN may set FPSR's invalid-operation flag, so the
+        // flags are not declared preserved).
         unsafe {
             std::arch::asm!(
                 "fcvtl {o:v}.4s, {h:v}.4h",
                 h = in(vreg) h,
                 o = lateout(vreg) out,
-                options(pure, nomem, nostack, preserves_flags)
+                options(pure, nomem, nostack)
             );
         }
         out
@@ -573,6 +577,8 @@ mod neon {
     /// as f32, `$elem` is the stored element's size.
     macro_rules! neon_kernel {
         ($name:ident, $load:ident, $elem:expr, $step:ident, $tail:path) => {
+            /// # Safety
+            /// See [`Kernel`](super::Kernel).
             unsafe fn $name(q: *const f32, v: *const u8, n: usize) -> f32 {
                 let mut a = [vdupq_n_f32(0.0); 4];
                 let mut i = 0;
@@ -594,6 +600,8 @@ mod neon {
     /// make the vectors' misses overlap (as AVX2's grouped kernels, which were measured).
     macro_rules! neon_kernel4 {
         ($name:ident, $load:ident, $elem:expr, $step:ident, $tail:path) => {
+            /// # Safety
+            /// See [`Kernel4`](super::Kernel4).
             unsafe fn $name(q: *const f32, v: &[*const u8; 4], n: usize) -> [f32; 4] {
                 let mut a = [[vdupq_n_f32(0.0); 4]; 4];
                 let mut i = 0;

@@ -238,7 +238,14 @@ def test_the_installed_library_builds_a_program_with_cmake_find_package(tmp_path
         capture_output=True,
     )
     abi = re.search(r"#define CHASSIS_ABI_VERSION (\d+)", HEADER.read_text())[1]
-    major_minor = ".".join(chassis.__version__.split(".")[:2])
+    major, minor = (int(x) for x in chassis.__version__.split(".")[:2])
+    major_minor = f"{major}.{minor}"
+    # Versions this one does not satisfy: a later major one, and, while the major version is
+    # 0, another minor one (Semantic Versioning's rule for 0.x).
+    refused = [f"{major + 99}"] + (
+        [f"0.{minor + 1}", f"0.{max(minor - 1, 0)}.99"] if major == 0 else []
+    )
+    refused = [v for v in refused if v != chassis.__version__]
     app = tmp_path / "app"
     app.mkdir()
     shutil.copy(ROOT / "examples" / "c" / "quickstart.c", app / "app.c")
@@ -246,9 +253,12 @@ def test_the_installed_library_builds_a_program_with_cmake_find_package(tmp_path
         "cmake_minimum_required(VERSION 3.10)\n"
         "project(app C)\n"
         f"find_package(chassis {major_minor} REQUIRED)\n"
-        "find_package(chassis 99 QUIET)\n"  # a later major version: not this one
-        'if(chassis_FOUND)\n  message(FATAL_ERROR "chassis 99 found")\nendif()\n'
-        f"find_package(chassis {major_minor} REQUIRED)\n"
+        + "".join(
+            f"find_package(chassis {v} QUIET)\n"
+            f'if(chassis_FOUND)\n  message(FATAL_ERROR "chassis {v} found")\nendif()\n'
+            for v in refused
+        )
+        + f"find_package(chassis {major_minor} REQUIRED)\n"
         "add_executable(app app.c)\n"
         "target_link_libraries(app PRIVATE chassis::chassis m)\n"
         "add_executable(app_static app.c)\n"

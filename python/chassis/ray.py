@@ -73,7 +73,7 @@ class ShardFailedError(ChassisError, OSError):
     every shard (the others were rolled back); the shard restarts by itself."""
 
 
-class StaleWriteError(ShardFailedError):
+class StaleWriteError(ChassisError, OSError):
     """A write that reached its shard after the index was rolled back since it was sent (it
     timed out, or a shard failed): refused, so that it cannot land in the next flush."""
 
@@ -150,8 +150,12 @@ class _Shard:
             self.index.add_batch(vectors, ids=ids)
         return None, self.life
 
-    def present(self, ids: np.ndarray) -> list[int]:
-        return [int(i) for i in ids if int(i) in self.index]
+    def present(self, ids: np.ndarray, fence: int) -> list[int]:
+        # Fenced as a write: a rollback sent before it, not run yet, must not leave rows of a
+        # write the driver gave up on to be found in use.
+        with self._writing:
+            self._fenced(fence, "present")
+            return [int(i) for i in ids if int(i) in self.index]
 
     def delete_many(self, ids: Iterable[int], fence: int) -> tuple[int, str]:
         with self._writing:
@@ -523,7 +527,10 @@ class ShardedIndex:
             parts = self._by_shard(arr)
             if ids is not None:
                 # Ids in use anywhere: each shard asked about its own.
-                refs = [self._shards[i].actor.present.remote(arr[rows]) for i, rows in parts]
+                refs = [
+                    self._shards[i].actor.present.remote(arr[rows], self._fence)
+                    for i, rows in parts
+                ]
                 used = [
                     u
                     for found in self._get(refs, "add_batch", [i for i, _ in parts])
@@ -632,22 +639,28 @@ class ShardedIndex:
         # An ordinary error in a shard (disk full, ...): the batch's rows out of the others.
         i, e = failed[0]
         failed_at = {j for j, _ in failed}
+
+        def undo_on(j: int, ref: Any) -> None:
+            # An undo that times out may still land later: the rollback raises the fence first,
+            # so that it is refused then, and leaves every shard as of its last flush.
+            try:
+                self._wait(ref)
+            except ray.exceptions.RayError:
+                raise self._back_to_last_flush(self._shards[j], what) from None
+
         for j, rows in (undo or {}).items():
             if j not in failed_at:
-                self._wait(self._shards[j].actor.delete_many.remote(rows.tolist(), self._fence))
+                undo_on(j, self._shards[j].actor.delete_many.remote(rows.tolist(), self._fence))
         for (j, _, _), before in zip(calls, results):
             if restore is None or j in failed_at:
                 continue
             back = restore[j]
             absent = np.isnan(before).any(axis=1)
+            actor = self._shards[j].actor
             if absent.any():
-                self._wait(
-                    self._shards[j].actor.delete_many.remote(back[absent].tolist(), self._fence)
-                )
+                undo_on(j, actor.delete_many.remote(back[absent].tolist(), self._fence))
             if (~absent).any():
-                self._wait(
-                    self._shards[j].actor.upsert.remote(before[~absent], back[~absent], self._fence)
-                )
+                undo_on(j, actor.upsert.remote(before[~absent], back[~absent], self._fence))
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         if isinstance(cause, Exception):
             cause.add_note(f"(in shard {i} of {self.root}, {what})")

@@ -3,9 +3,9 @@
 //! its `step`), `dot(q, code, n) = sum q[i] * code[i]` (the query's `w = q * step`).
 //!
 //! Each code is widened to f32 and met by one fused multiply-add (dot), or two (l2): the
-//! arithmetic of a float distance on a quarter of the bytes. On AVX-512 the grouped kernels
-//! interleave four codes (a search computes its distances to codes four at a time: see
-//! `graph::code_group_min_bytes`); elsewhere they are four calls. One set is chosen at run
+//! arithmetic of a float distance on a quarter of the bytes. On AVX-512 and AVX2 the grouped
+//! kernels interleave four codes (a search computes its distances to codes four at a time: see
+//! `graph::code_group_min_bytes`); elsewhere (NEON, 4-bit codes on AVX2) they are four calls. One set is chosen at run
 //! time, as for float vectors (`crate::distance`), and `CHASSIS_KERNEL` forces a lower level.
 
 use crate::distance::{Kernel, Kernel4};
@@ -348,10 +348,12 @@ mod x86 {
     /// `avx2_codes` over four codes at once, bitwise its single kernel per code: two passes
     /// (accumulators 0 and 1 with the 8-value steps, then 2 and 3; four codes' four
     /// accumulators would not fit AVX2's 16 registers), the four codes' steps interleaved
-    /// within a pass as `crate::distance`'s AVX2 grouped kernels do (four calls were 0.93-0.95x
+    /// within a pass as `crate::distance`'s AVX2 grouped kernels do (four calls were 0.92-0.93x
     /// as fast on MiniLM: the quantization record).
     macro_rules! avx2_codes4 {
         ($name:ident, $step:ident, $tail:path) => {
+            /// # Safety
+            /// See [`CodeKernels`](super::CodeKernels).
             #[target_feature(enable = "avx2,fma")]
             unsafe fn $name(q: *const f32, c: &[*const u8; 4], n: usize) -> [f32; 4] {
                 let main = n / 32 * 32;
