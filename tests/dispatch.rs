@@ -36,12 +36,12 @@ fn the_kernels_in_use_are_the_ones_this_platform_chooses() {
         _ => available[0],
     };
     assert_eq!(float, want, "the best available level, or the one CHASSIS_KERNEL names");
-    // One feature check for both: the code kernels run at the float kernels' level.
+    // One feature check for both: the code kernels run at the float kernels' level; 4-bit
+    // codes too where `quant::nibbles` has a body for it, else scalar (NEON, for now).
     assert_eq!(codes, float);
+    assert!(nibbles == float || nibbles == "scalar", "4-bit codes at {nibbles}");
     if cfg!(target_arch = "aarch64") {
         assert_eq!(available, ["neon", "scalar"], "NEON is the aarch64 baseline");
-        // 4-bit codes have no NEON body (`quant::nibbles`): scalar at every level there.
-        assert_eq!(nibbles, "scalar");
         assert_eq!(info.arch, "aarch64");
         let policy = if cfg!(target_vendor = "apple") { "apple" } else { "aarch64" };
         if std::env::var_os("CHASSIS_PREFETCH_LINES").is_none() {
