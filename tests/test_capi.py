@@ -160,6 +160,18 @@ def test_header_statuses_are_the_python_exception_codes():
     assert defines["OK"] == 0 and defines["INTERRUPTED"] == 16
 
 
+def make_install(tmp_path: Path) -> Path:
+    """`make install` of a debug build into a fresh prefix under `tmp_path`; the prefix."""
+    prefix = tmp_path / "prefix"
+    subprocess.run(
+        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return prefix
+
+
 @needs_c
 @pytest.mark.slow
 @pytest.mark.skipif(
@@ -169,13 +181,7 @@ def test_header_statuses_are_the_python_exception_codes():
 def test_the_installed_library_builds_a_program_with_pkg_config_alone(tmp_path):
     # Oracles: the files `make install` laid out, the ELF dynamic sections (SONAME, NEEDED),
     # the program's run, and this package opening the file the program wrote.
-    prefix = tmp_path / "prefix"
-    subprocess.run(
-        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+    prefix = make_install(tmp_path)
     lib = prefix / "lib"
     abi = re.search(r"#define CHASSIS_ABI_VERSION (\d+)", HEADER.read_text())[1]
     assert (lib / "libchassis.so").resolve().name == f"libchassis.so.{abi}.{chassis.__version__}"
@@ -230,13 +236,7 @@ def test_the_installed_library_builds_a_program_with_cmake_find_package(tmp_path
     # with), the ELF dynamic sections of the two programs (the shared one needs the SONAME,
     # the static one no libchassis at all), the programs' runs, and this package opening the
     # files they wrote.
-    prefix = tmp_path / "prefix"
-    subprocess.run(
-        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
+    prefix = make_install(tmp_path)
     abi = re.search(r"#define CHASSIS_ABI_VERSION (\d+)", HEADER.read_text())[1]
     major, minor = (int(x) for x in chassis.__version__.split(".")[:2])
     major_minor = f"{major}.{minor}"
