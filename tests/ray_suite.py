@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -298,6 +299,112 @@ def test_replicas_serve_searches_and_see_each_flush(cluster, tmp_path):
     want, _ = exact(data, np.arange(1500, dtype=np.uint64), queries, 5)
     assert np.array_equal(index.search_batch(queries, 5, ef=1500)[0], want)
     index.close()
+
+
+@ray.remote
+def _search_through(searcher, queries, k, ef):
+    return searcher.search_batch(queries, k, ef=ef)
+
+
+@ray.remote(num_cpus=0)
+class _Service:
+    """Stands in for a Ray Serve replica: holds a searcher, answers queries."""
+
+    def __init__(self, searcher):
+        self.searcher = searcher
+
+    def answer(self, queries, k):
+        return self.searcher.search_batch(queries, k, ef=2000), len(self.searcher)
+
+
+def test_a_pickled_searcher_answers_in_tasks_and_services(cluster, tmp_path):
+    # Oracles: brute force over the flushed rows; the index's own answers; pickle itself.
+    data, queries = rows(2000, 8, 41), rows(30, 8, 42)
+    index = ShardedIndex(tmp_path, 8, shards=3)
+    ids = index.add_batch(data)
+    index.flush()
+    with pytest.raises(TypeError, match="searcher"):
+        pickle.dumps(index)
+    searcher = index.searcher()
+    again = pickle.loads(pickle.dumps(searcher))
+    assert len(again) == 2000 and 7 in again and np.array_equal(again.get(7), data[7])
+    assert not hasattr(searcher, "add_batch") and not hasattr(searcher, "flush")
+
+    want, want_d = exact(data, ids, queries, 10)
+    # Several tasks at once, each with its own copy of the handle.
+    results = ray.get([_search_through.remote(searcher, queries, 10, 2000) for _ in range(4)])
+    for got, dist in results:
+        assert np.array_equal(got, want)
+        np.testing.assert_allclose(dist, want_d, rtol=1e-4)
+    service = _Service.remote(searcher)
+    (got, _), count = ray.get(service.answer.remote(queries, 10))
+    assert np.array_equal(got, want) and count == 2000
+    # Without replicas it searches the writers, as the index does: unflushed rows too.
+    extra = rows(1, 8, 43)
+    index.add_batch(extra, ids=[5000])
+    (got, _), count = ray.get(service.answer.remote(extra, 1))
+    assert got[0, 0] == 5000 and count == 2001
+    index.close()
+    with pytest.raises(ShardUnavailableError):
+        ray.get(service.answer.remote(queries, 10))
+    with pytest.raises(chassis.IndexClosedError):
+        index.searcher()
+
+
+def test_searches_go_round_every_replica_of_every_shard(cluster, tmp_path):
+    # With as many replicas as shards, each shard used to hit the same replica every time.
+    # Oracle: the searches each replica's actor counted, and brute force.
+    data, queries = rows(600, 8, 44), rows(10, 8, 45)
+    index = ShardedIndex(tmp_path, 8, shards=2, replicas=2)
+    index.add_batch(data)
+    index.flush()
+    searcher = index.searcher()
+    want, _ = exact(data, np.arange(600, dtype=np.uint64), queries, 5)
+    for handle in (index, searcher):
+        for _ in range(6):
+            assert np.array_equal(handle.search_batch(queries, 5, ef=600)[0], want)
+    counts = [ray.get(r.stats.remote())["searches"] for s in index._shards for r in s.replicas]
+    assert len(counts) == 4 and min(counts) >= 2, counts
+    index.close()
+
+
+def test_compact_and_backup_cover_every_shard(cluster, tmp_path):
+    # Oracles: a dict of what each id holds, brute force over it, each shard's file opened
+    # here, and the backup opened as an index of its own.
+    data, new, queries = rows(3000, 8, 46), rows(200, 8, 47), rows(20, 8, 48)
+    index = ShardedIndex(tmp_path / "idx", 8, shards=3)
+    index.add_batch(data)
+    gone = np.arange(0, 3000, 3, dtype=np.uint64)
+    index.flush()
+    assert index.delete_batch(gone) == 1000
+    index.compact()  # flushes the deletes first
+    want = {i: data[i] for i in range(3000) if i % 3}
+    for s in index.shards:
+        with chassis.IndexReader(s["path"]) as r:
+            assert r.deleted_count() == 0
+            assert sorted(int(i) for i in r.ids()) == sorted(
+                i for i in want if shard_of([i], 3)[0] == s["number"]
+            )
+    live = np.array(sorted(want), dtype=np.uint64)
+    truth, _ = exact(np.stack([want[int(i)] for i in live]), live, queries, 10)
+    assert np.array_equal(index.search_batch(queries, 10, ef=3000)[0], truth)
+
+    index.add_batch(new, ids=np.arange(5000, 5200))  # in the backup: it flushes first
+    index.backup(tmp_path / "copy")
+    want.update({5000 + i: v for i, v in enumerate(new)})
+    index.add_batch(rows(5, 8, 49), ids=np.arange(9000, 9005))
+    index.flush()  # after the backup: not in it
+    with pytest.raises(chassis.InvalidArgumentError):
+        index.backup(tmp_path / "idx")
+    index.close()
+
+    copy = ShardedIndex.open(tmp_path / "copy")
+    assert np.array_equal(copy.ids(), np.array(sorted(want), dtype=np.uint64))
+    live = copy.ids()
+    truth, _ = exact(np.stack([want[int(i)] for i in live]), live, queries, 10)
+    assert np.array_equal(copy.search_batch(queries, 10, ef=3000)[0], truth)
+    assert all(Path(s["path"]).parent == (tmp_path / "copy").resolve() for s in copy.shards)
+    copy.close()
 
 
 def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):

@@ -56,6 +56,7 @@ from chassis import ChassisError, IndexOptions, IndexReader, SearchResult, Vecto
 
 __all__ = [
     "ShardedIndex",
+    "ShardedSearcher",
     "ShardFailedError",
     "ShardUnavailableError",
     "StaleWriteError",
@@ -121,6 +122,8 @@ class _Shard:
         # rollback task then finds it done). Writes and rollbacks take turns.
         self.fence = 0
         self._writing = threading.Lock()
+        # Searches this incarnation answered (`stats`): how the reads spread over replicas.
+        self.searches = 0
 
     def _fenced(self, fence: int, what: str) -> None:
         """Refuse a write sent before the last rollback; run a rollback sent before this
@@ -191,8 +194,23 @@ class _Shard:
                 self.fence = fence
         return None, self.life
 
+    def compact(self, fence: int, threads: int | None) -> tuple[int, str]:
+        with self._writing:
+            self._fenced(fence, "compact")
+            self.index.compact(threads=threads)
+            seq = int(self.index.snapshot().seq)
+        return seq, self.life
+
+    def backup(self, path: str, overwrite: bool, fence: int) -> tuple[None, str]:
+        with self._writing:
+            self._fenced(fence, "backup")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.index.backup(path, overwrite=overwrite)
+        return None, self.life
+
     def search_batch(self, queries: np.ndarray, k: int, kw: dict[str, Any]):
         ids, dist = self.index.search_batch(queries, k, **kw)
+        self.searches += 1
         return ids, dist, self.life
 
     def stats(self) -> dict[str, int]:
@@ -201,6 +219,7 @@ class _Shard:
             "len": len(self.index),
             "max_id": int(ids.max()) if len(ids) else -1,
             "seq": int(self.index.snapshot().seq),
+            "searches": self.searches,
         }
 
     def length(self) -> int:
@@ -253,7 +272,171 @@ class _ShardInfo:
 # ---------------------------------------------------------------- the index
 
 
-class ShardedIndex:
+class _Reads:
+    """The reads of a sharded index, shared by `ShardedIndex` (the writer's handle) and
+    `ShardedSearcher` (read-only, picklable): the shards, how to reach them, and how their
+    errors are reported."""
+
+    root: Path
+    dimensions: int
+    timeout: float | None
+    shared: bool
+    _shards: list[_ShardInfo]
+    _round: int
+
+    def _point_reader(self, s: _ShardInfo) -> Any:
+        """The actor that answers `len`, `in`, `get` and `ids` for shard `s`."""
+        return self._reader(s, self._next_round())
+
+    def _saw(self, s: _ShardInfo, life: str) -> None:
+        """A search's answer from the writer of `s` in incarnation `life`."""
+
+    def _next_round(self) -> int:
+        self._round += 1
+        return self._round
+
+    def _reader(self, s: _ShardInfo, turn: int) -> Any:
+        """The actor that searches shard `s` in this round: its writer, or one of its replicas
+        in turn. Shards start from different replicas, so that every replica serves whatever
+        the number of shards and replicas."""
+        if not s.replicas:
+            return s.actor
+        return s.replicas[(turn + s.number) % len(s.replicas)]
+
+    def _check_rows(self, vectors: Any) -> np.ndarray:
+        return _checked_rows(vectors, self.dimensions)
+
+    def _get(self, refs: list[Any], what: str, shards: list[int] | None) -> list[Any]:
+        """`ray.get` of calls to `shards` (None: all, in order), their errors made plain: a
+        shard's own exception re-raised with the shard named, an unreachable shard reported."""
+        if shards is None:
+            shards = list(range(len(self._shards)))
+        try:
+            return ray.get(refs, timeout=self.timeout)
+        except ray.exceptions.GetTimeoutError as e:
+            raise self._unavailable(shards[0], what, e) from None
+        except ray.exceptions.RayTaskError as e:
+            i = self._which(refs, shards)
+            cause = e.cause if isinstance(e.cause, BaseException) else e
+            if isinstance(cause, Exception):
+                cause.add_note(f"(in shard {i} of {self.root}, {what})")
+            raise cause from None
+        except ray.exceptions.RayError as e:  # died, unschedulable (its node left), ...
+            i = self._which(refs, shards)
+            raise self._unavailable(i, what, e) from None
+
+    def _which(self, refs: list[Any], shards: list[int]) -> int:
+        """The first shard whose call failed."""
+        for ref, i in zip(refs, shards):
+            try:
+                ray.get(ref, timeout=self.timeout)
+            except Exception:
+                return i
+        return shards[0] if shards else -1
+
+    def _unavailable(self, i: int, what: str, e: Exception) -> Exception:
+        s = self._shards[i]
+        alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
+        if not alive.get(s.node_id, False) and not self.shared:
+            return ShardUnavailableError(
+                f"shard {i} ({s.path}) is on node {s.node_id[:12]}, which left the cluster; "
+                f"{what} cannot reach it\nhelp: bring that machine back and open the index "
+                "again (ShardedIndex.open finds each shard's file on whichever node has it), or "
+                "keep shards on a shared path (shared=True)"
+            )
+        return ShardUnavailableError(
+            f"shard {i} ({s.path}) could not be reached for {what}: {type(e).__name__}\n"
+            "help: retry; Ray restarts a shard that died (max_restarts)"
+        )
+
+    def search_batch(
+        self,
+        queries: Any,
+        k: int = 10,
+        allowed: Any = None,
+        excluded: Any = None,
+        *,
+        ef: int | None = None,
+        rerank: int | None = None,
+        threads: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Search every shard and merge each query's top k exactly (ties by id).
+
+        Returns ids and distances of shape (nq, k), padded with 2**64-1 and infinity.
+        """
+        q = self._check_rows(queries)
+        if not isinstance(k, int) or k < 1:
+            raise chassis.InvalidArgumentError(f"k={k!r}\nhelp: pass k >= 1")
+        kw: dict[str, Any] = {"ef": ef, "rerank": rerank, "threads": threads}
+        n = len(self._shards)
+        allow = None if allowed is None else np.asarray(allowed, dtype=np.uint64).ravel()
+        allow_at = None if allow is None else shard_of(allow, n)
+        excl = None if excluded is None else np.asarray(excluded, dtype=np.uint64).ravel()
+        excl_at = None if excl is None else shard_of(excl, n)
+        # Large batches go once through the object store (every shard reads the same copy);
+        # small ones travel inline with each call, which saves the store's round trip.
+        qref = ray.put(q) if q.nbytes > 64 * 1024 else q
+        refs, used = [], []
+        turn = self._next_round()
+        for s in self._shards:
+            skw = dict(kw)
+            if allow is not None:
+                mine = allow[allow_at == s.number]
+                if len(mine) == 0:
+                    continue  # nothing it holds is allowed
+                skw["allowed"] = mine
+            if excl is not None:
+                skw["excluded"] = excl[excl_at == s.number]
+            refs.append(self._reader(s, turn).search_batch.remote(qref, k, skw))
+            used.append(s.number)
+        got = self._get(refs, "search_batch", used)
+        parts = []
+        for i, (ids, dist, life) in zip(used, got):
+            self._saw(self._shards[i], life)
+            parts.append((ids, dist))
+        if not parts:
+            return np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
+        return _merge(parts, k)
+
+    def search(
+        self,
+        query: Any,
+        k: int = 10,
+        allowed: Any = None,
+        excluded: Any = None,
+        *,
+        ef: int | None = None,
+        rerank: int | None = None,
+    ) -> list[SearchResult]:
+        """The k nearest to one query, as `SearchResult`s (nearest first)."""
+        ids, dist = self.search_batch(
+            np.asarray(query)[None, :], k, allowed, excluded, ef=ef, rerank=rerank
+        )
+        return [SearchResult(int(i), float(d)) for i, d in zip(ids[0], dist[0]) if i != _NO_ID]
+
+    def __len__(self) -> int:
+        refs = [self._point_reader(s).length.remote() for s in self._shards]
+        return int(sum(self._get(refs, "len", None)))
+
+    def __contains__(self, id: object) -> bool:
+        if not isinstance(id, int | np.integer) or id < 0 or id >= 2**64 - 1:
+            return False
+        s = self._shards[int(shard_of([id], len(self._shards))[0])]
+        ref = self._point_reader(s).contains.remote(int(id))
+        return bool(self._get([ref], "contains", [s.number])[0])
+
+    def get(self, id: int) -> np.ndarray | None:
+        """The stored vector of `id`, or None."""
+        s = self._shards[int(shard_of([id], len(self._shards))[0])]
+        return self._get([self._point_reader(s).get.remote(int(id))], "get", [s.number])[0]
+
+    def ids(self) -> np.ndarray:
+        """Every live id, ascending."""
+        refs = [self._point_reader(s).ids.remote() for s in self._shards]
+        return np.sort(np.concatenate(self._get(refs, "ids", None)))
+
+
+class ShardedIndex(_Reads):
     """An index sharded over a Ray cluster: N ordinary Chassis files, one per actor.
 
     ``ShardedIndex(root, dimensions, options, shards=N)`` creates one (or opens the one the
@@ -459,53 +642,16 @@ class ShardedIndex:
         refs = [getattr(s.actor, method).remote(*args) for s in self._shards]
         return self._get(refs, method, None)
 
-    def _get(self, refs: list[Any], what: str, shards: list[int] | None) -> list[Any]:
-        """`ray.get` of calls to `shards` (None: all, in order), their errors made plain: a
-        shard's own exception re-raised with the shard named, an unreachable shard reported."""
-        if shards is None:
-            shards = list(range(len(self._shards)))
-        try:
-            return ray.get(refs, timeout=self.timeout)
-        except ray.exceptions.GetTimeoutError as e:
-            raise self._unavailable(shards[0], what, e) from None
-        except ray.exceptions.RayTaskError as e:
-            i = self._which(refs, shards)
-            cause = e.cause if isinstance(e.cause, BaseException) else e
-            if isinstance(cause, Exception):
-                cause.add_note(f"(in shard {i} of {self.root}, {what})")
-            raise cause from None
-        except ray.exceptions.RayError as e:  # died, unschedulable (its node left), ...
-            i = self._which(refs, shards)
-            raise self._unavailable(i, what, e) from None
-
-    def _which(self, refs: list[Any], shards: list[int]) -> int:
-        """The first shard whose call failed."""
-        for ref, i in zip(refs, shards):
-            try:
-                ray.get(ref, timeout=self.timeout)
-            except Exception:
-                return i
-        return shards[0] if shards else -1
-
-    def _unavailable(self, i: int, what: str, e: Exception) -> Exception:
-        s = self._shards[i]
-        alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
-        if not alive.get(s.node_id, False) and not self.shared:
-            return ShardUnavailableError(
-                f"shard {i} ({s.path}) is on node {s.node_id[:12]}, which left the cluster; "
-                f"{what} cannot reach it\nhelp: bring that machine back and open the index "
-                "again (ShardedIndex.open finds each shard's file on whichever node has it), or "
-                "keep shards on a shared path (shared=True)"
-            )
-        return ShardUnavailableError(
-            f"shard {i} ({s.path}) could not be reached for {what}: {type(e).__name__}\n"
-            "help: retry; Ray restarts a shard that died (max_restarts)"
-        )
-
     # ---- writes
 
-    def _check_rows(self, vectors: Any) -> np.ndarray:
-        return _checked_rows(vectors, self.dimensions)
+    def _point_reader(self, s: _ShardInfo) -> Any:
+        # The writer: `len`, `in`, `get` and `ids` see unflushed writes, as a VectorIndex's do.
+        return s.actor
+
+    def _saw(self, s: _ShardInfo, life: str) -> None:
+        if not s.replicas and life != s.life:
+            # A restarted writer: its unflushed writes are gone; the next write says so.
+            s.lost, s.life = s.lost or s.dirty, life
 
     def _check_ids(self, ids: Any, n: int, distinct: bool = True) -> np.ndarray:
         return _checked_ids(ids, n, distinct)
@@ -703,17 +849,20 @@ class ShardedIndex:
     def flush(self) -> None:
         """Flush every shard (each durable when this returns), then write the manifest."""
         with self._lock:
-            # A shard that restarted while holding unflushed writes is found before anything
-            # is committed, so that no shard commits a batch another one lost.
-            wheres = self._get([s.actor.where.remote() for s in self._shards], "flush", None)
-            for s, w in zip(self._shards, wheres):
-                if w["life"] != s.life:
-                    s.lost = s.lost or s.dirty
-                    s.life = w["life"]
-            seqs = self._write("flush", [(s.number, "flush", (self._fence,)) for s in self._shards])
-            for s, q in zip(self._shards, seqs):
-                s.seq, s.dirty = int(q), False
-            self._write_manifest()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        # A shard that restarted while holding unflushed writes is found before anything
+        # is committed, so that no shard commits a batch another one lost.
+        wheres = self._get([s.actor.where.remote() for s in self._shards], "flush", None)
+        for s, w in zip(self._shards, wheres):
+            if w["life"] != s.life:
+                s.lost = s.lost or s.dirty
+                s.life = w["life"]
+        seqs = self._write("flush", [(s.number, "flush", (self._fence,)) for s in self._shards])
+        for s, q in zip(self._shards, seqs):
+            s.seq, s.dirty = int(q), False
+        self._write_manifest()
 
     def rollback(self) -> None:
         """Discard every shard's changes since the last flush."""
@@ -726,7 +875,11 @@ class ShardedIndex:
                 s.dirty = False
 
     def _write_manifest(self) -> None:
-        m = {
+        _write_json(self.root / MANIFEST, self._manifest(self.root))
+
+    def _manifest(self, root: Path) -> dict[str, Any]:
+        """The manifest of this index, or of a copy of its shards under `root`."""
+        return {
             "format": 1,
             "dimensions": self.dimensions,
             "options": dataclasses.asdict(self.options),
@@ -735,7 +888,7 @@ class ShardedIndex:
             "shards": [
                 {
                     "number": s.number,
-                    "path": s.path,
+                    "path": str(root / Path(s.path).name),
                     "node_id": s.node_id,
                     "host": s.host,
                     "seq": s.seq,
@@ -743,110 +896,61 @@ class ShardedIndex:
                 for s in self._shards
             ],
         }
-        tmp = self.root / (MANIFEST + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(m, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.root / MANIFEST)
-        fd = os.open(self.root, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
-    # ---- reads
+    # ---- maintenance
 
-    def _reader(self, s: _ShardInfo) -> Any:
-        if not s.replicas:
-            return s.actor
-        self._round += 1
-        return s.replicas[self._round % len(s.replicas)]
+    def compact(self, *, threads: int | None = None) -> None:
+        """Flush, then rewrite every shard's file without its deleted vectors, the shards in
+        parallel (`VectorIndex.compact` on each). Ids and vectors stay as they are, so a
+        shard that fails leaves the index whole: the others are compacted, it is not."""
+        with self._lock:
+            self._flush_locked()
+            calls = [(s.number, "compact", (self._fence, threads)) for s in self._shards]
+            for s, q in zip(self._shards, self._write("compact", calls)):
+                s.seq = int(q)
+            self._write_manifest()
 
-    def search_batch(
-        self,
-        queries: Any,
-        k: int = 10,
-        allowed: Any = None,
-        excluded: Any = None,
-        *,
-        ef: int | None = None,
-        rerank: int | None = None,
-        threads: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Search every shard and merge each query's top k exactly (ties by id).
+    def backup(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
+        """Flush, then copy every shard's last flush into the folder `path`, each shard on its
+        own node (as the shards are under `root`), and write the copy's manifest last:
+        `ShardedIndex.open(path)` opens it, with the rows of this flush on every shard.
 
-        Returns ids and distances of shape (nq, k), padded with 2**64-1 and infinity.
+        A manifest already at `path` is removed first, so a backup cut short is never opened
+        as a whole one. Shard files there are replaced as `VectorIndex.backup` replaces a file
+        (``overwrite=True`` for a file that is not an index).
         """
-        q = self._check_rows(queries)
-        if not isinstance(k, int) or k < 1:
-            raise chassis.InvalidArgumentError(f"k={k!r}\nhelp: pass k >= 1")
-        kw: dict[str, Any] = {"ef": ef, "rerank": rerank, "threads": threads}
-        n = len(self._shards)
-        allow = None if allowed is None else np.asarray(allowed, dtype=np.uint64).ravel()
-        allow_at = None if allow is None else shard_of(allow, n)
-        excl = None if excluded is None else np.asarray(excluded, dtype=np.uint64).ravel()
-        excl_at = None if excl is None else shard_of(excl, n)
-        # Large batches go once through the object store (every shard reads the same copy);
-        # small ones travel inline with each call, which saves the store's round trip.
-        qref = ray.put(q) if q.nbytes > 64 * 1024 else q
-        refs, used = [], []
-        for s in self._shards:
-            skw = dict(kw)
-            if allow is not None:
-                mine = allow[allow_at == s.number]
-                if len(mine) == 0:
-                    continue  # nothing it holds is allowed
-                skw["allowed"] = mine
-            if excl is not None:
-                skw["excluded"] = excl[excl_at == s.number]
-            refs.append(self._reader(s).search_batch.remote(qref, k, skw))
-            used.append(s.number)
-        got = self._get(refs, "search_batch", used)
-        parts = []
-        for i, (ids, dist, life) in zip(used, got):
-            s = self._shards[i]
-            if not s.replicas and life != s.life:
-                # A restarted writer: its unflushed writes are gone; the next write says so.
-                s.lost, s.life = s.lost or s.dirty, life
-            parts.append((ids, dist))
-        if not parts:
-            return np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
-        return _merge(parts, k)
+        dest = Path(path).resolve()
+        if dest == self.root:
+            raise chassis.InvalidArgumentError(
+                f"backup({str(path)!r}) is the index's own folder\nhelp: pass another folder"
+            )
+        with self._lock:
+            self._flush_locked()
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / MANIFEST).unlink(missing_ok=True)
+            calls = [
+                (s.number, "backup", (str(dest / Path(s.path).name), overwrite, self._fence))
+                for s in self._shards
+            ]
+            self._write("backup", calls)
+            _write_json(dest / MANIFEST, self._manifest(dest))
 
-    def search(
-        self,
-        query: Any,
-        k: int = 10,
-        allowed: Any = None,
-        excluded: Any = None,
-        *,
-        ef: int | None = None,
-        rerank: int | None = None,
-    ) -> list[SearchResult]:
-        """The k nearest to one query, as `SearchResult`s (nearest first)."""
-        ids, dist = self.search_batch(
-            np.asarray(query)[None, :], k, allowed, excluded, ef=ef, rerank=rerank
+    # ---- handles for tasks and services
+
+    def searcher(self) -> ShardedSearcher:
+        """A read-only handle on this index's shards, for Ray tasks, actors and Serve
+        replicas: it pickles (Ray passes it as an argument) and searches like this index,
+        through the replicas if there are any (each search goes round them), else through the
+        writers. Any number may search at once. It lives as long as the shards' actors: after
+        `close()`, its calls raise `ShardUnavailableError`."""
+        return ShardedSearcher(self)
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a ShardedIndex is its shards' one writer and cannot be pickled (a copy in a task "
+            "would write beside it)\nhelp: pass index.searcher() to Ray tasks and Serve "
+            "replicas: a read-only handle that pickles"
         )
-        return [SearchResult(int(i), float(d)) for i, d in zip(ids[0], dist[0]) if i != _NO_ID]
-
-    def __len__(self) -> int:
-        return int(sum(self._each("length")))
-
-    def __contains__(self, id: object) -> bool:
-        if not isinstance(id, int | np.integer) or id < 0 or id >= 2**64 - 1:
-            return False
-        s = self._shards[int(shard_of([id], len(self._shards))[0])]
-        return bool(self._get([s.actor.contains.remote(int(id))], "contains", [s.number])[0])
-
-    def get(self, id: int) -> np.ndarray | None:
-        """The stored vector of `id`, or None."""
-        s = self._shards[int(shard_of([id], len(self._shards))[0])]
-        return self._get([s.actor.get.remote(int(id))], "get", [s.number])[0]
-
-    def ids(self) -> np.ndarray:
-        """Every live id, ascending."""
-        return np.sort(np.concatenate(self._each("ids")))
 
     @property
     def shards(self) -> list[dict[str, Any]]:
@@ -996,6 +1100,59 @@ class ShardedIndex:
         return (
             f"ShardedIndex({str(self.root)!r}, dimensions={self.dimensions}, "
             f"shards={len(self._shards)}, replicas={self.replicas})"
+        )
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """Write `value` to `path` atomically and durably: a synced file renamed into place, then
+    the folder synced."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ShardedSearcher(_Reads):
+    """A read-only handle on a `ShardedIndex`'s shards (`ShardedIndex.searcher()`): picklable,
+    for Ray tasks, actors and Serve replicas. `search`, `search_batch`, `len`, `in`, `get` and
+    `ids`, as the index answers them, from the replicas (the last flush) if it has any, else
+    from the writers (unflushed writes too)."""
+
+    def __init__(self, index: ShardedIndex) -> None:
+        self.root = index.root
+        self.dimensions = index.dimensions
+        self.timeout = index.timeout
+        self.shared = index.shared
+        self._shards = [
+            _ShardInfo(
+                s.number, s.path, s.node_id, host=s.host, actor=s.actor, replicas=list(s.replicas)
+            )
+            for s in index._shards
+        ]
+        if any(s.actor is None for s in self._shards):
+            raise chassis.IndexClosedError(
+                f"the sharded index at {self.root} is closed\nhelp: open it again "
+                "(ShardedIndex.open) and ask it for a searcher"
+            )
+        self._round = 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Each copy starts at its own place in the replicas' round.
+        self.__dict__.update(state)
+        self._round = int.from_bytes(os.urandom(4), "little")
+
+    def __repr__(self) -> str:
+        replicas = len(self._shards[0].replicas) if self._shards else 0
+        return (
+            f"ShardedSearcher({str(self.root)!r}, dimensions={self.dimensions}, "
+            f"shards={len(self._shards)}, replicas={replicas})"
         )
 
 
