@@ -59,7 +59,7 @@ RUNS: dict[str, str] = {
     "2026-12-02-bench_scale-peers-vm.json": "readme",
     "2026-12-05-bench_speed-all-vm.json": "docs",
     "2026-12-05-bench_speed-grouped-avx2-vm.json": "readme",
-    "2026-12-05-bench_filters-vm.json": "docs",
+    "2026-12-05-bench_filters-inlined-vm.json": "docs",
 }
 
 RESULTS = HERE / "results"

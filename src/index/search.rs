@@ -328,34 +328,69 @@ impl Index {
         // Route through every mapped slot (a batch in progress, or a writer elsewhere, may have
         // linked newer ones), but return only the snapshot's.
         let limit = st.capacity().min(u32::MAX as u64 - 1) as u32;
-        let walked = match rerank_on {
-            // Walk the codes, then rerank the best candidates on the vectors: the distances
-            // returned are the vectors' own.
-            Some(quantizer) => {
-                let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
-                let walk = Graph::on_stored_codes(st, self.metric(), limit)
-                    .prefetching_pages(cold.walk, cold.lists)
-                    .filtered(two_hop, budget)
-                    .expecting(expect)
-                    .seeded(seeds);
-                let found = with_prepared(quantizer, self.metric(), q, |values, _| {
-                    walk.knn(values, r, ef, snap.entry, snap.max_level, visible, &accept, start)
-                });
-                found.map(|found| {
-                    let prefetch = |s: u32| st.will_need(s, Area::Vector);
-                    let prefetch = cold.vectors.then_some(&prefetch as &dyn Fn(u32));
-                    // The first k + 2 (about what a rerank reaches on MiniLM) come in
-                    // together; see `Graph::prefetch_rows`.
-                    exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
-                    rerank_found(&found, k, rerank.is_none(), prefetch, |s| exact.dist(q, s))
-                })
+        // The walk, with `$accept` as the check of every node it meets (a macro: each check
+        // below gets a walk of its own, with the check inlined into it).
+        macro_rules! walk {
+            ($accept:expr) => {
+                match rerank_on {
+                    // Walk the codes, then rerank the best candidates on the vectors: the distances
+                    // returned are the vectors' own.
+                    Some(quantizer) => {
+                        let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
+                        let walk = Graph::on_stored_codes(st, self.metric(), limit)
+                            .prefetching_pages(cold.walk, cold.lists)
+                            .filtered(two_hop, budget)
+                            .expecting(expect)
+                            .seeded(seeds);
+                        let found = with_prepared(quantizer, self.metric(), q, |values, _| {
+                            walk.knn(
+                                values,
+                                r,
+                                ef,
+                                snap.entry,
+                                snap.max_level,
+                                visible,
+                                $accept,
+                                start,
+                            )
+                        });
+                        found.map(|found| {
+                            let prefetch = |s: u32| st.will_need(s, Area::Vector);
+                            let prefetch = cold.vectors.then_some(&prefetch as &dyn Fn(u32));
+                            // The first k + 2 (about what a rerank reaches on MiniLM) come in
+                            // together; see `Graph::prefetch_rows`.
+                            exact.prefetch_rows(found.iter().take(k + 2).map(|c| c.1));
+                            rerank_found(&found, k, rerank.is_none(), prefetch, |s| {
+                                exact.dist(q, s)
+                            })
+                        })
+                    }
+                    None => Graph::new(st, self.metric(), limit)
+                        .prefetching_pages(cold.walk, cold.lists)
+                        .filtered(two_hop, budget)
+                        .expecting(expect)
+                        .seeded(seeds)
+                        .knn(q, k, ef, snap.entry, snap.max_level, visible, $accept, start),
+                }
+            };
+        }
+        // Where the check is one comparison (no filter) or one bit (an allowed bitmap alone: no
+        // exclusions, deletes or refused rows), the walk gets it inlined; the whole check,
+        // a call per node met, took a quarter of a two-hop search (docs/design/filtered-search.md).
+        let bits = match filter {
+            Some(SlotFilter { allowed: Some(SlotSet::Bits(b, _)), excluded, .. })
+                if excluded.len() == 0 && !any_deleted && bad.is_empty() =>
+            {
+                Some(&b[..])
             }
-            None => Graph::new(st, self.metric(), limit)
-                .prefetching_pages(cold.walk, cold.lists)
-                .filtered(two_hop, budget)
-                .expecting(expect)
-                .seeded(seeds)
-                .knn(q, k, ef, snap.entry, snap.max_level, visible, &accept, start),
+            _ => None,
+        };
+        let plain = filter.is_none() && !any_deleted && bad.is_empty();
+        let walked = match bits {
+            Some(b) => walk!(&|s: u32| s < visible
+                && b.get(s as usize / 64).is_some_and(|w| w >> (s % 64) & 1 != 0)),
+            None if plain => walk!(&|s: u32| s < visible),
+            None => walk!(&accept),
         };
         if let Some(c) = choice {
             plan::count(c.plan, walked.is_none(), Graph::switched());
