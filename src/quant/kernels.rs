@@ -4,9 +4,10 @@
 //!
 //! Each code is widened to f32 and met by one fused multiply-add (dot), or two (l2): the
 //! arithmetic of a float distance on a quarter of the bytes. On AVX-512 and AVX2 the grouped
-//! kernels interleave four codes (a search computes its distances to codes four at a time: see
-//! `graph::code_group_min_bytes`); elsewhere (NEON, 4-bit codes on AVX2) they are four calls. One set is chosen at run
-//! time, as for float vectors (`crate::distance`), and `CHASSIS_KERNEL` forces a lower level.
+//! kernels interleave four codes, 8-bit and 4-bit (a search computes its distances to codes
+//! four at a time: see `graph::code_group_min_bytes`); on NEON they are four calls. One set is
+//! chosen at run time, as for float vectors (`crate::distance`), and `CHASSIS_KERNEL` forces a
+//! lower level.
 
 use crate::distance::{Kernel, Kernel4};
 use std::sync::OnceLock;

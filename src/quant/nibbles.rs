@@ -96,9 +96,6 @@ mod x86 {
     use std::arch::x86_64::*;
 
     x86_code_sets!();
-    // Four calls: the 8-bit codes' interleaved AVX2 kernels were not tried on nibbles.
-    four_calls!(l2_avx2_x4, l2_avx2);
-    four_calls!(dot_avx2_x4, dot_avx2);
 
     /// Masks of a block of `r` dimensions (`r` in 1..=32): its bytes and low nibbles, and its
     /// high nibbles.
@@ -283,5 +280,70 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn dot_avx2(q: *const f32, c: *const u8, n: usize) -> f32 {
         avx2(q, c, n, false)
+    }
+
+    /// `avx2` over four codes at once, bitwise four calls of it: two passes (the first 8 bytes
+    /// of every 16-byte block, accumulators 0 and 1; then the last 8, accumulators 2 and 3:
+    /// four codes' four accumulators would not fit AVX2's 16 registers), the four codes
+    /// interleaved within a pass, as the 8-bit codes' AVX2 grouped kernels are.
+    ///
+    /// # Safety
+    /// As `avx2`, for each of the four codes.
+    #[inline(always)]
+    unsafe fn avx2_x4(q: *const f32, c: &[*const u8; 4], n: usize, l2: bool) -> [f32; 4] {
+        let main = n / 32 * 32;
+        let mut acc = [[[_mm256_setzero_ps(); 2]; 4]; 2];
+        for (pass, h) in [0usize, 8].into_iter().enumerate() {
+            let a = &mut acc[pass];
+            let mut i = 0;
+            while i < main {
+                let (j0, j1) = (i + h, i + 16 + h);
+                let (x0, x1) = (_mm256_loadu_ps(q.add(j0)), _mm256_loadu_ps(q.add(j1)));
+                for t in 0..4 {
+                    let at = c[t].add(i / 2 + h) as *const __m128i;
+                    let w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(at));
+                    let low = _mm256_cvtepi32_ps(_mm256_and_si256(w, _mm256_set1_epi32(15)));
+                    let high = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 4));
+                    if l2 {
+                        let d0 = _mm256_fnmadd_ps(_mm256_loadu_ps(q.add(n + j0)), low, x0);
+                        let d1 = _mm256_fnmadd_ps(_mm256_loadu_ps(q.add(n + j1)), high, x1);
+                        a[t][0] = _mm256_fmadd_ps(d0, d0, a[t][0]);
+                        a[t][1] = _mm256_fmadd_ps(d1, d1, a[t][1]);
+                    } else {
+                        a[t][0] = _mm256_fmadd_ps(x0, low, a[t][0]);
+                        a[t][1] = _mm256_fmadd_ps(x1, high, a[t][1]);
+                    }
+                }
+                i += 32;
+            }
+        }
+        let mut out = [0f32; 4];
+        for t in 0..4 {
+            let [lo, hi] = [acc[0][t], acc[1][t]];
+            let mut sum = sum256(&[lo[0], lo[1], hi[0], hi[1]]);
+            for j in main..n {
+                let code = super::nibble(c[t], j);
+                sum += if l2 {
+                    let d = *q.add(j) - *q.add(n + j) * code;
+                    d * d
+                } else {
+                    *q.add(j) * code
+                };
+            }
+            out[t] = sum;
+        }
+        out
+    }
+    /// # Safety
+    /// See [`CodeKernels`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn l2_avx2_x4(q: *const f32, c: &[*const u8; 4], n: usize) -> [f32; 4] {
+        avx2_x4(q, c, n, true)
+    }
+    /// # Safety
+    /// See [`CodeKernels`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_avx2_x4(q: *const f32, c: &[*const u8; 4], n: usize) -> [f32; 4] {
+        avx2_x4(q, c, n, false)
     }
 }
