@@ -143,3 +143,59 @@ def test_per_query_filters_in_a_batch_answer_as_one_search_each(big):
     for i, mask in enumerate(masks):
         alone = idx.search(queries[i], 10, allowed=mask, ef=32)
         assert [h.id for h in alone] == np.asarray(ids)[i][: len(alone)].tolist(), i
+
+
+def _exact_allowed(vectors: dict[int, np.ndarray], allowed: set[int], queries, k: int):
+    rows = np.array(sorted(i for i in vectors if i in allowed), dtype=np.int64)
+    data = np.stack([vectors[int(i)] for i in rows])
+    return brute_force_knn(data, queries, k, "euclidean", ids=rows)[0]
+
+
+def test_a_filter_given_again_follows_deletes_rollbacks_and_new_rows(tmp_path):
+    """The slots of a filter are kept for the next search with the same ids; whatever changes
+    which row a slot holds must not leave them behind. Oracle: brute force over a dict of the
+    live rows, after each change, with the same mask object and the same id list searched
+    again (exact: ef covers the index)."""
+    rng = np.random.default_rng(21)
+    n, d = 600, 8
+    data = rng.standard_normal((n, d)).astype(np.float32)
+    queries = rng.standard_normal((8, d)).astype(np.float32)
+    idx = chassis.VectorIndex(tmp_path / "f.chassis", d)
+    idx.add_batch(data)
+    idx.flush()
+    live = {i: data[i] for i in range(n)}
+    mask = np.zeros(2000, dtype=bool)
+    mask[::3] = True  # ids 0, 3, 6, ... and, later, rows added under such ids
+    listed = np.flatnonzero(mask).astype(np.uint64)
+
+    def check(what: str) -> None:
+        want = _exact_allowed(live, set(listed.tolist()), queries, 5)
+        for allowed in (mask, listed):
+            got, _ = idx.search_batch(queries, 5, allowed=allowed, ef=n + 200)
+            np.testing.assert_array_equal(np.asarray(got).astype(np.int64), want, err_msg=what)
+
+    check("as built")
+    nearest = [int(i) for i in _exact_allowed(live, set(listed.tolist()), queries, 1)[:, 0]]
+    assert idx.delete_batch(nearest) > 0
+    for i in nearest:
+        live.pop(i, None)
+    check("after deleting the nearest allowed rows")
+    idx.rollback()
+    live.update({i: data[i] for i in nearest})
+    check("after the rollback brought them back")
+
+    # Rows added under allowed ids, searched (so their slots are kept), rolled back; then as
+    # many other rows into the same slots under ids the filter does not allow.
+    first = np.arange(900, 960, dtype=np.uint64)  # 20 of them allowed
+    near = (queries[np.arange(60) % len(queries)] + 0.001).astype(np.float32)
+    idx.add_batch(near, ids=first)
+    live.update({int(i): v for i, v in zip(first, near)})
+    check("with rows added under allowed ids")
+    idx.rollback()
+    for i in first:
+        live.pop(int(i))
+    other = np.arange(1000, 1060, dtype=np.uint64) * 3 + 1  # none allowed
+    idx.add_batch(near, ids=other)
+    live.update({int(i): v for i, v in zip(other, near)})
+    check("with other rows in the same slots under ids not allowed")
+    idx.close()

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::RESERVED_ID;
-use crate::index::{BatchFilter, Control, Filter, Mode};
+use crate::index::{BatchFilter, Control, Filter, Ids, Mode};
 use crate::Index;
 use std::ffi::c_char;
 use std::sync::atomic::Ordering::AcqRel;
@@ -103,10 +103,11 @@ unsafe fn params_arg(params: *const CSearchParams) -> Result<(CSearchParams, Opt
         None
     } else {
         // SAFETY: the allowed ids are readable for their length (the caller's promise).
-        Some(unsafe { slice(p.allowed, p.allowed_len, "params->allowed")? }.to_vec())
+        Some(Ids::List(unsafe { slice(p.allowed, p.allowed_len, "params->allowed")? }.to_vec()))
     };
     // SAFETY: as above.
-    let excluded = unsafe { slice(p.excluded, p.excluded_len, "params->excluded")? }.to_vec();
+    let excluded =
+        Ids::List(unsafe { slice(p.excluded, p.excluded_len, "params->excluded")? }.to_vec());
     let filter =
         (allowed.is_some() || !excluded.is_empty()).then_some(Filter { allowed, excluded });
     Ok((p, filter))

@@ -239,6 +239,7 @@ impl Index {
         *self.entry.lock() = (committed.entry, committed.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back.
         *self.ids.lock() = IdMap::default();
+        self.filters.lock().clear();
         self.publish(Snap::of(snap.st.clone(), &committed, true));
         Ok(())
     }

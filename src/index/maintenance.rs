@@ -241,6 +241,7 @@ impl Index {
         std::mem::swap(w, &mut *new.writer.lock());
         *self.entry.lock() = *new.entry.lock();
         *self.ids.lock() = IdMap::default();
+        self.filters.lock().clear();
         {
             let mut u = self.undo.lock();
             if !self.memory {

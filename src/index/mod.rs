@@ -46,7 +46,7 @@ mod write;
 pub use crate::control::{with_threads, Control};
 pub use check::CheckReport;
 pub(crate) use codes::stored_quantizer;
-pub use filter::{BatchFilter, Filter};
+pub use filter::{BatchFilter, Filter, Ids};
 pub use memory::MemoryStats;
 pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
 pub use write::TAIL_MAX;
@@ -221,6 +221,8 @@ pub struct Index {
     undo: Mutex<UndoState>,
     savepoint: Mutex<Option<Savepoint>>,
     ids: Mutex<IdMap>,
+    /// The slot filters of the last filters searched with (`filter::FilterCache`).
+    filters: Mutex<filter::FilterCache>,
     closed: AtomicBool,
     /// A reader: when it opened, and when (ms after that) it last checked whether the path
     /// now names another file; a header sequence seen on disk whose copy does not check out.

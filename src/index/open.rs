@@ -411,6 +411,7 @@ impl Index {
             }),
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
+            filters: Mutex::new(Default::default()),
             closed: AtomicBool::new(false),
             opened: std::time::Instant::now(),
             checked_path_ms: AtomicU64::new(0),

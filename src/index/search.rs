@@ -7,7 +7,7 @@ use crate::format::RESERVED_ID;
 use crate::graph::{Graph, Start};
 use crate::quant::{Prepared, Quantizer};
 use crate::storage::Area;
-use filter::{plan_of, scans, SlotFilter, SlotSet};
+use filter::{plan_of, scans, Ids, SlotFilter, SlotSet};
 use input::check_k;
 use plan::{Choice, Plan};
 use rayon::prelude::*;
@@ -204,20 +204,29 @@ impl Index {
         check_rerank(rerank)?;
         let q = self.prepare_query(q, "the query")?;
         let f = filter.map(|f| self.slot_filter(snap, f));
-        let hits =
-            self.search_prepared(snap, &q, Ask { k, ef, rerank, filter: f.as_ref(), start: None });
+        let hits = self.search_prepared(
+            snap,
+            &q,
+            Ask { k, ef, rerank, filter: f.as_deref(), start: None },
+        );
         // Never an answer computed from zeros read where the file shrank underneath.
         snap.st.intact()?;
         Ok(hits)
     }
 
-    pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
-        self.with_ids(snap, |m| {
-            let set = |ids: &[u64]| {
-                SlotSet::new(ids.iter().filter_map(|id| m.get(id).copied()), ids.len(), snap.slots)
+    /// `f` in slots of `snap`: made, or found as the last search with the same ids made it.
+    pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> Arc<SlotFilter> {
+        if let Some(made) = self.filters.lock().get(&snap.st, snap.slots, f) {
+            return made;
+        }
+        let made = Arc::new(self.with_ids(snap, |m| {
+            let set = |ids: &Ids| {
+                SlotSet::new(ids.iter().filter_map(|id| m.get(&id).copied()), ids.len(), snap.slots)
             };
-            SlotFilter::new(f.allowed.as_deref().map(set), set(&f.excluded))
-        })
+            SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
+        }));
+        self.filters.lock().put(&snap.st, snap.slots, f, made.clone());
+        made
     }
 
     /// The hits of one prepared query (`q` in the search form).
@@ -482,7 +491,7 @@ impl Index {
         // have had alone: the descent found its start, the order only changes when it runs.
         let ordered = match filter {
             BatchFilter::Same(_) => {
-                nq >= ORDER_MIN && !scans(snap, k, ef, same.as_ref(), self.metric())
+                nq >= ORDER_MIN && !scans(snap, k, ef, same.as_deref(), self.metric())
             }
             BatchFilter::PerQuery(_) => false,
         };
@@ -502,7 +511,7 @@ impl Index {
                 BatchFilter::Same(_) => None,
             };
             let start = starts.as_ref().and_then(|(_, s)| s[i].as_ref());
-            let filter = own.as_ref().or(same.as_ref());
+            let filter = own.as_deref().or(same.as_deref());
             let hits = self.search_prepared(snap, q, Ask { k, ef, rerank, filter, start });
             ctl.done.fetch_add(1, Relaxed);
             hits

@@ -544,6 +544,8 @@ impl Index {
             map.map.remove(&g.2);
         }
         drop(map);
+        // Slot filters made before hold the slots of these ids.
+        self.filters.lock().clear();
         self.publish(Snap { live: w.live, ..Snap::clone_of(snap) });
         Ok(gone)
     }
@@ -563,6 +565,7 @@ impl Index {
             map.map.insert(id, s);
         }
         drop(map);
+        self.filters.lock().clear();
         w.live += gone.len() as u64;
         w.deletes -= gone.len() as u64;
         w.unconsolidated = w.unconsolidated.saturating_sub(gone.len() as u64);

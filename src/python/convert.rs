@@ -11,6 +11,7 @@
 
 use super::errors::{named, to_py, type_error};
 use crate::error::{Error, ErrorKind};
+use crate::index::Ids;
 use numpy::ndarray::Array2;
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
@@ -245,8 +246,9 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 }
 
 /// Ids for a filter: integer ids as in `ids_arg`, or a boolean mask indexed by id
-/// (`mask[id]` true: the id is in the set).
-pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+/// (`mask[id]` true: the id is in the set), copied as it is (a contiguous one in one copy of
+/// its bytes; see `Ids`).
+pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Ids> {
     if let Ok(u) = obj.cast::<PyUntypedArray>() {
         if u.dtype().kind() == b'b' {
             if u.ndim() != 1 {
@@ -256,11 +258,16 @@ pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
                     "pass a 1-D boolean array indexed by id",
                 ));
             }
-            let nz = numpy(obj.py())?.call_method1("flatnonzero", (obj,))?;
-            return ids_arg(&nz);
+            let mask = match obj.cast::<PyArray1<bool>>() {
+                Ok(a) if a.is_contiguous() => a.clone(),
+                _ => numpy(obj.py())?
+                    .call_method1("ascontiguousarray", (obj,))?
+                    .cast_into::<PyArray1<bool>>()?,
+            };
+            return Ok(Ids::Mask(mask.readonly().as_slice()?.to_vec()));
         }
     }
-    ids_arg(obj)
+    ids_arg(obj).map(Ids::List)
 }
 
 /// Whether `obj` is a sequence of per-query id collections (a list or tuple whose first item

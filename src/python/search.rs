@@ -8,7 +8,7 @@ use super::convert::{
 use super::errors::{self, to_py};
 use super::reads::View;
 use super::run::{self, Count};
-use crate::index::{BatchFilter, Filter, Hit, MAX_K};
+use crate::index::{BatchFilter, Filter, Hit, Ids, MAX_K};
 use numpy::{PyArray2, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -95,11 +95,11 @@ pub struct SearchArgs {
 }
 
 /// One `allowed`/`excluded` value: None, ids, or a boolean mask.
-fn filter_set(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<u64>>> {
+fn filter_set(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Ids>> {
     obj.filter(|a| !a.is_none()).map(filter_ids_arg).transpose()
 }
 
-fn make_filter(allowed: Option<Vec<u64>>, excluded: Option<Vec<u64>>) -> Option<Filter> {
+fn make_filter(allowed: Option<Ids>, excluded: Option<Ids>) -> Option<Filter> {
     if allowed.is_none() && excluded.is_none() {
         return None;
     }
@@ -144,7 +144,7 @@ impl SearchArgs {
             return Self::parse(k, ef, allowed, excluded);
         }
         let mut a = Self::parse(k, ef, None, None)?;
-        let split = |o: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Vec<Option<Vec<u64>>>> {
+        let split = |o: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Vec<Option<Ids>>> {
             match o.filter(|x| !x.is_none()) {
                 None => Ok(vec![None; nq]),
                 Some(x) if is_per_query(x)? => {
