@@ -18,6 +18,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,6 +39,11 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 NO_ID = 2**64 - 1
+# Faults injected into chassis.ray's tasks (`chassis.ray._fault`): a file named after a point
+# in this folder makes the first worker to reach that point die. Set before the cluster
+# starts, so that every worker has it.
+FAULTS = Path(tempfile.mkdtemp(prefix="chassis-faults-"))
+os.environ["CHASSIS_RAY_FAULTS"] = str(FAULTS)
 
 
 @pytest.fixture(scope="module")
@@ -426,6 +432,35 @@ def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):
     got, _ = index.search_batch(data[:10], 1, ef=3000)
     vecs = np.stack([index.get(int(i)) for i in got[:, 0]])
     np.testing.assert_array_equal(vecs, data[:10])
+    index.close()
+
+
+@pytest.mark.parametrize("given_ids", [True, False], ids=["ids given", "ids made"])
+def test_a_dataset_task_run_again_adds_nothing_twice(cluster, tmp_path, given_ids):
+    # The fault: the worker of one batch dies right after the shards took its rows, and Ray
+    # Data runs the task again. Oracles: the dataset's own rows by their column `n`, the ids
+    # returned for them, each id's vector read back, and the count.
+    data = rows(3000, 8, 61)
+    index = ShardedIndex(tmp_path, 8, shards=2)
+    items = [{"n": i, "v": data[i], **({"id": 7000 + i} if given_ids else {})} for i in range(3000)]
+    (FAULTS / "after-write").touch()
+    out = index.add_dataset(
+        ray.data.from_items(items),
+        vector_column="v",
+        id_column="id" if given_ids else None,
+        batch_size=500,
+    )
+    assert (FAULTS / "after-write.fired").exists(), "the fault did not fire"
+    (FAULTS / "after-write.fired").unlink()
+    index.flush()
+    id_of = {int(r["n"]): int(r["id"]) for r in out.iter_rows()}
+    assert sorted(id_of) == list(range(3000))
+    assert len(set(id_of.values())) == 3000 and len(index) == 3000
+    assert np.array_equal(index.ids(), np.array(sorted(id_of.values()), dtype=np.uint64))
+    if given_ids:
+        assert all(id_of[n] == 7000 + n for n in id_of)
+    for n in range(0, 3000, 97):
+        np.testing.assert_array_equal(index.get(id_of[n]), data[n])
     index.close()
 
 

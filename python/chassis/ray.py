@@ -31,6 +31,7 @@ on paper).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import socket
@@ -67,6 +68,8 @@ __all__ = [
 #: The manifest's name in the root folder.
 MANIFEST = "chassis-shards.json"
 _NO_ID = np.uint64(2**64 - 1)
+# The column of `add_dataset`'s output that carries a batch's error (dropped before returning).
+_ERROR = "chassis_error"
 
 
 class ShardFailedError(ChassisError, OSError):
@@ -124,12 +127,15 @@ class _Shard:
         self._writing = threading.Lock()
         # Searches this incarnation answered (`stats`): how the reads spread over replicas.
         self.searches = 0
+        # Digests of the dataset batches added since the last flush or rollback (`add_batch`).
+        self.applied: set[str] = set()
 
     def _fenced(self, fence: int, what: str) -> None:
         """Refuse a write sent before the last rollback; run a rollback sent before this
         write that has not run yet (the caller holds `_writing`)."""
         if fence > self.fence:
             self.index.rollback()
+            self.applied.clear()
         elif fence < self.fence:
             raise StaleWriteError(
                 f"a {what} sent with fence {fence} reached the shard after a rollback raised "
@@ -147,11 +153,20 @@ class _Shard:
             "life": self.life,
         }
 
-    def add_batch(self, vectors: np.ndarray, ids: np.ndarray, fence: int) -> tuple[None, str]:
+    def add_batch(
+        self, vectors: np.ndarray, ids: np.ndarray, fence: int, token: str | None = None
+    ) -> tuple[bool, str]:
+        """Add rows; with a `token` (the dataset path's digest of the rows), a batch whose
+        token this shard applied since its last flush is a retry of it (a Ray Data task run
+        again) and is skipped. Returns whether the rows went in."""
         with self._writing:
             self._fenced(fence, "add_batch")
+            if token is not None and token in self.applied:
+                return False, self.life
             self.index.add_batch(vectors, ids=ids)
-        return None, self.life
+            if token is not None:
+                self.applied.add(token)
+        return True, self.life
 
     def present(self, ids: np.ndarray, fence: int) -> list[int]:
         # Fenced as a write: a rollback sent before it, not run yet, must not leave rows of a
@@ -183,6 +198,7 @@ class _Shard:
         with self._writing:
             self._fenced(fence, "flush")
             self.index.flush()
+            self.applied.clear()
             seq = int(self.index.snapshot().seq)
         return seq, self.life
 
@@ -191,6 +207,7 @@ class _Shard:
         with self._writing:
             if fence > self.fence:  # else a write carrying this fence ran it already
                 self.index.rollback()
+                self.applied.clear()
                 self.fence = fence
         return None, self.life
 
@@ -1012,16 +1029,24 @@ class ShardedIndex(_Reads):
         vector_column: str,
         id_column: str | None = None,
         batch_size: int = 4096,
-    ) -> None:
+    ) -> Any:
         """Add a Ray Dataset's rows: its `map_batches` workers send each batch's rows straight
         to their shards, in parallel, checked as `add_batch` checks them. Durable at the next
         `flush()`, like any write; a shard that restarts before then fails that flush
         (`ShardFailedError`), so no row is committed in some shards and lost in others.
 
+        Returns a materialized Dataset of the rows' other columns and their ids (``id``), one
+        row per row added.
+
         Without `id_column`, ids are given in blocks by a small counter actor (unique, not in
-        the dataset's order). A batch's error (NaN, an id in use, a shard's refusal) is raised
-        as itself (`InvalidArgumentError`, `IdInUseError`, ...) after every shard went back to
-        its last flush: the batches before it had gone in, and writes since the last flush are
+        the dataset's order). A task that Ray Data runs again (its worker died) adds nothing
+        twice: each shard knows the batches it took since its last flush by a digest of their
+        rows, and a batch asks the counter for the block it had. So a batch identical in every
+        column to another of the same call, without `id_column`, is taken for a retry of it.
+
+        A batch's error (NaN, an id in use, a shard's refusal) is raised as itself
+        (`InvalidArgumentError`, `IdInUseError`, ...) after every shard went back to its last
+        flush: the batches before it had gone in, and writes since the last flush are
         discarded with them.
         """
         with self._lock:
@@ -1054,7 +1079,11 @@ class ShardedIndex(_Reads):
             # A batch's own error (a check, an id in use, a shard's refusal) comes back as
             # data, not as a failed task, which Ray Data would retry and then wrap: the
             # batches before it went in, so every shard goes back to its last flush.
-            errors = [r["error"] for r in done.iter_rows() if r["error"]]
+            errors = [
+                e
+                for b in done.select_columns([_ERROR]).iter_batches(batch_format="numpy")
+                for e in b[_ERROR][b[_ERROR] != ""][:1]
+            ]
             if errors:
                 self._fence += 1
                 self._write(
@@ -1073,6 +1102,7 @@ class ShardedIndex(_Reads):
                 raise error
             stats = self._each("stats")
             self._next_id = max(self._next_id, 1 + max(st["max_id"] for st in stats))
+            return done.drop_columns([_ERROR])
 
     # ---- life cycle
 
@@ -1158,14 +1188,17 @@ class ShardedSearcher(_Reads):
 
 @ray.remote
 class _Counter:
-    """Blocks of fresh ids for `from_dataset` without an id column."""
+    """Blocks of fresh ids for `add_dataset` without an id column: a batch asked for again
+    (its task retried) gets the block it had."""
 
     def __init__(self, start: int) -> None:
         self.next = start
+        self.given: dict[str, int] = {}
 
-    def take(self, n: int) -> int:
-        start, self.next = self.next, self.next + n
-        return start
+    def take(self, n: int, token: str) -> int:
+        if token not in self.given:
+            self.given[token], self.next = self.next, self.next + n
+        return self.given[token]
 
 
 def _chassis_cause(e: BaseException) -> ChassisError | None:
@@ -1220,6 +1253,15 @@ def _checked_ids(ids: Any, n: int, distinct: bool = True) -> np.ndarray:
     return arr
 
 
+def _digest(*arrays: np.ndarray) -> str:
+    """A digest of arrays' shapes, types and bytes: the identity of a dataset batch."""
+    h = hashlib.blake2b(digest_size=20)
+    for a in arrays:
+        h.update(f"{a.shape}{a.dtype.str}".encode())
+        h.update(np.ascontiguousarray(a).data)
+    return h.hexdigest()
+
+
 def _route_batch(
     batch: dict[str, np.ndarray],
     *,
@@ -1230,30 +1272,56 @@ def _route_batch(
     fence: int,
     dimensions: int,
 ) -> dict[str, np.ndarray]:
+    """One dataset batch to its shards: checked, given ids, each shard's rows sent with a
+    digest of them, so that a retry of this task (Ray Data runs a task again when its worker
+    dies) is recognised by the shards that took its rows, and adds nothing twice. Returns the
+    batch's columns but the vectors, with an `id` column (and `error`: the batch's own error)."""
+    rest = {k: v for k, v in batch.items() if k != vector_column}
+    n = len(batch[vector_column])
+
+    def out(ids: np.ndarray, error: str = "") -> dict[str, np.ndarray]:
+        return {**rest, "id": ids, _ERROR: np.full(n, error, dtype=object)}
+
     try:
         # The driver's checks, here where the rows are (NaN, shape, negative or repeated ids).
         vectors = _checked_rows(np.stack(list(batch[vector_column])), dimensions)
         if id_column is None:
-            start = ray.get(counter.take.remote(len(vectors)))
+            # Every column is the batch's identity: a retry asks for the same block.
+            token = _digest(*(batch[k] for k in sorted(batch) if batch[k].dtype != object), vectors)
+            start = ray.get(counter.take.remote(len(vectors), token))
             ids = np.arange(start, start + len(vectors), dtype=np.uint64)
         else:
             ids = _checked_ids(batch[id_column], len(vectors))
     except ChassisError as e:
-        return {"count": np.array([0]), "error": np.array([f"{type(e).__name__}\n{e}"])}
+        return out(np.full(n, _NO_ID), f"{type(e).__name__}\n{e}")
     where = shard_of(ids, len(actors))
     refs = []
     for i, actor in enumerate(actors):
         rows = np.flatnonzero(where == i)
         if len(rows):
-            refs.append(actor.add_batch.remote(vectors[rows], ids[rows], fence))
+            part = (vectors[rows], ids[rows])
+            refs.append(actor.add_batch.remote(*part, fence, _digest(*part)))
     try:
         ray.get(refs)
     except ray.exceptions.RayTaskError as e:
         cause = _chassis_cause(e)
         if cause is None:
             raise
-        return {"count": np.array([0]), "error": np.array([f"{type(cause).__name__}\n{cause}"])}
-    return {"count": np.array([len(vectors)]), "error": np.array([""])}
+        return out(np.full(n, _NO_ID), f"{type(cause).__name__}\n{cause}")
+    _fault("after-write")
+    return out(ids)
+
+
+def _fault(point: str) -> None:
+    """A fault injected by the tests: with `CHASSIS_RAY_FAULTS` naming a folder that holds a
+    file named `point`, the first task to reach `point` takes the file and its worker dies."""
+    folder = os.environ.get("CHASSIS_RAY_FAULTS")
+    if folder:
+        try:
+            os.rename(os.path.join(folder, point), os.path.join(folder, point + ".fired"))
+        except OSError:
+            return
+        os._exit(1)
 
 
 def _merge(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
