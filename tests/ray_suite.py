@@ -413,6 +413,29 @@ def test_compact_and_backup_cover_every_shard(cluster, tmp_path):
     copy.close()
 
 
+def test_a_replica_that_died_is_searched_around_and_masks_filter(cluster, tmp_path):
+    # Oracles: brute force over the flushed rows; the actors killed here for good.
+    data, queries = rows(900, 8, 71), rows(12, 8, 72)
+    index = ShardedIndex(tmp_path, 8, shards=2, replicas=2, timeout=30)
+    index.add_batch(data)
+    index.flush()
+    want, _ = exact(data, np.arange(900, dtype=np.uint64), queries, 5)
+    for r in index._shards[0].replicas:  # every replica of shard 0: its writer answers
+        ray.kill(r, no_restart=True)
+    ray.kill(index._shards[1].replicas[0], no_restart=True)  # shard 1: its other replica
+    for _ in range(4):
+        assert np.array_equal(index.search_batch(queries, 5, ef=900)[0], want)
+    part = index.search_batch(queries, 5, ef=900, allow_partial=True)
+    assert part.missing == [] and np.array_equal(part.ids, want)
+    # A boolean mask is indexed by id, as for VectorIndex (not ids 0 and 1).
+    mask = np.zeros(900, dtype=bool)
+    mask[::5] = True
+    got, _ = index.search_batch(queries, 5, allowed=mask, ef=900)
+    want, _ = exact(data[::5], np.arange(0, 900, 5, dtype=np.uint64), queries, 5)
+    assert np.array_equal(got, want)
+    index.close()
+
+
 def test_from_dataset_builds_the_shards_in_parallel(cluster, tmp_path):
     data = rows(3000, 12, 12)
     ds = ray.data.from_items([{"id": 10_000 + i, "v": data[i]} for i in range(3000)])
@@ -635,6 +658,13 @@ def test_a_shard_on_a_node_that_left_is_reported(cluster, tmp_path):
     cluster.remove_node(extra)
     with pytest.raises(ShardUnavailableError, match=f"shard {on_extra[0]} .* left the cluster"):
         index.search_batch(rows(3, 8, 14), 5)
+    # What the other shards hold, flagged: oracle, brute force over their rows.
+    queries = rows(3, 8, 14)
+    part = index.search_batch(queries, 5, ef=400, allow_partial=True)
+    assert part.missing == on_extra
+    kept = np.array([i for i in range(400) if shard_of([i], 4)[0] not in on_extra])
+    want, _ = exact(rows(400, 8, 13)[kept], kept.astype(np.uint64), queries, 5)
+    assert np.array_equal(part.ids, want)
     with pytest.raises(ShardUnavailableError, match="left the cluster"):
         index.add_batch(rows(50, 8, 15))
     with pytest.raises(ShardUnavailableError):

@@ -39,7 +39,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,6 +58,7 @@ from chassis import ChassisError, IndexOptions, IndexReader, SearchResult, Vecto
 __all__ = [
     "ShardedIndex",
     "ShardedSearcher",
+    "PartialSearch",
     "ShardFailedError",
     "ShardUnavailableError",
     "StaleWriteError",
@@ -376,25 +377,29 @@ class _Reads:
         ef: int | None = None,
         rerank: int | None = None,
         threads: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+        allow_partial: bool = False,
+    ) -> Any:
         """Search every shard and merge each query's top k exactly (ties by id).
 
-        Returns ids and distances of shape (nq, k), padded with 2**64-1 and infinity.
+        Returns ids and distances of shape (nq, k), padded with 2**64-1 and infinity. A shard
+        whose replica cannot be reached is asked through its other replicas, then its writer.
+        With ``allow_partial=True``, a shard none of whose actors answers (within `timeout`)
+        is left out instead of raising `ShardUnavailableError`, and the result is a
+        `PartialSearch` (ids, distances, missing): the numbers of the shards left out.
         """
         q = self._check_rows(queries)
         if not isinstance(k, int) or k < 1:
             raise chassis.InvalidArgumentError(f"k={k!r}\nhelp: pass k >= 1")
         kw: dict[str, Any] = {"ef": ef, "rerank": rerank, "threads": threads}
         n = len(self._shards)
-        allow = None if allowed is None else np.asarray(allowed, dtype=np.uint64).ravel()
+        allow = None if allowed is None else _filter_ids(allowed)
         allow_at = None if allow is None else shard_of(allow, n)
-        excl = None if excluded is None else np.asarray(excluded, dtype=np.uint64).ravel()
+        excl = None if excluded is None else _filter_ids(excluded)
         excl_at = None if excl is None else shard_of(excl, n)
         # Large batches go once through the object store (every shard reads the same copy);
         # small ones travel inline with each call, which saves the store's round trip.
         qref = ray.put(q) if q.nbytes > 64 * 1024 else q
-        refs, used = [], []
-        turn = self._next_round()
+        calls: list[tuple[_ShardInfo, dict[str, Any]]] = []
         for s in self._shards:
             skw = dict(kw)
             if allow is not None:
@@ -404,16 +409,55 @@ class _Reads:
                 skw["allowed"] = mine
             if excl is not None:
                 skw["excluded"] = excl[excl_at == s.number]
-            refs.append(self._reader(s, turn).search_batch.remote(qref, k, skw))
-            used.append(s.number)
-        got = self._get(refs, "search_batch", used)
-        parts = []
-        for i, (ids, dist, life) in zip(used, got):
-            self._saw(self._shards[i], life)
+            calls.append((s, skw))
+        turn = self._next_round()
+        firsts = [self._reader(s, turn) for s, _ in calls]
+        refs = [a.search_batch.remote(qref, k, skw) for a, (_, skw) in zip(firsts, calls)]
+        parts, missing = [], []
+        for (s, skw), first, ref in zip(calls, firsts, refs):
+            got = self._answer(
+                s, first, ref, lambda a, skw=skw: a.search_batch.remote(qref, k, skw), allow_partial
+            )
+            if got is None:
+                missing.append(s.number)
+                continue
+            ids, dist, life = got
+            self._saw(s, life)
             parts.append((ids, dist))
-        if not parts:
-            return np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
-        return _merge(parts, k)
+        if missing and not parts:
+            raise ShardUnavailableError(
+                f"no shard of {self.root} could be reached for search_batch (shards {missing})"
+                "\nhelp: retry; Ray restarts shards that died, and a node that left must come back"
+            )
+        if parts:
+            ids, dist = _merge(parts, k)
+        else:
+            ids, dist = np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
+        return PartialSearch(ids, dist, missing) if allow_partial else (ids, dist)
+
+    def _answer(self, s: _ShardInfo, first: Any, ref: Any, call: Any, partial: bool) -> Any:
+        """What `ref` (a call to `first`, one of shard `s`'s actors) returns; if `first`
+        cannot be reached, `call(actor)` on the shard's other actors in turn (its replicas,
+        then its writer). None when none can and `partial`; a shard's own error is raised
+        with the shard named."""
+        tried = [first]
+        while True:
+            try:
+                return ray.get(ref, timeout=self.timeout)
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if isinstance(e.cause, BaseException) else e
+                if isinstance(cause, Exception):
+                    cause.add_note(f"(in shard {s.number} of {self.root}, search_batch)")
+                raise cause from None
+            except ray.exceptions.RayError as e:  # died, timed out, its node left
+                last = e
+            others = [a for a in [*s.replicas, s.actor] if not any(a is t for t in tried)]
+            if not others:
+                if partial:
+                    return None
+                raise self._unavailable(s.number, "search_batch", last) from None
+            tried.append(others[0])
+            ref = call(others[0])
 
     def search(
         self,
@@ -1131,6 +1175,24 @@ class ShardedIndex(_Reads):
             f"ShardedIndex({str(self.root)!r}, dimensions={self.dimensions}, "
             f"shards={len(self._shards)}, replicas={self.replicas})"
         )
+
+
+class PartialSearch(NamedTuple):
+    """`search_batch(..., allow_partial=True)`: the merged results of the shards that
+    answered, and the numbers of those that did not (empty: the result is whole)."""
+
+    ids: np.ndarray
+    distances: np.ndarray
+    missing: list[int]
+
+
+def _filter_ids(ids: Any) -> np.ndarray:
+    """`allowed` / `excluded` as uint64 ids: a boolean mask is indexed by id, as for
+    `VectorIndex`."""
+    a = np.asarray(ids)
+    if a.dtype == np.bool_:
+        return np.flatnonzero(a.ravel()).astype(np.uint64)
+    return a.astype(np.uint64).ravel()
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:
