@@ -624,6 +624,31 @@ def test_writes_are_fenced_by_the_rollbacks_sent_around_them(cluster, tmp_path):
     index.close()
 
 
+def test_a_write_the_driver_gave_up_on_is_refused_when_it_lands(cluster, tmp_path):
+    # The fault: the first shard to start the next add sleeps 6 s first, past the driver's
+    # timeout of 2 s. Oracles: the driver's error, then each shard's file after the next
+    # flush, 10 s later: the rows of the last flush only, none of the late write's.
+    data = rows(300, 8, 81)
+    index = ShardedIndex(tmp_path, 8, shards=2, timeout=2)
+    index.add_batch(data[:100])
+    index.flush()
+    (FAULTS / "shard-add").write_text("6")
+    with pytest.raises(ShardFailedError):
+        index.add_batch(data[100:200], ids=np.arange(100, 200))
+    assert (FAULTS / "shard-add.fired").exists(), "the fault did not fire"
+    time.sleep(8)  # the late write has woken, and been refused
+    (FAULTS / "shard-add.fired").unlink()
+    index.add_batch(data[200:], ids=np.arange(200, 300))
+    index.flush()
+    assert len(index) == 200
+    for s in index.shards:
+        with chassis.IndexReader(s["path"]) as r:
+            got = sorted(int(i) for i in r.ids())
+        want = [i for i in [*range(100), *range(200, 300)] if shard_of([i], 2)[0] == s["number"]]
+        assert got == want, s["number"]
+    index.close()
+
+
 def _add_node(cluster):
     """A new node, once the driver's view of the cluster (`ray.nodes()`, which places new
     shards) lists it as alive: `wait_for_nodes` can return before that."""

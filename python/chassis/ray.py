@@ -36,6 +36,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -160,6 +161,7 @@ class _Shard:
         """Add rows; with a `token` (the dataset path's digest of the rows), a batch whose
         token this shard applied since its last flush is a retry of it (a Ray Data task run
         again) and is skipped. Returns whether the rows went in."""
+        _fault("shard-add")
         with self._writing:
             self._fenced(fence, "add_batch")
             if token is not None and token in self.applied:
@@ -1376,12 +1378,19 @@ def _route_batch(
 
 def _fault(point: str) -> None:
     """A fault injected by the tests: with `CHASSIS_RAY_FAULTS` naming a folder that holds a
-    file named `point`, the first task to reach `point` takes the file and its worker dies."""
+    file named `point`, the first process to reach `point` takes the file, and dies, or, if
+    the file holds a number, sleeps that many seconds (a write that times out)."""
     folder = os.environ.get("CHASSIS_RAY_FAULTS")
     if folder:
+        fired = os.path.join(folder, point + ".fired")
         try:
-            os.rename(os.path.join(folder, point), os.path.join(folder, point + ".fired"))
+            os.rename(os.path.join(folder, point), fired)
         except OSError:
+            return
+        with open(fired) as f:
+            seconds = f.read().strip()
+        if seconds:
+            time.sleep(float(seconds))
             return
         os._exit(1)
 
