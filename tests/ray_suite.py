@@ -487,6 +487,19 @@ def test_a_dataset_task_run_again_adds_nothing_twice(cluster, tmp_path, given_id
     index.close()
 
 
+def test_dataset_batches_that_differ_only_in_text_are_all_added(cluster, tmp_path):
+    # Two batches with the same vectors, told apart only by a string column: not a retry.
+    # Oracle: the count, and the ids returned per text.
+    data = rows(500, 8, 91)
+    items = [{"text": f"row {i}", "v": data[i % 500]} for i in range(1000)]
+    index = ShardedIndex(tmp_path, 8, shards=2)
+    out = index.add_dataset(ray.data.from_items(items), vector_column="v", batch_size=500)
+    index.flush()
+    id_of = {r["text"]: int(r["id"]) for r in out.iter_rows()}
+    assert len(id_of) == 1000 and len(set(id_of.values())) == 1000 and len(index) == 1000
+    index.close()
+
+
 def test_rows_of_a_dataset_that_a_restarted_shard_lost_fail_the_flush(cluster, tmp_path):
     # Oracles: the flush's error, each shard's file opened here (every shard at its last
     # flush, none holding part of the dataset), and rows the driver's checks refuse (NaN)

@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import socket
 import threading
 import time
@@ -387,7 +388,8 @@ class _Reads:
         whose replica cannot be reached is asked through its other replicas, then its writer.
         With ``allow_partial=True``, a shard none of whose actors answers (within `timeout`)
         is left out instead of raising `ShardUnavailableError`, and the result is a
-        `PartialSearch` (ids, distances, missing): the numbers of the shards left out.
+        `PartialSearch` (ids, distances, missing): the numbers of the shards left out. When
+        no shard answers, `ShardUnavailableError` is raised all the same.
         """
         q = self._check_rows(queries)
         if not isinstance(k, int) or k < 1:
@@ -1148,7 +1150,8 @@ class ShardedIndex(_Reads):
                 raise error
             stats = self._each("stats")
             self._next_id = max(self._next_id, 1 + max(st["max_id"] for st in stats))
-            return done.drop_columns([_ERROR])
+            # Materialized: a lazy dataset whose blocks were lost would run the batches again.
+            return done.drop_columns([_ERROR]).materialize()
 
     # ---- life cycle
 
@@ -1318,11 +1321,15 @@ def _checked_ids(ids: Any, n: int, distinct: bool = True) -> np.ndarray:
 
 
 def _digest(*arrays: np.ndarray) -> str:
-    """A digest of arrays' shapes, types and bytes: the identity of a dataset batch."""
+    """A digest of arrays' shapes, types and contents (an array of objects, such as strings,
+    by its items pickled): the identity of a dataset batch."""
     h = hashlib.blake2b(digest_size=20)
     for a in arrays:
         h.update(f"{a.shape}{a.dtype.str}".encode())
-        h.update(np.ascontiguousarray(a).data)
+        if a.dtype == object:
+            h.update(pickle.dumps(a.tolist(), protocol=5))
+        else:
+            h.update(np.ascontiguousarray(a).data)
     return h.hexdigest()
 
 
@@ -1351,7 +1358,7 @@ def _route_batch(
         vectors = _checked_rows(np.stack(list(batch[vector_column])), dimensions)
         if id_column is None:
             # Every column is the batch's identity: a retry asks for the same block.
-            token = _digest(*(batch[k] for k in sorted(batch) if batch[k].dtype != object), vectors)
+            token = _digest(*(batch[k] for k in sorted(batch)), vectors)
             start = ray.get(counter.take.remote(len(vectors), token))
             ids = np.arange(start, start + len(vectors), dtype=np.uint64)
         else:

@@ -214,7 +214,12 @@ pub(super) fn scans(
 /// never taken for it) and the slots it was made for; whatever changes the ids of slots below
 /// that (a delete, a rollback, a compaction) clears it.
 #[derive(Default)]
-pub(super) struct FilterCache(VecDeque<Cached>);
+pub(super) struct FilterCache {
+    entries: VecDeque<Cached>,
+    /// Raised by each `clear`: a filter made across a clear (from ids as they were before
+    /// it) is not kept (`put`).
+    generation: u64,
+}
 
 struct Cached {
     storage: Weak<Storage>,
@@ -232,7 +237,13 @@ const CACHED_BYTES: usize = 64 << 20;
 impl FilterCache {
     /// Forget every filter: the ids of some slots changed (a delete, a rollback, a new file).
     pub(super) fn clear(&mut self) {
-        self.0.clear();
+        self.entries.clear();
+        self.generation += 1;
+    }
+
+    /// What a filter made from now on passes to `put`.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub(super) fn get(
@@ -241,34 +252,46 @@ impl FilterCache {
         slots: u64,
         f: &Filter,
     ) -> Option<Arc<SlotFilter>> {
-        let i = self.0.iter().position(|c| {
+        let i = self.entries.iter().position(|c| {
             c.slots == slots
                 && std::ptr::eq(c.storage.as_ptr(), Arc::as_ptr(st))
                 && c.storage.strong_count() > 0
                 && c.filter == *f
         })?;
-        let c = self.0.remove(i)?;
+        let c = self.entries.remove(i)?;
         let made = c.made.clone();
-        self.0.push_front(c);
+        self.entries.push_front(c);
         Some(made)
     }
 
-    pub(super) fn put(&mut self, st: &Arc<Storage>, slots: u64, f: &Filter, made: Arc<SlotFilter>) {
+    /// Keep `made`, the slots of `f` made for `st` up to `slots`, unless the cache was cleared
+    /// since `generation` was read.
+    pub(super) fn put(
+        &mut self,
+        st: &Arc<Storage>,
+        slots: u64,
+        f: &Filter,
+        made: Arc<SlotFilter>,
+        generation: u64,
+    ) {
+        if generation != self.generation {
+            return;
+        }
         let bytes = f.allowed.as_ref().map_or(0, Ids::bytes) + f.excluded.bytes() + made.bytes();
         if bytes > CACHED_BYTES / 2 {
             return;
         }
-        self.0.push_front(Cached {
+        self.entries.push_front(Cached {
             storage: Arc::downgrade(st),
             slots,
             filter: f.clone(),
             made,
             bytes,
         });
-        while self.0.len() > CACHED_FILTERS
-            || self.0.iter().map(|c| c.bytes).sum::<usize>() > CACHED_BYTES
+        while self.entries.len() > CACHED_FILTERS
+            || self.entries.iter().map(|c| c.bytes).sum::<usize>() > CACHED_BYTES
         {
-            self.0.pop_back();
+            self.entries.pop_back();
         }
     }
 }

@@ -237,10 +237,12 @@ impl Index {
         writer.relinked = false;
         writer.unconsolidated = writer.unconsolidated_committed;
         *self.entry.lock() = (committed.entry, committed.max_level as usize);
-        // Slots past the commit will be reused under other ids, and deleted ids come back.
+        // Slots past the commit will be reused under other ids, and deleted ids come back: the
+        // map and the filters made from it are forgotten once the commit is published, so
+        // that no search extends them from the snapshot before it (`with_ids`).
+        self.publish(Snap::of(snap.st.clone(), &committed, true));
         *self.ids.lock() = IdMap::default();
         self.filters.lock().clear();
-        self.publish(Snap::of(snap.st.clone(), &committed, true));
         Ok(())
     }
 

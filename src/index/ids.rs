@@ -13,7 +13,10 @@ impl Index {
         if m.storage != key {
             *m = IdMap { storage: key, ..Default::default() };
         }
-        while m.upto < snap.slots {
+        // Never past the published snapshot: a snapshot from before a rollback covers slots
+        // that later rows take under other ids, and the map would never read them again.
+        let upto = snap.slots.min(self.view.read().slots);
+        while m.upto < upto {
             let s = m.upto as u32;
             if let Some(id) = snap.live_id(s) {
                 m.map.insert(id, s);

@@ -216,16 +216,20 @@ impl Index {
 
     /// `f` in slots of `snap`: made, or found as the last search with the same ids made it.
     pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> Arc<SlotFilter> {
-        if let Some(made) = self.filters.lock().get(&snap.st, snap.slots, f) {
-            return made;
-        }
+        let generation = {
+            let mut cache = self.filters.lock();
+            if let Some(made) = cache.get(&snap.st, snap.slots, f) {
+                return made;
+            }
+            cache.generation()
+        };
         let made = Arc::new(self.with_ids(snap, |m| {
             let set = |ids: &Ids| {
                 SlotSet::new(ids.iter().filter_map(|id| m.get(&id).copied()), ids.len(), snap.slots)
             };
             SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
         }));
-        self.filters.lock().put(&snap.st, snap.slots, f, made.clone());
+        self.filters.lock().put(&snap.st, snap.slots, f, made.clone(), generation);
         made
     }
 
