@@ -328,7 +328,7 @@ pub(crate) mod x86 {
     /// steps, which also go to accumulator 0) and then 2 and 3, each accumulator taking the
     /// same values in the same order as in `avx2_kernel`. Within a pass the four vectors'
     /// loads are interleaved, so their misses on the lines past the prefetched ones overlap
-    /// (four calls, one vector after the other, were 0.93-0.95x as fast: the search-path record).
+    /// (four calls, one vector after the other, were slower: the search-path record).
     macro_rules! avx2_kernel4 {
         ($name:ident, $load:ident, $elem:expr, $tail:path, $op:ident) => {
             /// # Safety

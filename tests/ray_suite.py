@@ -433,6 +433,8 @@ def test_a_replica_that_died_is_searched_around_and_masks_filter(cluster, tmp_pa
     got, _ = index.search_batch(queries, 5, allowed=mask, ef=900)
     want, _ = exact(data[::5], np.arange(0, 900, 5, dtype=np.uint64), queries, 5)
     assert np.array_equal(got, want)
+    with pytest.raises(chassis.InvalidArgumentError, match="non-negative"):
+        index.search_batch(queries, 5, allowed=[3, -1])
     index.close()
 
 

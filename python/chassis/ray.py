@@ -337,14 +337,17 @@ class _Reads:
         except ray.exceptions.GetTimeoutError as e:
             raise self._unavailable(shards[0], what, e) from None
         except ray.exceptions.RayTaskError as e:
-            i = self._which(refs, shards)
-            cause = e.cause if isinstance(e.cause, BaseException) else e
-            if isinstance(cause, Exception):
-                cause.add_note(f"(in shard {i} of {self.root}, {what})")
-            raise cause from None
+            raise self._shard_error(e, self._which(refs, shards), what) from None
         except ray.exceptions.RayError as e:  # died, unschedulable (its node left), ...
             i = self._which(refs, shards)
             raise self._unavailable(i, what, e) from None
+
+    def _shard_error(self, e: Any, i: int, what: str) -> BaseException:
+        """A shard's own exception (what a Ray task error wraps), with the shard named."""
+        cause = e.cause if isinstance(e.cause, BaseException) else e
+        if isinstance(cause, Exception):
+            cause.add_note(f"(in shard {i} of {self.root}, {what})")
+        return cause
 
     def _which(self, refs: list[Any], shards: list[int]) -> int:
         """The first shard whose call failed."""
@@ -449,10 +452,7 @@ class _Reads:
             try:
                 return ray.get(ref, timeout=self.timeout)
             except ray.exceptions.RayTaskError as e:
-                cause = e.cause if isinstance(e.cause, BaseException) else e
-                if isinstance(cause, Exception):
-                    cause.add_note(f"(in shard {s.number} of {self.root}, search_batch)")
-                raise cause from None
+                raise self._shard_error(e, s.number, "search_batch") from None
             except ray.exceptions.RayError as e:  # died, timed out, its node left
                 last = e
             others = [a for a in [*s.replicas, s.actor] if not any(a is t for t in tried)]
@@ -1197,7 +1197,8 @@ def _filter_ids(ids: Any) -> np.ndarray:
     a = np.asarray(ids)
     if a.dtype == np.bool_:
         return np.flatnonzero(a.ravel()).astype(np.uint64)
-    return a.astype(np.uint64).ravel()
+    a = a.ravel()
+    return _checked_ids(a, len(a), distinct=False)
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:

@@ -207,9 +207,8 @@ pub(super) fn scans(
 }
 
 /// The slot filters of the last few filters searched with: a filter given again (the same
-/// mask for every search of a loop) is not turned into slots again, which cost more than a
-/// search (a mask of 45,000 ids, 0.7 ms, against 0.02 ms for the search it filtered:
-/// `docs/design/filtered-search.md`). An entry is found by comparing the ids themselves, and
+/// mask for every search of a loop) is not turned into slots again, which costs more than the
+/// search it filters (`docs/design/filtered-search.md`). An entry is found by comparing the ids themselves, and
 /// only for the storage (held weakly: a storage freed and another made at its address is
 /// never taken for it) and the slots it was made for; whatever changes the ids of slots below
 /// that (a delete, a rollback, a compaction) clears it.

@@ -241,8 +241,7 @@ impl Index {
         // map and the filters made from it are forgotten once the commit is published, so
         // that no search extends them from the snapshot before it (`with_ids`).
         self.publish(Snap::of(snap.st.clone(), &committed, true));
-        *self.ids.lock() = IdMap::default();
-        self.filters.lock().clear();
+        self.forget_ids();
         Ok(())
     }
 

@@ -26,6 +26,12 @@ impl Index {
         f(&m.map)
     }
 
+    /// Forget the id map and the filters made from it: slots may now hold other ids.
+    pub(super) fn forget_ids(&self) {
+        *self.ids.lock() = IdMap::default();
+        self.filters.lock().clear();
+    }
+
     pub(super) fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
         self.with_ids(snap, |m| m.get(&id).copied())
             .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))

@@ -240,8 +240,7 @@ impl Index {
         let nsnap = new.view.read().clone();
         std::mem::swap(w, &mut *new.writer.lock());
         *self.entry.lock() = *new.entry.lock();
-        *self.ids.lock() = IdMap::default();
-        self.filters.lock().clear();
+        self.forget_ids();
         {
             let mut u = self.undo.lock();
             if !self.memory {

@@ -223,14 +223,20 @@ impl Index {
             }
             cache.generation()
         };
-        let made = Arc::new(self.with_ids(snap, |m| {
+        let made = Arc::new(self.make_slot_filter(snap, f));
+        self.filters.lock().put(&snap.st, snap.slots, f, made.clone(), generation);
+        made
+    }
+
+    /// `f` in slots of `snap`, made here: a batch's per-query filters, each met once, would
+    /// only push the kept ones out of the cache and wait on each other for its lock.
+    fn make_slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
+        self.with_ids(snap, |m| {
             let set = |ids: &Ids| {
                 SlotSet::new(ids.iter().filter_map(|id| m.get(&id).copied()), ids.len(), snap.slots)
             };
             SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
-        }));
-        self.filters.lock().put(&snap.st, snap.slots, f, made.clone(), generation);
-        made
+        })
     }
 
     /// The hits of one prepared query (`q` in the search form).
@@ -388,8 +394,9 @@ impl Index {
             };
         }
         // Where the check is one comparison (no filter) or one bit (an allowed bitmap alone: no
-        // exclusions, deletes or refused rows), the walk gets it inlined; the whole check,
-        // a call per node met, took a quarter of a two-hop search (docs/design/filtered-search.md).
+        // exclusions, deletes or refused rows), the walk gets it inlined: the whole check is a
+        // call per node met, which a two-hop search pays for every entry of every list it
+        // reads (docs/design/filtered-search.md).
         let bits = match filter {
             Some(SlotFilter { allowed: Some(SlotSet::Bits(b, _)), excluded, .. })
                 if excluded.len() == 0 && !any_deleted && bad.is_empty() =>
@@ -511,7 +518,7 @@ impl Index {
             }
             let q = &qs[i * d..(i + 1) * d];
             let own = match filter {
-                BatchFilter::PerQuery(fs) => Some(self.slot_filter(snap, &fs[i])),
+                BatchFilter::PerQuery(fs) => Some(Arc::new(self.make_slot_filter(snap, &fs[i]))),
                 BatchFilter::Same(_) => None,
             };
             let start = starts.as_ref().and_then(|(_, s)| s[i].as_ref());

@@ -349,8 +349,8 @@ mod x86 {
     /// `avx2_codes` over four codes at once, bitwise its single kernel per code: two passes
     /// (accumulators 0 and 1 with the 8-value steps, then 2 and 3; four codes' four
     /// accumulators would not fit AVX2's 16 registers), the four codes' steps interleaved
-    /// within a pass as `crate::distance`'s AVX2 grouped kernels do (four calls were 0.92-0.93x
-    /// as fast on MiniLM: the quantization record).
+    /// within a pass as `crate::distance`'s AVX2 grouped kernels do (four calls were slower:
+    /// the quantization record).
     macro_rules! avx2_codes4 {
         ($name:ident, $step:ident, $tail:path) => {
             /// # Safety

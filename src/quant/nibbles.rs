@@ -261,8 +261,18 @@ mod x86 {
             }
             i += 32;
         }
-        let mut sum = sum256(&a);
-        for j in i..n {
+        tail(q, c, n, i, l2, sum256(&a))
+    }
+
+    /// `sum` plus the dimensions `from..n` (the last partial block), one nibble at a time, in
+    /// order: the single and the grouped AVX2 kernels end the same way.
+    ///
+    /// # Safety
+    /// As `avx2`.
+    #[inline(always)]
+    unsafe fn tail(q: *const f32, c: *const u8, n: usize, from: usize, l2: bool, sum: f32) -> f32 {
+        let mut sum = sum;
+        for j in from..n {
             let code = super::nibble(c, j);
             sum += if l2 {
                 let d = *q.add(j) - *q.add(n + j) * code;
@@ -317,22 +327,10 @@ mod x86 {
                 i += 32;
             }
         }
-        let mut out = [0f32; 4];
-        for t in 0..4 {
+        std::array::from_fn(|t| {
             let [lo, hi] = [acc[0][t], acc[1][t]];
-            let mut sum = sum256(&[lo[0], lo[1], hi[0], hi[1]]);
-            for j in main..n {
-                let code = super::nibble(c[t], j);
-                sum += if l2 {
-                    let d = *q.add(j) - *q.add(n + j) * code;
-                    d * d
-                } else {
-                    *q.add(j) * code
-                };
-            }
-            out[t] = sum;
-        }
-        out
+            tail(q, c[t], n, main, l2, sum256(&[lo[0], lo[1], hi[0], hi[1]]))
+        })
     }
     /// # Safety
     /// See [`CodeKernels`].
