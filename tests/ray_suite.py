@@ -613,7 +613,7 @@ def test_writes_are_fenced_by_the_rollbacks_sent_around_them(cluster, tmp_path):
         actor.add_batch.remote(rows(10, 8, 42), mine[:10], stale),
         actor.upsert.remote(rows(2, 8, 43), mine[10:12], stale),
         actor.delete_many.remote([int(i) for i in range(200) if shard_of([i], 2)[0] == 0], stale),
-        actor.flush.remote(stale),
+        actor.flush.remote(stale, index._epoch + 1),
     ):
         with pytest.raises(StaleWriteError, match="refused"):
             ray.get(late)
@@ -782,3 +782,140 @@ def test_a_machine_back_under_a_new_node_id_has_its_shards_found_by_their_files(
             ShardedIndex.open(tmp_path, timeout=60)
     finally:
         hidden.rename(path)
+
+
+# ---------------------------------------------------------------- one commit across shards
+
+
+def _shard_files(index_or_root) -> dict[int, tuple[list[int], int]]:
+    """Each shard's file opened here: its ids and the sharded flush (epoch) it holds."""
+    root = Path(index_or_root)
+    m = json.loads((root / MANIFEST).read_text())
+    out = {}
+    for s in m["shards"]:
+        with chassis.IndexReader(s["path"]) as r:
+            out[s["number"]] = (sorted(int(i) for i in r.ids()), int(r.snapshot().user_version))
+    return out
+
+
+def _assert_holds(index: ShardedIndex, root: Path, want: dict[int, np.ndarray], epoch: int):
+    """Oracles: the record of the rows of the last sharded flush; every shard's file opened
+    here (exactly its share of them, at that flush); the index's own reads."""
+    shards = len(index.shards)
+    for number, (ids, at) in _shard_files(root).items():
+        assert ids == sorted(i for i in want if shard_of([i], shards)[0] == number), number
+        assert at == epoch, number
+    assert sorted(int(i) for i in index.ids()) == sorted(want)
+    for i in list(want)[::37]:
+        np.testing.assert_array_equal(index.get(i), want[i])
+    ids = np.array(sorted(want), dtype=np.uint64)
+    data = np.stack([want[int(i)] for i in ids])
+    truth, _ = exact(data, ids, data[:15], 5)
+    got, _ = index.search_batch(data[:15], 5, ef=400)
+    assert recall(got, truth) >= 0.99
+
+
+def test_a_driver_killed_after_the_shards_flushed_reopens_at_the_last_flush(cluster, tmp_path):
+    # The driver dies after every shard committed the flush and before the manifest records
+    # it (the fault point `driver-flushed`). Oracles: each shard's file opened here first (it
+    # holds the flush given up), then, after `open`, the record of the rows of the last flush
+    # the manifest names.
+    data, new = rows(900, 8, 91), rows(50, 8, 92)
+    np.save(tmp_path / "data.npy", data)
+    np.save(tmp_path / "new.npy", new)
+    root = tmp_path / "idx"
+    driver = f"""
+import numpy as np, ray, pathlib
+from chassis.ray import ShardedIndex
+ray.init(address={cluster.address!r})
+data, new = np.load({str(tmp_path / "data.npy")!r}), np.load({str(tmp_path / "new.npy")!r})
+index = ShardedIndex({str(root)!r}, 8, shards=3)
+index.add_batch(data[:600])
+index.flush()
+index.add_batch(data[600:])
+index.delete_batch(np.arange(100))
+index.upsert(new, np.arange(100, 150))
+(pathlib.Path({str(FAULTS)!r}) / "driver-flushed").touch()
+index.flush()
+"""
+    done = subprocess.run([sys.executable, "-c", driver], timeout=180, capture_output=True)
+    assert done.returncode == 1, done.stderr.decode()[-3000:]
+    (FAULTS / "driver-flushed.fired").unlink()
+    for number, (_ids, epoch) in _shard_files(root).items():
+        assert epoch == 2, number  # every shard committed the second flush
+    index = ShardedIndex.open(root)
+    want = {i: data[i] for i in range(600)}
+    _assert_holds(index, root, want, 1)
+    index.add_batch(new, ids=np.arange(1000, 1050))
+    index.flush()
+    want.update({1000 + i: new[i] for i in range(50)})
+    _assert_holds(index, root, want, 2)
+    index.close()
+
+
+def test_a_flush_only_some_shards_committed_is_taken_back_at_open(cluster, tmp_path):
+    # Two of three shards commit the next flush (their actors called directly, as a driver
+    # dying between them would leave them). Oracles as above.
+    data = rows(800, 8, 93)
+    index = ShardedIndex(tmp_path, 8, shards=3)
+    index.add_batch(data[:500])
+    index.flush()
+    index.add_batch(data[500:])
+    index.delete_batch(np.arange(0, 500, 3))
+    index.upsert(rows(40, 8, 94), np.arange(1, 121, 3))
+    actors = index.shard_actors()
+    ray.get([a.flush.remote(index._fence, index._epoch + 1) for a in actors[:2]])
+    index.close()
+    index = ShardedIndex.open(tmp_path)
+    _assert_holds(index, tmp_path, {i: data[i] for i in range(500)}, 1)
+    index.close()
+
+
+def test_a_shard_that_fails_its_flush_leaves_every_shard_at_the_last_flush(cluster, tmp_path):
+    # The first shard to start the flush raises (as a full disk would); the others commit it.
+    # Oracles: the driver's error; each shard's file opened here; the index's reads; then a
+    # flush that works.
+    data = rows(700, 8, 95)
+    index = ShardedIndex(tmp_path, 8, shards=3)
+    index.add_batch(data[:400])
+    index.flush()
+    index.add_batch(data[400:600])
+    index.delete_batch(np.arange(50))
+    (FAULTS / "shard-flush").write_text("raise")
+    with pytest.raises(ShardFailedError, match="back at the last flush") as e:
+        index.flush()
+    assert (FAULTS / "shard-flush.fired").exists(), "the fault did not fire"
+    (FAULTS / "shard-flush.fired").unlink()
+    assert "injected fault" in str(e.value)
+    want = {i: data[i] for i in range(400)}
+    _assert_holds(index, tmp_path, want, 1)
+    index.add_batch(data[600:], ids=np.arange(600, 700))
+    index.flush()
+    want.update({i: data[i] for i in range(600, 700)})
+    _assert_holds(index, tmp_path, want, 2)
+    index.close()
+    index = ShardedIndex.open(tmp_path)
+    _assert_holds(index, tmp_path, want, 2)
+    index.close()
+
+
+def test_a_shard_killed_once_its_flush_committed_is_taken_back(cluster, tmp_path):
+    # The first shard to commit the flush dies right after (the fault point `shard-flushed`);
+    # Ray restarts it holding the flush, which the others are taken back from. Oracles: the
+    # driver's error, then the rows of the next flush in every shard's file.
+    data = rows(700, 8, 96)
+    index = ShardedIndex(tmp_path, 8, shards=3)
+    index.add_batch(data[:400])
+    index.flush()
+    index.add_batch(data[400:600])
+    index.delete_batch(np.arange(50))
+    (FAULTS / "shard-flushed").touch()
+    with pytest.raises(ShardFailedError):
+        index.flush()
+    assert (FAULTS / "shard-flushed.fired").exists(), "the fault did not fire"
+    (FAULTS / "shard-flushed.fired").unlink()
+    index.add_batch(data[600:], ids=np.arange(600, 700))
+    index.flush()
+    want = {i: data[i] for i in [*range(400), *range(600, 700)]}
+    _assert_holds(index, tmp_path, want, 2)
+    index.close()

@@ -8,17 +8,20 @@ object store and restarts; nothing here schedules, serialises or manages a clust
 * Writes route each row by a fixed hash of its id (`shard_of`), so an id always lives in one
   shard and `IdInUseError` works across shards. A batch is checked on the driver first
   (shape, dtype, values, ids), then travels once through the object store; each shard's
-  actor gets a read-only view of its rows. `flush()` returns when every shard's flush is
-  durable, then writes a manifest (`chassis-shards.json`: shards, paths, nodes, committed
-  sequence numbers) that `ShardedIndex.open(root)` reads after the driver restarts.
+  actor gets a read-only view of its rows. `flush()` is one commit across shards: every
+  shard commits as the next epoch (kept in its file's `user_version`), then the manifest
+  (`chassis-shards.json`: shards, paths, nodes, the epoch, each shard's commit) records it,
+  and that is the commit point. A shard ahead of the manifest (the driver or another shard
+  failed in between) is taken back to it (`_Shard._settle`), so the index always opens, and
+  after an error stays, as one flush.
 * Searches fan out to every shard (each runs its own GIL-free `search_batch`); the driver
   merges each query's top k exactly, ties by id. ``replicas=R`` adds R read-only actors per
   shard (`IndexReader`s on the same file, on the same node), which see each flush.
 * Faults: a shard actor that dies is restarted by Ray (``max_restarts``) and reopens its
   file as of its last flush. Searches and other reads are retried and go on. A write or
-  flush in flight raises `ShardFailedError` naming the shard; the other shards are rolled
-  back to their last flush, so the whole index is as of its last flush, as a killed writer
-  leaves one file. A shard whose node left the cluster raises `ShardUnavailableError` until
+  flush in flight raises `ShardFailedError` naming the shard; every shard goes back to the
+  last sharded flush, so the whole index is as of its last flush, as a killed writer leaves
+  one file. A shard whose node left the cluster raises `ShardUnavailableError` until
   the node returns (with ``shared=True``, Ray restarts it on another node).
 * Placement survives restarts: Ray gives a node a new id each time it starts, so `open` finds
   a shard whose recorded node is gone by its file, asking every alive node whether it has the
@@ -76,8 +79,9 @@ _ERROR = "chassis_error"
 
 
 class ShardFailedError(ChassisError, OSError):
-    """A shard's actor died during a write or a flush. The index is as of its last flush on
-    every shard (the others were rolled back); the shard restarts by itself."""
+    """A shard's actor died during a write or a flush, or failed its flush. The index is as
+    of its last flush on every shard (the others were rolled back, and taken back from a
+    flush they had committed); a dead shard restarts by itself."""
 
 
 class StaleWriteError(ChassisError, OSError):
@@ -116,6 +120,7 @@ class _Shard:
     ) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         opts = IndexOptions(**options) if options else None
+        self._open = (path, dimensions, opts)
         self.index = IndexReader(path, opts) if replica else VectorIndex(path, dimensions, opts)
         # This incarnation: a restarted actor has another, so the driver can tell that the
         # writes it made since the last flush are gone (writes and searches return it).
@@ -154,7 +159,33 @@ class _Shard:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "life": self.life,
+            **(self.state() if isinstance(self.index, VectorIndex) else {}),
         }
+
+    def state(self) -> dict[str, int]:
+        """The shard's last commit: the sharded index's epoch it belongs to (kept in the
+        file's `user_version`), its sequence and its slot count (what `_rewind` takes)."""
+        seq, slots, epoch = self.index._committed()
+        return {"epoch": epoch, "seq": seq, "slots": slots}
+
+    def _settle(self, to: dict[str, int] | None) -> None:
+        """Take the shard back to the sharded index's last flush `to` (epoch, seq, slots) if
+        it committed a later epoch (the caller holds `_writing`; nothing is pending)."""
+        if to is None:
+            return
+        now = self.state()
+        if now["epoch"] < to["epoch"]:
+            raise ShardFailedError(
+                f"shard file {self._open[0]} holds epoch {now['epoch']} of the sharded index, "
+                f"older than its last flush (epoch {to['epoch']}): the file was replaced by an "
+                "older copy, or its disk lost a flush\nhelp: restore every shard and the "
+                "manifest from the same backup"
+            )
+        if now["epoch"] > to["epoch"]:
+            self.index._rewind(to["slots"], to["seq"])
+            self.index.user_version = to["epoch"]
+            self.index.flush()
+            self.applied.clear()
 
     def add_batch(
         self, vectors: np.ndarray, ids: np.ndarray, fence: int, token: str | None = None
@@ -198,29 +229,42 @@ class _Shard:
             self.index.upsert(vectors, ids)
         return before, self.life
 
-    def flush(self, fence: int) -> tuple[int, str]:
+    def flush(self, fence: int, epoch: int) -> tuple[dict[str, int], str]:
+        """Commit the shard's writes as part of the sharded index's flush `epoch`."""
         with self._writing:
             self._fenced(fence, "flush")
+            _fault("shard-flush")
+            self.index.user_version = epoch
             self.index.flush()
             self.applied.clear()
-            seq = int(self.index.snapshot().seq)
-        return seq, self.life
+            _fault("shard-flushed")
+            return self.state(), self.life
 
-    def rollback(self, fence: int) -> tuple[None, str]:
-        """Discard the changes since the last flush, and refuse writes sent before `fence`."""
+    def rollback(
+        self, fence: int, to: dict[str, int] | None = None
+    ) -> tuple[dict[str, int] | None, str]:
+        """Discard the changes since the last flush, and refuse writes sent before `fence`;
+        with `to`, the sharded index's last flush, also take back a later flush of this shard
+        (a sharded flush that other shards did not finish)."""
         with self._writing:
             if fence > self.fence:  # else a write carrying this fence ran it already
-                self.index.rollback()
+                try:
+                    self.index.rollback()
+                except ChassisError:
+                    # A writer whose commit failed writes nothing more (a full disk, a failed
+                    # sync): open the file again, which finds the last commit that landed.
+                    self.index.close()
+                    self.index = VectorIndex(*self._open)
                 self.applied.clear()
                 self.fence = fence
-        return None, self.life
+            self._settle(to)
+            return (self.state() if to is not None else None), self.life
 
-    def compact(self, fence: int, threads: int | None) -> tuple[int, str]:
+    def compact(self, fence: int, threads: int | None) -> tuple[dict[str, int], str]:
         with self._writing:
             self._fenced(fence, "compact")
             self.index.compact(threads=threads)
-            seq = int(self.index.snapshot().seq)
-        return seq, self.life
+            return self.state(), self.life
 
     def backup(self, path: str, overwrite: bool, fence: int) -> tuple[None, str]:
         with self._writing:
@@ -261,7 +305,7 @@ class _Shard:
 
 # Reads are retried on a restarted actor (they are idempotent); writes never are: a write in
 # flight when a shard dies is reported (ShardFailedError), not run twice.
-_READS = ("where", "present", "search_batch", "stats", "length", "contains", "get", "ids")
+_READS = ("where", "state", "present", "search_batch", "stats", "length", "contains", "get", "ids")
 for _name in _READS:
     setattr(_Shard, _name, ray.method(max_task_retries=3)(getattr(_Shard, _name)))
 _ShardActor = ray.remote(_Shard)
@@ -278,7 +322,10 @@ class _ShardInfo:
     number: int
     path: str
     node_id: str
+    #: Its last commit in the sharded index's last flush: sequence and slot count (where a
+    #: flush that other shards did not finish is taken back to; `_Shard._settle`).
     seq: int = 0
+    slots: int = 0
     #: The host name of the node it last ran on: preferred when several nodes have its file.
     host: str = ""
     actor: Any = None
@@ -288,6 +335,9 @@ class _ShardInfo:
     life: str = ""
     dirty: bool = False
     lost: bool = False
+    #: Its rollback to the last flush did not answer: it may hold a later flush; it is taken
+    #: back before the next write (`ShardedIndex._settle`).
+    unsure: bool = False
 
 
 # ---------------------------------------------------------------- the index
@@ -575,11 +625,21 @@ class ShardedIndex(_Reads):
                         )
             self.shared = bool(m["shared"])
             self._shards = [
-                _ShardInfo(s["number"], s["path"], s["node_id"], s["seq"], s.get("host", ""))
+                _ShardInfo(
+                    s["number"],
+                    s["path"],
+                    s["node_id"],
+                    s["seq"],
+                    s.get("slots", 0),
+                    s.get("host", ""),
+                )
                 for s in m["shards"]
             ]
             self._next_id = int(m["next_id"])
+            # The sharded flush the manifest records (older manifests: 0, as their files).
+            self._epoch = int(m.get("epoch", 0))
             self._start(replicas, create=False)
+            self._open_at_epoch()
             stats = self._each("stats")
             self._next_id = max(self._next_id, 1 + max(s["max_id"] for s in stats))
         else:
@@ -600,8 +660,10 @@ class ShardedIndex(_Reads):
                 _ShardInfo(i, str(self.root / f"shard-{i:04d}.chassis"), "") for i in range(shards)
             ]
             self._next_id = 0
+            self._epoch = 0
             self.root.mkdir(parents=True, exist_ok=True)
             self._start(replicas, create=True)
+            self._record(self._each("state"))
             self._write_manifest()
 
     @classmethod
@@ -650,7 +712,7 @@ class ShardedIndex(_Reads):
         if replicas:
             # The writers created the files; the readers follow them from their first flush.
             if create:
-                self._each("flush", self._fence)
+                self._each("flush", self._fence, self._epoch)
             for s in self._shards:
                 s.replicas = [
                     _ShardActor.options(**self._actor_options(s.node_id)).remote(
@@ -701,6 +763,44 @@ class ShardedIndex(_Reads):
                 )
             same = [n for host, n in holders if host == s.host]
             s.node_id = (same or [n for _, n in holders])[0]
+
+    def _open_at_epoch(self) -> None:
+        """At open: a shard that committed a flush the manifest does not record (the driver or
+        another shard failed in the middle of a sharded flush) goes back to the manifest's, so
+        the index opens as one flush; then each shard's state is recorded."""
+        for s, w in zip(self._shards, self._each("where")):
+            if w["epoch"] != self._epoch:
+                s.unsure = True
+            elif (w["seq"], w["slots"]) != (s.seq, s.slots):
+                # The same flush, another commit of it (a compaction, or a taking back): the
+                # state to take a later flush back to.
+                s.seq, s.slots = w["seq"], w["slots"]
+        if any(s.unsure for s in self._shards):
+            self._settle("open")
+        self._write_manifest()
+
+    def _record(self, states: list[dict[str, int]]) -> None:
+        for s, st in zip(self._shards, states):
+            s.seq, s.slots = int(st["seq"]), int(st["slots"])
+
+    def _to(self, s: _ShardInfo) -> dict[str, int]:
+        """What `s` goes back to: its state in the last sharded flush."""
+        return {"epoch": self._epoch, "seq": s.seq, "slots": s.slots}
+
+    def _settle(self, what: str) -> None:
+        """Take every unsure shard back to the last sharded flush (a restarted shard may hold a
+        flush the others did not finish), before anything else is written."""
+        for s in self._shards:
+            if not s.unsure:
+                continue
+            try:
+                _, s.life = self._wait(s.actor.rollback.remote(self._fence, self._to(s)))
+            except ray.exceptions.RayError as e:
+                cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else None
+                if isinstance(cause, ShardFailedError):
+                    raise cause from None
+                raise self._unavailable(s.number, what, e) from None
+            s.unsure = s.lost = s.dirty = False
 
     def _each(self, method: str, *args: Any) -> list[Any]:
         """Call `method` on every shard's writer; results in shard order."""
@@ -821,6 +921,7 @@ class ShardedIndex(_Reads):
         lost = [s for s in self._shards if s.lost]
         if lost:
             raise self._back_to_last_flush(lost[0], what)
+        self._settle(what)
         refs = [getattr(self._shards[i].actor, m).remote(*a) for i, m, a in calls]
         results: list[Any] = []
         failed: list[tuple[int, BaseException]] = []
@@ -883,18 +984,35 @@ class ShardedIndex(_Reads):
         except ray.exceptions.GetTimeoutError as e:
             raise ray.exceptions.RayActorError() from e
 
-    def _back_to_last_flush(self, s: _ShardInfo, what: str) -> ChassisError:
-        """Every shard rolled back to its last flush, after `s` lost its unflushed writes.
+    def _back_to_last_flush(
+        self, s: _ShardInfo, what: str, cause: BaseException | None = None
+    ) -> ChassisError:
+        """Every shard back at the last sharded flush, after `s` lost its unflushed writes
+        (or, with `cause`, failed to flush): rolled back, and a shard that committed a flush
+        the others did not finish taken back (`_Shard._settle`).
 
         The fence goes up first: a write still on its way (one that timed out) is refused
         when it arrives (see `_Shard.fence`)."""
         self._fence += 1
-        for t in self._shards:
+        refs = [t.actor.rollback.remote(self._fence, self._to(t)) for t in self._shards]
+        for t, ref in zip(self._shards, refs):
             try:
-                _, t.life = self._wait(t.actor.rollback.remote(self._fence))
-            except Exception:  # it died too: its restart reopens as of its last flush
-                pass
+                _, t.life = self._wait(ref)
+                t.unsure = False
+            except Exception:
+                # It died too, or cannot be reached: its restart reopens as of its own last
+                # flush, which may be the one given up; it is taken back before the next write.
+                t.unsure = True
             t.dirty = t.lost = False
+        if cause is not None:
+            error = ShardFailedError(
+                f"shard {s.number} ({s.path}) failed during {what}: "
+                f"{type(cause).__name__}: {cause}\nevery shard is back at the last flush, as "
+                "if this flush had not been called (shards that had committed it were taken "
+                "back)\nhelp: fix the cause, then redo the writes made since the last flush()"
+            )
+            error.__cause__ = cause
+            return error
         alive = {n["NodeID"]: n["Alive"] for n in ray.nodes()}
         if not alive.get(s.node_id, False) and not self.shared:
             return ShardUnavailableError(
@@ -924,10 +1042,39 @@ class ShardedIndex(_Reads):
             if w["life"] != s.life:
                 s.lost = s.lost or s.dirty
                 s.life = w["life"]
-        seqs = self._write("flush", [(s.number, "flush", (self._fence,)) for s in self._shards])
-        for s, q in zip(self._shards, seqs):
-            s.seq, s.dirty = int(q), False
-        self._write_manifest()
+            if w["epoch"] != self._epoch:
+                s.unsure = True  # restarted holding a flush that was given up
+            elif (w["seq"], w["slots"]) != (s.seq, s.slots) and not s.unsure:
+                # The last flush, committed again (compacted, or taken back): record it.
+                s.seq, s.slots = w["seq"], w["slots"]
+        # One commit across shards: each shard commits this flush as the next epoch, then the
+        # manifest records it, which is the commit point. Whatever fails before the manifest
+        # is written leaves the index at the last epoch: shards that committed this one are
+        # taken back, now or, after a crash of the driver, when the index is opened.
+        epoch = self._epoch + 1
+        calls = [(s.number, "flush", (self._fence, epoch)) for s in self._shards]
+        try:
+            states = self._write("flush", calls)
+        except ChassisError as e:
+            if isinstance(e, (ShardFailedError, ShardUnavailableError)):
+                raise
+            failed = next((s for s in self._shards if f"in shard {s.number} " in str(e)), None)
+            raise self._back_to_last_flush(failed or self._shards[0], "flush", e) from None
+        except OSError as e:
+            raise self._back_to_last_flush(self._shards[0], "flush", e) from None
+        before = [(s.seq, s.slots) for s in self._shards]
+        self._record(states)
+        self._epoch = epoch
+        try:
+            _fault("driver-flushed")
+            self._write_manifest()
+        except BaseException as e:
+            self._epoch -= 1
+            for s, (q, n) in zip(self._shards, before):
+                s.seq, s.slots = q, n
+            raise self._back_to_last_flush(self._shards[0], "flush", e) from None
+        for s in self._shards:
+            s.dirty = False
 
     def rollback(self) -> None:
         """Discard every shard's changes since the last flush."""
@@ -950,6 +1097,7 @@ class ShardedIndex(_Reads):
             "options": dataclasses.asdict(self.options),
             "shared": self.shared,
             "next_id": self._next_id,
+            "epoch": self._epoch,
             "shards": [
                 {
                     "number": s.number,
@@ -957,6 +1105,7 @@ class ShardedIndex(_Reads):
                     "node_id": s.node_id,
                     "host": s.host,
                     "seq": s.seq,
+                    "slots": s.slots,
                 }
                 for s in self._shards
             ],
@@ -971,9 +1120,17 @@ class ShardedIndex(_Reads):
         with self._lock:
             self._flush_locked()
             calls = [(s.number, "compact", (self._fence, threads)) for s in self._shards]
-            for s, q in zip(self._shards, self._write("compact", calls)):
-                s.seq = int(q)
-            self._write_manifest()
+            try:
+                self._write("compact", calls)
+            finally:
+                # A compacted shard is another file, whose sequences start again: what a later
+                # flush is taken back to is recorded from it, compacted or not.
+                try:
+                    self._record(
+                        self._get([s.actor.state.remote() for s in self._shards], "compact", None)
+                    )
+                finally:
+                    self._write_manifest()
 
     def backup(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Flush, then copy every shard's last flush into the folder `path`, each shard on its
@@ -1387,7 +1544,8 @@ def _route_batch(
 def _fault(point: str) -> None:
     """A fault injected by the tests: with `CHASSIS_RAY_FAULTS` naming a folder that holds a
     file named `point`, the first process to reach `point` takes the file, and dies, or, if
-    the file holds a number, sleeps that many seconds (a write that times out)."""
+    the file holds a number, sleeps that many seconds (a write that times out), or, if it
+    holds `raise`, raises `OSError` (a shard's own error, a full disk say)."""
     folder = os.environ.get("CHASSIS_RAY_FAULTS")
     if folder:
         fired = os.path.join(folder, point + ".fired")
@@ -1397,6 +1555,8 @@ def _fault(point: str) -> None:
             return
         with open(fired) as f:
             seconds = f.read().strip()
+        if seconds == "raise":
+            raise OSError(28, f"injected fault at {point}")
         if seconds:
             time.sleep(float(seconds))
             return

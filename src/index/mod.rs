@@ -18,6 +18,7 @@
 //! | `plan.rs`        | a filtered search's plan: scan, walk or two-hop walk, from its costs  |
 //! | `flush.rs`       | flush, rollback, close: the index's side of `crate::commit`           |
 //! | `maintenance.rs` | save, backup, compact                                                 |
+//! | `rewind.rs`      | rewind: the rows of an earlier commit back, as a new change           |
 //! | `check.rs`       | check: checksums, lists and reachability                              |
 //! | `memory.rs`      | memory policies: huge pages, warm, memory_stats                       |
 //! | `residency.rs`   | larger than memory: which areas are short of it, sampled              |
@@ -40,6 +41,7 @@ mod options;
 pub mod plan;
 mod reader;
 mod residency;
+mod rewind;
 mod search;
 mod write;
 
@@ -49,6 +51,7 @@ pub(crate) use codes::stored_quantizer;
 pub use filter::{BatchFilter, Filter, Ids};
 pub use memory::MemoryStats;
 pub use options::{Mode, Options, Placement, BALANCED_MIN, MAX_K};
+pub use rewind::Rewound;
 pub use write::TAIL_MAX;
 
 use crate::commit::redo::{self, RedoLog};

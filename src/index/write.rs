@@ -512,7 +512,12 @@ impl Index {
 
     /// The deletes of `delete_batch` under the writer lock: (slot, marker before, id) of each
     /// row deleted. The undo log holds the old markers of committed slots before any changes.
-    fn delete_in(&self, w: &mut Writer, snap: &Snap, ids: &[u64]) -> Result<Vec<(u32, u64, u64)>> {
+    pub(super) fn delete_in(
+        &self,
+        w: &mut Writer,
+        snap: &Snap,
+        ids: &[u64],
+    ) -> Result<Vec<(u32, u64, u64)>> {
         let mut found: Vec<(u32, u64)> = self
             .with_ids(snap, |m| ids.iter().filter_map(|&id| Some((*m.get(&id)?, id))).collect());
         found.retain(|&(s, id)| (s as u64) < snap.slots && snap.live_id(s) == Some(id));

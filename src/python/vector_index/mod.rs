@@ -24,6 +24,7 @@ use super::convert::{check_width, f32_array, id_arg, ids_arg, int_arg, opt_count
 use super::errors::{self, to_py};
 use super::options::{options_from, options_to_py};
 use super::reads::{pymethods_with_reads, View};
+use super::run::{self, Count};
 use super::snapshot::Snapshot;
 use crate::error::{Error, Result};
 use crate::format::{Metric, Precision, Quantization};
@@ -404,6 +405,34 @@ pymethods_with_reads!(
     ) -> PyResult<u64> {
         let threads = opt_count(threads, "threads", 1024)?;
         self.relink(py, threads, progress)
+    }
+
+    /// The last commit: ``(seq, slots, user_version)``, ``slots`` counting live and deleted
+    /// rows. Used by ``chassis.ray`` to record each shard's state at a sharded flush.
+    fn _committed(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
+        self.with(py, |idx| idx.committed_state())
+    }
+
+    /// Take the rows back to those of this file's commit ``seq``, which held ``slots`` slots
+    /// (``_committed()`` then), as one change the next ``flush()`` commits. Rows added since
+    /// are deleted; rows deleted since are added again under their ids. Nothing may be
+    /// pending, and the commit must be this file's (not from before a ``compact()``). Used by
+    /// ``chassis.ray`` to take a shard back to the sharded index's last flush. Returns
+    /// ``(removed, restored)``.
+    #[pyo3(signature = (slots, seq, *, threads = None))]
+    fn _rewind(
+        &self,
+        py: Python<'_>,
+        slots: u64,
+        seq: u64,
+        threads: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(u64, u64)> {
+        let threads = opt_count(threads, "threads", 1024)?;
+        let idx = self.index()?;
+        let r = run::run_long(py, 0, Count::VectorsThreaded, false, "rewinding", |ctl| {
+            idx.rewind(slots, seq, threads, ctl)
+        })?;
+        Ok((r.removed, r.restored))
     }
 
     /// Ask for huge pages under the vectors from now on (design record ADR-0016).
