@@ -146,7 +146,7 @@ class _Shard:
             self.applied.clear()
         elif fence < self.fence:
             raise StaleWriteError(
-                f"a {what} sent with fence {fence} reached the shard after a rollback raised "
+                f"{what} sent with fence {fence} reached the shard after a rollback raised "
                 f"its fence to {self.fence}: refused\nhelp: nothing to do: the driver gave up "
                 "on this write (it timed out or another shard failed) and rolled the index back"
             )
