@@ -888,7 +888,11 @@ def test_a_shard_that_fails_its_flush_leaves_every_shard_at_the_last_flush(clust
         index.flush()
     assert (FAULTS / "shard-flush.fired").exists(), "the fault did not fire"
     (FAULTS / "shard-flush.fired").unlink()
-    assert "injected fault" in str(e.value)
+    # The error names the shard whose process raised.
+    message = str(e.value)
+    named = int(message.split("shard ", 1)[1].split(" ", 1)[0])
+    pid = int(message.split("in process ", 1)[1].split()[0].rstrip(":"))
+    assert ray.get(index.shard_actors()[named].where.remote())["pid"] == pid
     want = {i: data[i] for i in range(400)}
     _assert_holds(index, tmp_path, want, 1)
     index.add_batch(data[600:], ids=np.arange(600, 700))

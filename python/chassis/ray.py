@@ -1055,13 +1055,13 @@ class ShardedIndex(_Reads):
         calls = [(s.number, "flush", (self._fence, epoch)) for s in self._shards]
         try:
             states = self._write("flush", calls)
-        except ChassisError as e:
-            if isinstance(e, (ShardFailedError, ShardUnavailableError)):
-                raise
-            failed = next((s for s in self._shards if f"in shard {s.number} " in str(e)), None)
+        except (ShardFailedError, ShardUnavailableError):
+            raise  # every shard is back at the last flush already
+        except Exception as e:
+            # A shard's own error (`_write` notes which shard).
+            notes = " ".join(getattr(e, "__notes__", []))
+            failed = next((s for s in self._shards if f"in shard {s.number} " in notes), None)
             raise self._back_to_last_flush(failed or self._shards[0], "flush", e) from None
-        except OSError as e:
-            raise self._back_to_last_flush(self._shards[0], "flush", e) from None
         before = [(s.seq, s.slots) for s in self._shards]
         self._record(states)
         self._epoch = epoch
@@ -1556,7 +1556,7 @@ def _fault(point: str) -> None:
         with open(fired) as f:
             seconds = f.read().strip()
         if seconds == "raise":
-            raise OSError(28, f"injected fault at {point}")
+            raise OSError(28, f"injected fault at {point} in process {os.getpid()}")
         if seconds:
             time.sleep(float(seconds))
             return
