@@ -30,6 +30,7 @@ import ray
 from chassis.ray import (
     MANIFEST,
     ShardedIndex,
+    ShardedSearcher,
     ShardFailedError,
     ShardUnavailableError,
     StaleWriteError,
@@ -1023,3 +1024,117 @@ def test_injected_faults_lose_and_duplicate_no_row(cluster, tmp_path):
     print(f"rounds {rounds}, faults {sum(fired.values())}, rows lost {lost}, rows extra {extra}")
     assert sum(fired.values()) >= rounds - 1
     assert lost == 0 and extra == 0
+
+
+# ---------------------------------------------------------------- other drivers
+
+
+def _brute(data: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    return exact(data, ids, queries, k)[0]
+
+
+def test_a_detached_index_outlives_its_driver_and_is_taken_over(cluster, tmp_path):
+    # A driver creates a detached index, flushes, writes more and exits. Oracles: the actors'
+    # process ids (the same actors serve after it), a searcher connected by name against
+    # brute force, the takeover's rollback (the rows of the flush only), then a write from
+    # here checked in each shard's file, and the searcher refused once the index is closed.
+    data = rows(600, 8, 111)
+    np.save(tmp_path / "data.npy", data)
+    root = tmp_path / "idx"
+    driver = f"""
+import json, numpy as np, ray
+from chassis.ray import ShardedIndex
+ray.init(address={cluster.address!r})
+data = np.load({str(tmp_path / "data.npy")!r})
+index = ShardedIndex({str(root)!r}, 8, shards=2, detached=True)
+index.add_batch(data[:300])
+index.flush()
+index.add_batch(data[300:350])  # not flushed: the driver that takes over discards it
+pids = [ray.get(a.where.remote())["pid"] for a in index.shard_actors()]
+open({str(tmp_path / "pids.json")!r}, "w").write(json.dumps(pids))
+"""
+    subprocess.run([sys.executable, "-c", driver], check=True, timeout=120)
+    pids = json.loads((tmp_path / "pids.json").read_text())
+    searcher = ShardedSearcher.connect(root)
+    ids = np.arange(350, dtype=np.uint64)
+    got, _ = searcher.search_batch(data[:20], 5, ef=400)
+    np.testing.assert_array_equal(got, _brute(data[:350], ids, data[:20], 5))
+    index = ShardedIndex.open(root)
+    assert [ray.get(a.where.remote())["pid"] for a in index.shard_actors()] == pids
+    assert len(index) == 300
+    index.add_batch(data[350:], ids=np.arange(350, 600))
+    index.flush()
+    want = {i: data[i] for i in [*range(300), *range(350, 600)]}
+    _assert_holds(index, root, want, 2)
+    keep = np.array(sorted(want), dtype=np.uint64)
+    got, _ = searcher.search_batch(data[:20], 5, ef=400)  # the searcher from before
+    np.testing.assert_array_equal(got, _brute(data[keep.astype(np.int64)], keep, data[:20], 5))
+    index.close()
+    with pytest.raises(ShardUnavailableError, match="no running actor"):
+        ShardedSearcher.connect(root)
+
+
+def test_a_driver_that_was_taken_over_has_its_writes_refused(cluster, tmp_path):
+    # Two handles of one detached index (two drivers, here in one process): the second
+    # open takes over. Oracles: the first handle's refusal, and the files after a flush.
+    data = rows(300, 8, 112)
+    first = ShardedIndex(tmp_path, 8, shards=2, detached=True)
+    first.add_batch(data[:100])
+    first.flush()
+    first.add_batch(data[100:150], ids=np.arange(100, 150))
+    second = ShardedIndex.open(tmp_path)
+    with pytest.raises(StaleWriteError, match="refused"):
+        first.add_batch(data[150:200], ids=np.arange(150, 200))
+    second.add_batch(data[200:], ids=np.arange(200, 300))
+    second.flush()
+    _assert_holds(second, tmp_path, {i: data[i] for i in [*range(100), *range(200, 300)]}, 2)
+    second.close()
+
+
+def test_a_second_driver_searches_a_running_index_but_cannot_open_it(cluster, tmp_path):
+    # The index is open here (not detached). Oracles: the other driver's IndexLockedError,
+    # and its connected searcher's answers against brute force computed here.
+    data = rows(400, 8, 113)
+    index = ShardedIndex(tmp_path, 8, shards=2)
+    index.add_batch(data)
+    index.flush()
+    driver = f"""
+import numpy as np, ray, chassis, chassis.ray
+from chassis.ray import ShardedIndex, ShardedSearcher
+chassis.ray._NAME_WAIT = 1.0
+ray.init(address={cluster.address!r})
+try:
+    ShardedIndex.open({str(tmp_path)!r})
+    raise SystemExit("opened an index another driver has open")
+except chassis.IndexLockedError as e:
+    assert "ShardedSearcher.connect" in str(e), e
+s = ShardedSearcher.connect({str(tmp_path)!r})
+q = np.load({str(tmp_path / "q.npy")!r})
+np.save({str(tmp_path / "got.npy")!r}, s.search_batch(q, 5, ef=400)[0])
+"""
+    np.save(tmp_path / "q.npy", data[:15])
+    subprocess.run([sys.executable, "-c", driver], check=True, timeout=120)
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "got.npy"), _brute(data, np.arange(400, dtype=np.uint64), data[:15], 5)
+    )
+    index.close()
+
+
+def test_replicas_on_a_shared_path_run_on_other_nodes_and_serve(cluster, tmp_path):
+    # Oracles: each actor's node as it reports it, the replicas' own search counters, and
+    # brute force.
+    data = rows(500, 8, 114)
+    index = ShardedIndex(tmp_path, 8, shards=2, replicas=2, shared=True)
+    index.add_batch(data)
+    index.flush()
+    for s in index._shards:
+        writer = ray.get(s.actor.where.remote())["node_id"]
+        nodes = [ray.get(r.where.remote())["node_id"] for r in s.replicas]
+        assert writer not in nodes and len(set(nodes)) == 2, (writer, nodes)
+    ids = np.arange(500, dtype=np.uint64)
+    for _ in range(4):
+        got, _ = index.search_batch(data[:10], 5, ef=400)
+        np.testing.assert_array_equal(got, _brute(data, ids, data[:10], 5))
+    served = [ray.get(r.stats.remote())["searches"] for s in index._shards for r in s.replicas]
+    assert all(n > 0 for n in served), served
+    index.close()

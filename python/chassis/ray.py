@@ -73,6 +73,11 @@ __all__ = [
 
 #: The manifest's name in the root folder.
 MANIFEST = "chassis-shards.json"
+#: The Ray namespace of the shards' actors, which are named after the index's root
+#: (`_actor_name`), so that another driver finds them.
+NAMESPACE = "chassis"
+# Seconds a shard actor's name may stay taken after its actor ended.
+_NAME_WAIT = 10.0
 _NO_ID = np.uint64(2**64 - 1)
 # The column of `add_dataset`'s output that carries a batch's error (dropped before returning).
 _ERROR = "chassis_error"
@@ -278,6 +283,9 @@ class _Shard:
         self.searches += 1
         return ids, dist, self.life
 
+    def fence_now(self) -> int:
+        return self.fence
+
     def stats(self) -> dict[str, int]:
         ids = self.index.ids()
         return {
@@ -305,10 +313,42 @@ class _Shard:
 
 # Reads are retried on a restarted actor (they are idempotent); writes never are: a write in
 # flight when a shard dies is reported (ShardFailedError), not run twice.
-_READS = ("where", "state", "present", "search_batch", "stats", "length", "contains", "get", "ids")
+_READS = (
+    "where",
+    "state",
+    "fence_now",
+    "present",
+    "search_batch",
+    "stats",
+    "length",
+    "contains",
+    "get",
+    "ids",
+)
 for _name in _READS:
     setattr(_Shard, _name, ray.method(max_task_retries=3)(getattr(_Shard, _name)))
 _ShardActor = ray.remote(_Shard)
+
+
+def _actor_name(root: Path, shard: int, replica: int | None = None) -> str:
+    """The name of a shard's writer (or replica) actor, in `NAMESPACE`."""
+    key = hashlib.sha256(str(root).encode()).hexdigest()[:20]
+    return f"shard-{key}-{shard}" + ("" if replica is None else f"-replica-{replica}")
+
+
+def _find_actor(root: Path, shard: int, replica: int | None = None) -> Any:
+    """The running actor of that name, or None."""
+    try:
+        return ray.get_actor(_actor_name(root, shard, replica), namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def _find_replicas(root: Path, shard: int) -> list[Any]:
+    found = []
+    while (a := _find_actor(root, shard, len(found))) is not None:
+        found.append(a)
+    return found
 
 
 @ray.remote(num_cpus=0)
@@ -580,6 +620,15 @@ class ShardedIndex(_Reads):
         Ray restarts of a shard actor that dies (-1: without limit).
     timeout : float, optional
         Seconds to wait for a shard's answer before reporting it unavailable (None: wait).
+    detached : bool, default False
+        The shards' actors outlive this driver (Ray's detached actors, named after the root),
+        until `close()`: another driver's `ShardedIndex.open(root)` takes them over as the
+        writer, and `ShardedSearcher.connect(root)` searches them from any driver. Without
+        it they end with this driver, and another driver can only connect a searcher while
+        this one runs. Fixed at creation.
+
+    With ``shared=True``, replicas are placed on other nodes than their shard's writer (the
+    file is on a path every node sees), so reads go on while a writer's node is down.
     """
 
     def __init__(
@@ -593,6 +642,7 @@ class ShardedIndex(_Reads):
         shared: bool = False,
         max_restarts: int = -1,
         timeout: float | None = None,
+        detached: bool = False,
     ) -> None:
         if not ray.is_initialized():
             raise chassis.InvalidArgumentError(
@@ -624,6 +674,7 @@ class ShardedIndex(_Reads):
                             f"not {getattr(want, f)!r}\nhelp: open it with options=None"
                         )
             self.shared = bool(m["shared"])
+            self.detached = bool(m.get("detached", False))
             self._shards = [
                 _ShardInfo(
                     s["number"],
@@ -656,6 +707,7 @@ class ShardedIndex(_Reads):
             self.dimensions = int(dimensions)
             self.options = opts
             self.shared = shared
+            self.detached = bool(detached)
             self._shards = [
                 _ShardInfo(i, str(self.root / f"shard-{i:04d}.chassis"), "") for i in range(shards)
             ]
@@ -670,7 +722,11 @@ class ShardedIndex(_Reads):
     def open(
         cls, root: str | os.PathLike[str], *, replicas: int = 0, timeout: float | None = None
     ) -> ShardedIndex:
-        """Open the sharded index whose manifest is in `root` (after a driver restart)."""
+        """Open the sharded index whose manifest is in `root` (after a driver restart).
+
+        An index created with ``detached=True`` whose actors still run (another driver
+        opened it) is taken over: this handle becomes its writer, the previous one's
+        unflushed writes are discarded and its later writes refused (`StaleWriteError`)."""
         if not (Path(root) / MANIFEST).exists():
             raise chassis.IndexNotFoundError(
                 f"no sharded index at {root} (no {MANIFEST})\n"
@@ -680,55 +736,103 @@ class ShardedIndex(_Reads):
 
     # ---- actors
 
-    def _actor_options(self, node_id: str) -> dict[str, Any]:
+    def _actor_options(self, node_id: str, name: str, soft: bool) -> dict[str, Any]:
         opts: dict[str, Any] = {
             "max_restarts": self._max_restarts,
             "num_cpus": 0,
             "max_concurrency": 8,
+            "name": name,
+            "namespace": NAMESPACE,
         }
-        # Its file is on that node's disk: back there (soft with a shared path, so that a
-        # shard whose node is gone comes up elsewhere).
-        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=self.shared)
+        if self.detached:
+            opts["lifetime"] = "detached"
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=soft)
         return opts
 
+    def _new_actor(self, s: _ShardInfo, node_id: str, replica: int | None) -> Any:
+        name = _actor_name(self.root, s.number, replica)
+        # A writer's file is on its node's disk: back there (soft with a shared path, so that
+        # a shard whose node is gone comes up elsewhere). A replica stays on the node it was
+        # given, where Ray's soft affinity would gather them: with a shared path, one apart
+        # from its writer, whose searches go to the others while its node is down.
+        opts = self._actor_options(node_id, name, soft=self.shared and replica is None)
+        # An actor that just ended (its driver exited, or closed the index) keeps its name
+        # for a moment: a name still taken after that is another driver's.
+        deadline = time.monotonic() + _NAME_WAIT
+        while True:
+            try:
+                return _ShardActor.options(**opts).remote(
+                    s.path, self.dimensions, dataclasses.asdict(self.options), replica is not None
+                )
+            except ValueError as e:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                error = e
+                break
+        # The name is taken: another driver has the index open.
+        raise chassis.IndexLockedError(
+            f"the sharded index at {self.root} is open in another driver of this cluster "
+            f"(its actor {name!r} runs)\nhelp: search it from here with "
+            "ShardedSearcher.connect(root); to write from several drivers in turn, create "
+            "it with detached=True (ShardedIndex.open then takes it over), or close it "
+            "in the other driver first"
+        ) from error
+
     def _start(self, replicas: int, *, create: bool) -> None:
-        opts = dataclasses.asdict(self.options)
+        running = [] if create else [_find_actor(self.root, s.number) for s in self._shards]
+        if self.detached and any(a is not None for a in running):
+            self._take_over(running, replicas)
+            return
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         if create:
             # New shards go round the alive nodes in turn (Ray's SPREAD strategy leaves
             # actors that reserve no CPU on one node); each stays on its node from then on.
-            nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
             for s in self._shards:
                 s.node_id = nodes[s.number % len(nodes)]
         elif not self.shared:
             self._find_shards()
         for s in self._shards:
-            s.actor = _ShardActor.options(**self._actor_options(s.node_id)).remote(
-                s.path, self.dimensions, opts, False
-            )
+            s.actor = self._new_actor(s, s.node_id, None)
         wheres = self._each("where")
         for s, w in zip(self._shards, wheres):
             s.node_id, s.host, s.life = w["node_id"], w["host"], w["life"]
+        # The writers created the files; the readers follow them from their first flush.
+        if replicas and create:
+            self._each("flush", self._fence, self._epoch)
+        self._add_replicas(replicas, nodes)
+
+    def _add_replicas(self, replicas: int, nodes: list[str]) -> None:
+        """Up to `replicas` read-only actors per shard: on their writer's node (its file is on
+        that node's disk), or, with a shared path, on the other nodes in turn."""
         self.replicas = int(replicas)
-        if replicas:
-            # The writers created the files; the readers follow them from their first flush.
-            if create:
-                self._each("flush", self._fence, self._epoch)
-            for s in self._shards:
-                s.replicas = [
-                    _ShardActor.options(**self._actor_options(s.node_id)).remote(
-                        s.path, self.dimensions, opts, True
-                    )
-                    for _ in range(replicas)
-                ]
-            ray.get([r.where.remote() for s in self._shards for r in s.replicas])
+        for s in self._shards:
+            others = [n for n in nodes if n != s.node_id] if self.shared else []
+            for j in range(len(s.replicas), replicas):
+                node = others[(s.number + j) % len(others)] if others else s.node_id
+                s.replicas.append(self._new_actor(s, node, j))
+        ray.get([r.where.remote() for s in self._shards for r in s.replicas])
+
+    def _take_over(self, running: list[Any], replicas: int) -> None:
+        """Become the writer of a detached index whose actors run (another driver opened
+        it): a fence above every shard's, and each shard rolled back to its last flush, so
+        the previous driver's unflushed writes are gone and its later ones refused."""
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        for s, a in zip(self._shards, running):
+            s.actor = a if a is not None else self._new_actor(s, s.node_id, None)
+        self._fence = 1 + max(self._each("fence_now"))
+        for s, w in zip(self._shards, self._each("where")):
+            s.node_id, s.host, s.life = w["node_id"], w["host"], w["life"]
+            s.replicas = _find_replicas(self.root, s.number)
+        self._each("rollback", self._fence)
+        self._add_replicas(max(replicas, max(len(s.replicas) for s in self._shards)), nodes)
 
     def _find_shards(self) -> None:
-        """Shards whose recorded node is gone (Ray gives a restarted node a new id): each
-        goes to an alive node that has its file, on the same host name if one does."""
+        """Each shard goes to an alive node that has its file: its recorded node, else (Ray
+        gives a restarted node a new id) one on the same host name, else any. Every shard is
+        looked for, so that a file gone from an alive node is named, not created empty."""
         alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-        lost = [s for s in self._shards if s.node_id not in alive]
-        if not lost:
-            return
+        lost = list(self._shards)
         paths = [s.path for s in lost]
         probes = [
             _has_files.options(
@@ -762,7 +866,8 @@ class ShardedIndex(_Reads):
                     "shared path (shared=True)"
                 )
             same = [n for host, n in holders if host == s.host]
-            s.node_id = (same or [n for _, n in holders])[0]
+            there = [n for _, n in holders if n == s.node_id]
+            s.node_id = (there or same or [n for _, n in holders])[0]
 
     def _open_at_epoch(self) -> None:
         """At open: a shard that committed a flush the manifest does not record (the driver or
@@ -1096,6 +1201,7 @@ class ShardedIndex(_Reads):
             "dimensions": self.dimensions,
             "options": dataclasses.asdict(self.options),
             "shared": self.shared,
+            "detached": self.detached,
             "next_id": self._next_id,
             "epoch": self._epoch,
             "shards": [
@@ -1324,7 +1430,17 @@ class ShardedIndex(_Reads):
                 except Exception:
                     pass
                 ray.kill(a, no_restart=True)
+            names = [_actor_name(self.root, s.number, j) for j in [None, *range(len(s.replicas))]]
             s.actor, s.replicas = None, []
+            # Their names free, so that the index opens again at once.
+            deadline = time.monotonic() + _NAME_WAIT
+            for name in names:
+                while time.monotonic() < deadline:
+                    try:
+                        ray.get_actor(name, namespace=NAMESPACE)
+                    except ValueError:
+                        break
+                    time.sleep(0.05)
 
     def __enter__(self) -> ShardedIndex:
         return self
@@ -1397,6 +1513,46 @@ class ShardedSearcher(_Reads):
                 "(ShardedIndex.open) and ask it for a searcher"
             )
         self._round = 0
+
+    @classmethod
+    def connect(
+        cls, root: str | os.PathLike[str], *, timeout: float | None = None
+    ) -> ShardedSearcher:
+        """A searcher on the sharded index at `root` that a driver of this cluster has open
+        (any job; its actors are found by name): for another driver, a notebook beside a
+        pipeline, or a service started on its own."""
+        root_path = Path(root).resolve()
+        manifest = root_path / MANIFEST
+        if not manifest.exists():
+            raise chassis.IndexNotFoundError(
+                f"no sharded index at {root_path} (no {MANIFEST})\nhelp: check the path"
+            )
+        m = json.loads(manifest.read_text())
+        self = cls.__new__(cls)
+        self.root, self.dimensions, self.timeout = root_path, int(m["dimensions"]), timeout
+        self.shared = bool(m["shared"])
+        self._shards = []
+        for sh in m["shards"]:
+            actor = _find_actor(root_path, sh["number"])
+            if actor is None:
+                raise ShardUnavailableError(
+                    f"shard {sh['number']} of the sharded index at {root_path} has no running "
+                    "actor: no driver of this cluster has the index open\nhelp: open it with "
+                    "ShardedIndex.open(root) (created with detached=True, it stays open after "
+                    "that driver exits)"
+                )
+            self._shards.append(
+                _ShardInfo(
+                    sh["number"],
+                    sh["path"],
+                    sh["node_id"],
+                    host=sh.get("host", ""),
+                    actor=actor,
+                    replicas=_find_replicas(root_path, sh["number"]),
+                )
+            )
+        self._round = int.from_bytes(os.urandom(4), "little")
+        return self
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Each copy starts at its own place in the replicas' round.
