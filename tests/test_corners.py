@@ -207,6 +207,20 @@ def test_ids_sets_and_out_of_range_ids_are_named(tmp_path):
     assert {h.id for h in index.search(q, k=5, excluded=frozenset(range(50)))}.isdisjoint(range(50))
     with pytest.raises(InvalidArgumentError, match=r"id 18446744073709551616 \(position 1\)"):
         index.add_batch(rows(2, 8), ids=[9000, 2**64])
+    # Sets of Python ints are read directly; anything else in a set is read as before.
+    # Oracle: the same ids as a NumPy array.
+    pick = {int(i) for i in np.random.default_rng(3).choice(100, 40, replace=False)}
+    for ids in (pick, frozenset(pick)):
+        got, _ = index.search_batch(rows(5, 8, seed=2), 10, allowed=ids, ef=100)
+        want, _ = index.search_batch(rows(5, 8, seed=2), 10, allowed=np.array(sorted(pick)), ef=100)
+        np.testing.assert_array_equal(got, want)
+    assert index.delete_batch({1, 2, np.int64(3)}) == 3  # a NumPy int: read through NumPy
+    with pytest.raises(InvalidArgumentError, match="negative"):
+        index.search(q, k=5, allowed={4, -1})
+    with pytest.raises(InvalidArgumentError, match="out of range"):
+        index.search(q, k=5, allowed={4, 2**64})
+    with pytest.raises(chassis.ArgumentTypeError, match="not an integer"):
+        index.search(q, k=5, allowed={4, "5"})
     with pytest.raises(InvalidArgumentError, match="out of range"):
         index.delete(-1)
     with pytest.raises(InvalidArgumentError, match="out of range"):
