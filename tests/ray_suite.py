@@ -1101,7 +1101,6 @@ def test_a_second_driver_searches_a_running_index_but_cannot_open_it(cluster, tm
     driver = f"""
 import numpy as np, ray, chassis, chassis.ray
 from chassis.ray import ShardedIndex, ShardedSearcher
-chassis.ray._NAME_WAIT = 1.0
 ray.init(address={cluster.address!r})
 try:
     ShardedIndex.open({str(tmp_path)!r})

@@ -344,6 +344,15 @@ def _find_actor(root: Path, shard: int, replica: int | None = None) -> Any:
         return None
 
 
+def _answers(actor: Any) -> bool:
+    """Whether `actor` answers within a few seconds (it runs, not only keeps its name)."""
+    try:
+        ray.get(actor.where.remote(), timeout=5)
+        return True
+    except Exception:
+        return False
+
+
 def _find_replicas(root: Path, shard: int) -> list[Any]:
     found = []
     while (a := _find_actor(root, shard, len(found))) is not None:
@@ -771,19 +780,27 @@ class ShardedIndex(_Reads):
                 error = e
                 break
         # The name is taken: another driver has the index open.
-        raise chassis.IndexLockedError(
+        raise self._locked(name) from error
+
+    def _locked(self, name: str) -> chassis.IndexLockedError:
+        return chassis.IndexLockedError(
             f"the sharded index at {self.root} is open in another driver of this cluster "
             f"(its actor {name!r} runs)\nhelp: search it from here with "
             "ShardedSearcher.connect(root); to write from several drivers in turn, create "
             "it with detached=True (ShardedIndex.open then takes it over), or close it "
             "in the other driver first"
-        ) from error
+        )
 
     def _start(self, replicas: int, *, create: bool) -> None:
         running = [] if create else [_find_actor(self.root, s.number) for s in self._shards]
         if self.detached and any(a is not None for a in running):
             self._take_over(running, replicas)
             return
+        for a in running:
+            # Another driver's actor that answers is running: say so now, rather than wait for
+            # its name to be given back (`_new_actor`).
+            if a is not None and _answers(a):
+                raise self._locked(_actor_name(self.root, running.index(a)))
         nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         if create:
             # New shards go round the alive nodes in turn (Ray's SPREAD strategy leaves
@@ -1110,8 +1127,9 @@ class ShardedIndex(_Reads):
                 t.unsure = True
             t.dirty = t.lost = False
         if cause is not None:
+            who = "writing the manifest" if what == "manifest" else f"shard {s.number} ({s.path})"
             error = ShardFailedError(
-                f"shard {s.number} ({s.path}) failed during {what}: "
+                f"{who} failed during flush: "
                 f"{type(cause).__name__}: {cause}\nevery shard is back at the last flush, as "
                 "if this flush had not been called (shards that had committed it were taken "
                 "back)\nhelp: fix the cause, then redo the writes made since the last flush()"
@@ -1177,7 +1195,7 @@ class ShardedIndex(_Reads):
             self._epoch -= 1
             for s, (q, n) in zip(self._shards, before):
                 s.seq, s.slots = q, n
-            raise self._back_to_last_flush(self._shards[0], "flush", e) from None
+            raise self._back_to_last_flush(self._shards[0], "manifest", e) from None
         for s in self._shards:
             s.dirty = False
 
