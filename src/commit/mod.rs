@@ -136,6 +136,10 @@ pub fn commit_logged(
 
 /// The bytes of header copy `copy` as the file holds them (its body length, then the body and
 /// its checksum).
+pub fn header_copy_bytes(storage: &Storage, copy: usize) -> Result<Vec<u8>> {
+    read_header_copy(storage, copy)
+}
+
 fn read_header_copy(storage: &Storage, copy: usize) -> Result<Vec<u8>> {
     let at = (copy * HEADER_COPY_SIZE) as u64;
     let mut head = [0u8; 16];

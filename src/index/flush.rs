@@ -103,7 +103,10 @@ impl Index {
         let next = self.next_header(writer, &snap)?;
         let mut undo = self.undo.lock();
         let u = &mut *undo;
-        let small = self.small_commit(&snap.st, writer, &next, u);
+        // What this commit changes, for copies kept elsewhere (`changes.rs`) and, when small
+        // enough, for the redo log.
+        let changed = Self::commit_ranges(&snap.st, &self.geo, writer, &next, u);
+        let small = self.small_commit(writer, &next, u, changed.as_deref());
         let result = match small {
             Some(changed) if u.redo.prepare().is_ok() => commit::commit_logged(
                 &snap.st,
@@ -139,6 +142,7 @@ impl Index {
         }
         undo.saved.clear();
         undo.marked.clear();
+        undo.changes.add(writer.committed.seq, next.seq, changed);
         drop(undo);
         writer.copy = 1 - writer.copy;
         self.publish(Snap::of(snap.st.clone(), &next, true));
@@ -150,16 +154,58 @@ impl Index {
         Ok(())
     }
 
-    /// The file ranges a commit of `next` changes, if it is small enough to go through the redo
-    /// log (`commit::redo`); None sends it through the index file: new regions or a new
-    /// quantizer (their blocks, and every code), or more bytes than the log has room for (a
-    /// large batch, for which syncing the index file's pages costs about the same).
-    fn small_commit(
-        &self,
+    /// The file ranges a commit of `next` changes, the header aside: the new rows, the heap
+    /// the lists of new nodes took, the saved lists and the changed delete markers (a slot's
+    /// header is written once, with its row). None when it changes more than that: a quantizer learned (every
+    /// code), or a region table that lost a segment.
+    fn commit_ranges(
         st: &Storage,
+        g: &Geometry,
         w: &Writer,
         next: &Header,
         u: &UndoState,
+    ) -> Option<Vec<(u64, usize)>> {
+        let c = &w.committed;
+        if next.quantizer != c.quantizer {
+            return None;
+        }
+        let mut out = st.slot_rows(&next.regions, c.slots.min(next.slots), next.slots)?;
+        for (i, r) in next.regions.iter().enumerate() {
+            if r.kind != format::RegionKind::Heap {
+                continue;
+            }
+            match c.regions.get(i).filter(|old| old.offset == r.offset) {
+                Some(old) if r.used > old.used => {
+                    out.push((r.offset + old.used as u64, (r.used - old.used) as usize))
+                }
+                Some(_) => {}
+                None => out.push((r.offset, r.used as usize)),
+            }
+        }
+        for &s in &u.saved {
+            out.push((st.slot_offsets(&next.regions, s)?.1, g.l0_words * 4));
+            let level = crate::storage::lists::level_of(st, s);
+            let r = st.header(s)[1].load(Relaxed);
+            if level > 0 && r != format::NO_UPPER {
+                out.push((st.upper_offset(&next.regions, r, 1)?, level * g.upper_words * 4));
+            }
+        }
+        for &s in &u.marked {
+            out.push((st.slot_offsets(&next.regions, s)?.0, format::SLOT_HEADER));
+        }
+        Some(out)
+    }
+
+    /// The ranges of `changed` if the commit is small enough to go through the redo log
+    /// (`commit::redo`); None sends it through the index file: new regions or a new quantizer
+    /// (their blocks, and every code), or more bytes than the log has room for (a large
+    /// batch, for which syncing the index file's pages costs about the same).
+    fn small_commit(
+        &self,
+        w: &Writer,
+        next: &Header,
+        u: &UndoState,
+        changed: Option<&[(u64, usize)]>,
     ) -> Option<Vec<(u64, usize)>> {
         let c = &w.committed;
         let new_slots = next.slots.checked_sub(c.slots)?;
@@ -175,23 +221,7 @@ impl Index {
         {
             return None;
         }
-        let mut out = st.slot_rows(&next.regions, c.slots, next.slots)?;
-        for (r, old) in next.regions.iter().zip(&c.regions) {
-            if r.kind == format::RegionKind::Heap && r.used > old.used {
-                out.push((r.offset + old.used as u64, (r.used - old.used) as usize));
-            }
-        }
-        for &s in &u.saved {
-            out.push((st.slot_offsets(&next.regions, s)?.1, g.l0_words * 4));
-            let level = crate::storage::lists::level_of(st, s);
-            let r = st.header(s)[1].load(Relaxed);
-            if level > 0 && r != format::NO_UPPER {
-                out.push((st.upper_offset(&next.regions, r, 1)?, level * g.upper_words * 4));
-            }
-        }
-        for &s in &u.marked {
-            out.push((st.slot_offsets(&next.regions, s)?.0, format::SLOT_HEADER));
-        }
+        let out = changed?.to_vec();
         let header = format::HEADER_FIXED + format::REGION_ENTRY * next.regions.len() + 8;
         u.redo.fits(redo::record_len(out.iter().map(|r| r.1).chain([header]))).then_some(out)
     }

@@ -250,6 +250,8 @@ impl Index {
             }
             u.saved.clear();
             u.marked.clear();
+            // Another file: a copy of the old one cannot follow it.
+            u.changes = changes::Chain::new(nsnap.seq);
         }
         self.publish(Snap::clone_of(&nsnap));
         self.residency.reset();

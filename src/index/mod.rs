@@ -18,6 +18,7 @@
 //! | `plan.rs`        | a filtered search's plan: scan, walk or two-hop walk, from its costs  |
 //! | `flush.rs`       | flush, rollback, close: the index's side of `crate::commit`           |
 //! | `maintenance.rs` | save, backup, compact                                                 |
+//! | `changes.rs`     | the last commits' changes, for a copy of the file kept elsewhere      |
 //! | `rewind.rs`      | rewind: the rows of an earlier commit back, as a new change           |
 //! | `check.rs`       | check: checksums, lists and reachability                              |
 //! | `memory.rs`      | memory policies: huge pages, warm, memory_stats                       |
@@ -26,6 +27,7 @@
 //! Graph linking and repair live beside the graph (`crate::graph::insert`), the commit order
 //! in `crate::commit`, and every raw pointer into the mappings in `crate::storage`.
 
+mod changes;
 mod check;
 mod codes;
 mod consolidate;
@@ -46,6 +48,7 @@ mod search;
 mod write;
 
 pub use crate::control::{with_threads, Control};
+pub use changes::Changes;
 pub use check::CheckReport;
 pub(crate) use codes::stored_quantizer;
 pub use filter::{BatchFilter, Filter, Ids};
@@ -90,6 +93,8 @@ struct UndoState {
     marked: HashSet<u32>,
     /// Small commits since the last checkpoint (`commit::redo`).
     redo: RedoLog,
+    /// The last commits' changes, for copies kept elsewhere (`changes.rs`).
+    changes: changes::Chain,
 }
 
 /// id -> slot for live slots below `upto` of one storage, built on first use (opening stays

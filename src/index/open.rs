@@ -369,6 +369,7 @@ impl Index {
         let st_file_id = st.file.as_ref().map_or(0, redo::file_id);
         let snap = Snap::of(st, &h, !read_only);
         let mut committed = h;
+        let committed_seq = committed.seq;
         if memory {
             // Nothing of an in-memory index is ever committed: no list needs saving before it
             // changes (no undo log), and `pending` counts nothing.
@@ -408,6 +409,7 @@ impl Index {
                 saved: HashSet::new(),
                 marked: HashSet::new(),
                 redo: RedoLog::new(path, st_file_id),
+                changes: changes::Chain::new(committed_seq),
             }),
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),

@@ -435,6 +435,33 @@ pymethods_with_reads!(
         Ok((r.removed, r.restored))
     }
 
+    /// ``(lineage, seq)``: which file (a number drawn for it) and its last commit, what a
+    /// copy of the file made now is a copy of. Used by ``chassis.ray`` for replicas that keep
+    /// their own copy of a shard.
+    fn _lineage(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        self.with(py, |idx| idx.lineage())
+    }
+
+    /// What turns a copy of this file at commit ``seq`` of ``lineage`` into a copy of the last
+    /// commit: ``(seq, length, [(offset, bytes), ...])``: the copy's file made ``length``
+    /// bytes long, then the pieces written in order (the header last, after a sync), or None
+    /// if the commits since are not all known (the copy needs the whole file). Nothing may be
+    /// pending. Used by ``chassis.ray`` to feed replicas on other machines.
+    fn _changes_since<'py>(
+        &self,
+        py: Python<'py>,
+        lineage: u64,
+        seq: u64,
+    ) -> PyResult<Option<(u64, u64, Vec<(u64, Bound<'py, pyo3::types::PyBytes>)>)>> {
+        let idx = self.index()?;
+        let got = py.detach(|| idx.changes_since(lineage, seq)).map_err(to_py)?;
+        Ok(got.map(|c| {
+            let pieces =
+                c.pieces.iter().map(|(o, b)| (*o, pyo3::types::PyBytes::new(py, b))).collect();
+            (c.seq, c.len, pieces)
+        }))
+    }
+
     /// Ask for huge pages under the vectors from now on (design record ADR-0016).
     ///
     /// A request to the kernel, which may refuse it (transparent huge pages off or
