@@ -36,6 +36,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Arc, OnceLock};
 
+/// `_changes_since`'s answer: the commit, the file's length, the pieces to write.
+type CommitChanges<'py> = (u64, u64, Vec<(u64, Bound<'py, pyo3::types::PyBytes>)>);
+
 #[doc = include_str!("../doc/VectorIndex.md")]
 #[pyclass(module = "chassis", frozen, subclass, name = "VectorIndex")]
 pub struct VectorIndex {
@@ -452,7 +455,7 @@ pymethods_with_reads!(
         py: Python<'py>,
         lineage: u64,
         seq: u64,
-    ) -> PyResult<Option<(u64, u64, Vec<(u64, Bound<'py, pyo3::types::PyBytes>)>)>> {
+    ) -> PyResult<Option<CommitChanges<'py>>> {
         let idx = self.index()?;
         let got = py.detach(|| idx.changes_since(lineage, seq)).map_err(to_py)?;
         Ok(got.map(|c| {
