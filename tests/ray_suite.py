@@ -1137,3 +1137,73 @@ def test_replicas_on_a_shared_path_run_on_other_nodes_and_serve(cluster, tmp_pat
     served = [ray.get(r.stats.remote())["searches"] for s in index._shards for r in s.replicas]
     assert all(n > 0 for n in served), served
     index.close()
+
+
+def test_spread_replicas_keep_copies_on_other_nodes_fed_by_each_flush(cluster, tmp_path):
+    # Local disks, spread=True: each replica on another node than its writer, reading its
+    # own copy. Oracles: the nodes the actors report; brute force over a record of the rows
+    # after each flush (searches go to the replicas); each copy opened here beside its
+    # writer's file (the same answers to the last distance: the same bytes); the replicas'
+    # search counters; a replica killed (it starts again from a whole copy); a failed flush
+    # (the copies stay at the last one).
+    rng = np.random.default_rng(121)
+    data = rows(400, 8, 121)
+    index = ShardedIndex(tmp_path, 8, shards=2, replicas=1, spread=True)
+    want = {i: data[i] for i in range(400)}
+    index.add_batch(data)
+    index.flush()
+
+    def check_copies(same_bytes: bool = True):
+        ids = np.array(sorted(want), dtype=np.uint64)
+        vals = np.stack([want[int(i)] for i in ids])
+        got, _ = index.search_batch(vals[:20], 5, ef=400)
+        np.testing.assert_array_equal(got, _brute(vals, ids, vals[:20], 5))
+        for s in index.shards if same_bytes else []:
+            copy = tmp_path / f"replica-{s['number']:04d}-0.chassis"
+            with chassis.IndexReader(s["path"]) as a, chassis.IndexReader(str(copy)) as b:
+                assert a.snapshot().seq == b.snapshot().seq
+                ga, da = a.search_batch(vals[:20], 5, ef=64)
+                gb, db = b.search_batch(vals[:20], 5, ef=64)
+                np.testing.assert_array_equal(ga, gb)
+                np.testing.assert_array_equal(da, db)
+
+    for s in index._shards:
+        writer = ray.get(s.actor.where.remote())["node_id"]
+        assert ray.get(s.replicas[0].where.remote())["node_id"] != writer
+    check_copies()
+    for r in range(3):
+        gone = [int(i) for i in rng.choice(sorted(want), size=30, replace=False)]
+        index.delete_batch(gone)
+        for i in gone:
+            del want[i]
+        up = np.array(sorted(want)[:20], dtype=np.uint64)
+        vals = rows(20, 8, 130 + r)
+        index.upsert(vals, up)
+        want.update({int(i): v for i, v in zip(up, vals)})
+        new = rows(100 * (r + 1), 8, 140 + r)
+        ids = np.arange(1000 * (r + 1), 1000 * (r + 1) + len(new))
+        index.add_batch(new, ids=ids)
+        want.update({int(i): v for i, v in zip(ids, new)})
+        index.flush()
+        check_copies()
+    served = [ray.get(s.replicas[0].stats.remote())["searches"] for s in index._shards]
+    assert all(n > 0 for n in served), served
+    # A replica killed: Ray starts it again, from a whole copy of the last flush.
+    os.kill(ray.get(index._shards[0].replicas[0].where.remote())["pid"], signal.SIGKILL)
+    index.add_batch(rows(10, 8, 150), ids=np.arange(9000, 9010))
+    want.update({9000 + i: v for i, v in enumerate(rows(10, 8, 150))})
+    index.flush()
+    check_copies()
+    # A flush that fails leaves the copies at the last one (the writers that committed it
+    # taken back hold the same rows under another commit), and the next one brings them on.
+    index.add_batch(rows(10, 8, 151), ids=np.arange(9100, 9110))
+    (FAULTS / "shard-flush").write_text("raise")
+    with pytest.raises(ShardFailedError):
+        index.flush()
+    (FAULTS / "shard-flush.fired").unlink()
+    check_copies(same_bytes=False)
+    index.add_batch(rows(10, 8, 152), ids=np.arange(9200, 9210))
+    want.update({9200 + i: v for i, v in enumerate(rows(10, 8, 152))})
+    index.flush()
+    check_copies()
+    index.close()

@@ -39,6 +39,7 @@ import json
 import os
 import pickle
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -118,14 +119,25 @@ def shard_of(ids: Any, shards: int) -> np.ndarray:
 
 
 class _Shard:
-    """One shard: a `VectorIndex` (or, for a replica, an `IndexReader`) on one file."""
+    """One shard: a `VectorIndex` (or, for a replica, an `IndexReader`) on one file. A replica
+    given its `writer` keeps its own copy of the writer's file at `path` (on another node's
+    disk), brought to each flush by `sync`."""
 
     def __init__(
-        self, path: str, dimensions: int, options: dict[str, Any] | None, replica: bool
+        self,
+        path: str,
+        dimensions: int,
+        options: dict[str, Any] | None,
+        replica: bool,
+        writer: Any = None,
     ) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         opts = IndexOptions(**options) if options else None
         self._open = (path, dimensions, opts)
+        # A copy's state: which file of the writer, and its commit (None: no copy yet).
+        self.copy: tuple[int, int] | None = None
+        if writer is not None:
+            self._sync_from(writer)
         self.index = IndexReader(path, opts) if replica else VectorIndex(path, dimensions, opts)
         # This incarnation: a restarted actor has another, so the driver can tell that the
         # writes it made since the last flush are gone (writes and searches return it).
@@ -285,6 +297,64 @@ class _Shard:
 
     def fence_now(self) -> int:
         return self.fence
+
+    def changes_since(self, copy: tuple[int, int] | None) -> tuple[str, Any]:
+        """For a replica's copy at `copy` (lineage, seq): the changes since (`"changes"`,
+        (lineage, seq, length, pieces)), or the whole last flush (`"file"`, (lineage, seq,
+        bytes)) when they are not all known. Taken between writes (`_writing`)."""
+        with self._writing:
+            lineage, seq = self.index._lineage()
+            if copy is not None:
+                try:
+                    got = self.index._changes_since(*copy)
+                except ChassisError:
+                    got = None  # writes pending (a replica restarted meanwhile): a whole copy
+                if got is not None:
+                    return "changes", (lineage, *got)
+            # The last flush, copied as a reader copies it: the writer's own backup would
+            # flush its pending writes, outside the sharded flush that must commit them.
+            with tempfile.TemporaryDirectory() as tmp, IndexReader(self._open[0]) as r:
+                dest = Path(tmp) / "copy.chassis"
+                r.backup(str(dest))
+                return "file", (lineage, int(r.snapshot().seq), dest.read_bytes())
+
+    def _sync_from(self, writer: Any) -> None:
+        kind, got = ray.get(writer.changes_since.remote(self.copy))
+        path = self._open[0]
+        if kind == "file":
+            lineage, seq, data = got
+            tmp = path + ".receiving"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if getattr(self, "index", None) is not None:
+                self.index.close()
+            os.replace(tmp, path)
+            self.copy = (lineage, seq)
+            if getattr(self, "index", None) is not None:
+                self.index = IndexReader(path, self._open[2])
+            return
+        lineage, seq, length, pieces = got
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size < length:
+                os.ftruncate(fd, length)
+            # As a flush: everything, synced, then the header (readers follow it), synced.
+            for offset, data in pieces[:-1]:
+                os.pwrite(fd, data, offset)
+            os.fsync(fd)
+            os.pwrite(fd, pieces[-1][1], pieces[-1][0])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.copy = (lineage, seq)
+
+    def sync(self, writer: Any) -> int:
+        """Bring this replica's copy to the writer's last flush; returns its commit."""
+        with self._writing:
+            self._sync_from(writer)
+            return self.copy[1] if self.copy else -1
 
     def stats(self) -> dict[str, int]:
         ids = self.index.ids()
@@ -629,6 +699,12 @@ class ShardedIndex(_Reads):
         Ray restarts of a shard actor that dies (-1: without limit).
     timeout : float, optional
         Seconds to wait for a shard's answer before reporting it unavailable (None: wait).
+    spread : bool, default False
+        On local disks, each replica runs on another node than its shard's writer and keeps
+        its own copy of the shard's file there, sent whole when it starts and then the
+        changes of each flush (the byte ranges the commit wrote): reads go on from it while
+        the writer's node is down. ``flush()`` returns once the replicas have the flush.
+        (With ``shared=True`` replicas are on other nodes anyway.)
     detached : bool, default False
         The shards' actors outlive this driver (Ray's detached actors, named after the root),
         until `close()`: another driver's `ShardedIndex.open(root)` takes them over as the
@@ -652,12 +728,14 @@ class ShardedIndex(_Reads):
         max_restarts: int = -1,
         timeout: float | None = None,
         detached: bool = False,
+        spread: bool = False,
     ) -> None:
         if not ray.is_initialized():
             raise chassis.InvalidArgumentError(
                 "Ray is not initialised\nhelp: call ray.init() (or ray.init(address=...)) first"
             )
         self.root = Path(root).resolve()
+        self.spread = bool(spread)
         self._lock = threading.Lock()
         self._max_restarts = max_restarts
         self.timeout = timeout
@@ -729,7 +807,12 @@ class ShardedIndex(_Reads):
 
     @classmethod
     def open(
-        cls, root: str | os.PathLike[str], *, replicas: int = 0, timeout: float | None = None
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        replicas: int = 0,
+        timeout: float | None = None,
+        spread: bool = False,
     ) -> ShardedIndex:
         """Open the sharded index whose manifest is in `root` (after a driver restart).
 
@@ -741,7 +824,7 @@ class ShardedIndex(_Reads):
                 f"no sharded index at {root} (no {MANIFEST})\n"
                 "help: check the path, or create one with ShardedIndex(root, dimensions)"
             )
-        return cls(root, replicas=replicas, timeout=timeout)
+        return cls(root, replicas=replicas, timeout=timeout, spread=spread)
 
     # ---- actors
 
@@ -758,6 +841,10 @@ class ShardedIndex(_Reads):
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=soft)
         return opts
 
+    def _copies(self) -> bool:
+        """Whether replicas keep their own copies (on other nodes' disks)."""
+        return self.spread and not self.shared
+
     def _new_actor(self, s: _ShardInfo, node_id: str, replica: int | None) -> Any:
         name = _actor_name(self.root, s.number, replica)
         # A writer's file is on its node's disk: back there (soft with a shared path, so that
@@ -768,10 +855,18 @@ class ShardedIndex(_Reads):
         # An actor that just ended (its driver exited, or closed the index) keeps its name
         # for a moment: a name still taken after that is another driver's.
         deadline = time.monotonic() + _NAME_WAIT
+        path, writer = s.path, None
+        if replica is not None and self._copies():
+            path = str(Path(s.path).with_name(f"replica-{s.number:04d}-{replica}.chassis"))
+            writer = s.actor
         while True:
             try:
                 return _ShardActor.options(**opts).remote(
-                    s.path, self.dimensions, dataclasses.asdict(self.options), replica is not None
+                    path,
+                    self.dimensions,
+                    dataclasses.asdict(self.options),
+                    replica is not None,
+                    writer,
                 )
             except ValueError as e:
                 if time.monotonic() < deadline:
@@ -824,7 +919,8 @@ class ShardedIndex(_Reads):
         that node's disk), or, with a shared path, on the other nodes in turn."""
         self.replicas = int(replicas)
         for s in self._shards:
-            others = [n for n in nodes if n != s.node_id] if self.shared else []
+            apart = self.shared or self._copies()
+            others = [n for n in nodes if n != s.node_id] if apart else []
             for j in range(len(s.replicas), replicas):
                 node = others[(s.number + j) % len(others)] if others else s.node_id
                 s.replicas.append(self._new_actor(s, node, j))
@@ -899,6 +995,7 @@ class ShardedIndex(_Reads):
                 s.seq, s.slots = w["seq"], w["slots"]
         if any(s.unsure for s in self._shards):
             self._settle("open")
+            self._feed_replicas()
         self._write_manifest()
 
     def _record(self, states: list[dict[str, int]]) -> None:
@@ -1198,6 +1295,19 @@ class ShardedIndex(_Reads):
             raise self._back_to_last_flush(self._shards[0], "manifest", e) from None
         for s in self._shards:
             s.dirty = False
+        self._feed_replicas()
+
+    def _feed_replicas(self) -> None:
+        """Replicas that keep copies brought to the last flush (a replica that cannot be
+        reached catches up when it restarts, from a whole copy)."""
+        if not self._copies():
+            return
+        refs = [r.sync.remote(s.actor) for s in self._shards for r in s.replicas]
+        for ref in refs:
+            try:
+                self._wait(ref)
+            except ray.exceptions.RayError:
+                pass
 
     def rollback(self) -> None:
         """Discard every shard's changes since the last flush."""
@@ -1255,6 +1365,7 @@ class ShardedIndex(_Reads):
                     )
                 finally:
                     self._write_manifest()
+                    self._feed_replicas()
 
     def backup(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
         """Flush, then copy every shard's last flush into the folder `path`, each shard on its
