@@ -1207,3 +1207,46 @@ def test_spread_replicas_keep_copies_on_other_nodes_fed_by_each_flush(cluster, t
     index.flush()
     check_copies()
     index.close()
+
+
+def test_a_driver_killed_while_one_shard_has_not_flushed_reopens_at_the_last_flush(
+    cluster, tmp_path
+):
+    # The first shard to start the flush sleeps (the fault point `shard-flush`, 30 s) while
+    # the others commit; the driver is killed then, and its actors end with it. Oracles: the
+    # shards' files opened here (some hold the flush, one does not), then, after `open`, the
+    # record of the rows of the last flush, in every shard's file.
+    data = rows(900, 8, 161)
+    np.save(tmp_path / "data.npy", data)
+    root = tmp_path / "idx"
+    driver = f"""
+import numpy as np, ray, pathlib, sys
+from chassis.ray import ShardedIndex
+ray.init(address={cluster.address!r})
+data = np.load({str(tmp_path / "data.npy")!r})
+index = ShardedIndex({str(root)!r}, 8, shards=3)
+index.add_batch(data[:600])
+index.flush()
+index.add_batch(data[600:])
+index.delete_batch(np.arange(50))
+(pathlib.Path({str(FAULTS)!r}) / "shard-flush").write_text("30")
+print("flushing", flush=True)
+index.flush()
+"""
+    child = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "flushing"
+        deadline = time.monotonic() + 60
+        while True:  # until every shard but the sleeping one holds the flush
+            epochs = [e for _, e in _shard_files(root).values()]
+            if sorted(epochs) == [1, 2, 2]:
+                break
+            assert time.monotonic() < deadline, epochs
+            time.sleep(0.2)
+        child.kill()
+    finally:
+        child.wait(timeout=60)
+    (FAULTS / "shard-flush.fired").unlink()
+    index = ShardedIndex.open(root)
+    _assert_holds(index, root, {i: data[i] for i in range(600)}, 1)
+    index.close()
