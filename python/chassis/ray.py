@@ -27,6 +27,9 @@ object store and restarts; nothing here schedules, serialises or manages a clust
   a shard whose recorded node is gone by its file, asking every alive node whether it has the
   shard's path (the same host name first), and starts the shard there.
 
+Why a flush is taken back by a new commit, and how replicas' copies are fed: the
+sharded-commit record (docs/design/sharded-commit.md).
+
 Measured here (benchmarks/bench_ray.py; docs/distributed.md has the figures and the scaling
 on paper).
 """

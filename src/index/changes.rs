@@ -1,7 +1,8 @@
 //! The changes of the last commits, as byte ranges of the file, for a copy of it kept
 //! elsewhere (a replica of a shard on another machine, `chassis.ray`): a copy at one of those
 //! commits becomes a copy of the last one by writing the ranges' current bytes, then the
-//! header. The same ranges a small commit writes to the redo log (`flush.rs`), for any commit.
+//! header. The same ranges a small commit writes to the redo log (`flush.rs`), for any commit
+//! (the sharded-commit record).
 //!
 //! A chain of commits is kept, from the oldest a copy may be at: each commit adds its ranges.
 //! It starts again (copies at older commits need the whole file) when a commit's changes are

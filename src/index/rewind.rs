@@ -1,6 +1,6 @@
 //! Rewind: the rows of an earlier commit of this file brought back as a new change, for a
 //! caller that commits several files as one (the sharded index, `chassis.ray`), whose flush
-//! failed after some files had committed.
+//! failed after some files had committed (the sharded-commit record).
 //!
 //! Rows are never rewritten in place and slots are never reused, so every row an earlier
 //! commit held is still in its slot: a row added since is in a slot at or past that commit's
