@@ -1087,7 +1087,13 @@ def test_a_driver_that_was_taken_over_has_its_writes_refused(cluster, tmp_path):
         first.add_batch(data[150:200], ids=np.arange(150, 200))
     second.add_batch(data[200:], ids=np.arange(200, 300))
     second.flush()
-    _assert_holds(second, tmp_path, {i: data[i] for i in [*range(100), *range(200, 300)]}, 2)
+    want = {i: data[i] for i in [*range(100), *range(200, 300)]}
+    _assert_holds(second, tmp_path, want, 2)
+    # The first driver, behind by a flush it did not make, takes nothing back.
+    for call in (first.flush, first.rollback):
+        with pytest.raises(StaleWriteError, match="another driver took"):
+            call()
+    _assert_holds(second, tmp_path, want, 2)
     second.close()
 
 

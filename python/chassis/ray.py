@@ -139,8 +139,15 @@ class _Shard:
         self._open = (path, dimensions, opts)
         # A copy's state: which file of the writer, and its commit (None: no copy yet).
         self.copy: tuple[int, int] | None = None
+        self.index: Any = None
         if writer is not None:
-            self._sync_from(writer)
+            try:
+                self._sync_from(writer)
+            except Exception:
+                # The writer cannot be reached (its node is down): serve the copy this node
+                # has, an earlier flush, until the next flush brings it on (whole).
+                if not os.path.exists(path):
+                    raise
         self.index = IndexReader(path, opts) if replica else VectorIndex(path, dimensions, opts)
         # This incarnation: a restarted actor has another, so the driver can tell that the
         # writes it made since the last flush are gone (writes and searches return it).
@@ -164,6 +171,13 @@ class _Shard:
         if fence > self.fence:
             self.index.rollback()
             self.applied.clear()
+        elif fence >> 32 < self.fence >> 32:
+            raise StaleWriteError(
+                f"{what} refused: another driver took this sharded index over "
+                "(ShardedIndex.open of a detached index), so this handle no longer writes\n"
+                "help: write through the handle of the driver that opened it last, or open it "
+                "again here (which takes it over in turn)"
+            )
         elif fence < self.fence:
             raise StaleWriteError(
                 f"{what} sent with fence {fence} reached the shard after a rollback raised "
@@ -179,7 +193,7 @@ class _Shard:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "life": self.life,
-            **(self.state() if isinstance(self.index, VectorIndex) else {}),
+            **({} if isinstance(self.index, IndexReader) else self.state()),
         }
 
     def state(self) -> dict[str, int]:
@@ -202,9 +216,21 @@ class _Shard:
                 "manifest from the same backup"
             )
         if now["epoch"] > to["epoch"]:
-            self.index._rewind(to["slots"], to["seq"])
-            self.index.user_version = to["epoch"]
-            self.index.flush()
+            for attempt in (1, 2):
+                try:
+                    self.index._rewind(to["slots"], to["seq"])
+                    self.index.user_version = to["epoch"]
+                    self.index.flush()
+                    break
+                except ChassisError as e:
+                    self._reopen()  # what it wrote is gone; the file is as last flushed
+                    if attempt == 2:
+                        raise ShardFailedError(
+                            f"shard file {self._open[0]} holds a flush the sharded index gave "
+                            f"up (epoch {now['epoch']}), and taking it back failed: {e}\nhelp: "
+                            "fix the cause (free disk space), then open the index again, "
+                            "which takes it back"
+                        ) from e
             self.applied.clear()
 
     def add_batch(
@@ -267,18 +293,25 @@ class _Shard:
         with `to`, the sharded index's last flush, also take back a later flush of this shard
         (a sharded flush that other shards did not finish)."""
         with self._writing:
+            if fence < self.fence:
+                # From a driver another one took over from: it must not take back (or roll
+                # back) what the newer driver wrote.
+                self._fenced(fence, "rollback")
             if fence > self.fence:  # else a write carrying this fence ran it already
                 try:
                     self.index.rollback()
                 except ChassisError:
-                    # A writer whose commit failed writes nothing more (a full disk, a failed
-                    # sync): open the file again, which finds the last commit that landed.
-                    self.index.close()
-                    self.index = VectorIndex(*self._open)
+                    self._reopen()
                 self.applied.clear()
                 self.fence = fence
             self._settle(to)
             return (self.state() if to is not None else None), self.life
+
+    def _reopen(self) -> None:
+        """A writer whose commit failed writes nothing more (a full disk, a failed sync):
+        open the file again, which finds the last commit that landed."""
+        self.index.close()
+        self.index = VectorIndex(*self._open)
 
     def compact(self, fence: int, threads: int | None) -> tuple[dict[str, int], str]:
         with self._writing:
@@ -331,12 +364,12 @@ class _Shard:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            if getattr(self, "index", None) is not None:
-                self.index.close()
             os.replace(tmp, path)
             self.copy = (lineage, seq)
-            if getattr(self, "index", None) is not None:
-                self.index = IndexReader(path, self._open[2])
+            if self.index is not None:
+                # Searches under way keep the old file (mapped) until they end.
+                old, self.index = self.index, IndexReader(path, self._open[2])
+                old.close()
             return
         lineage, seq, length, pieces = got
         fd = os.open(path, os.O_RDWR)
@@ -414,6 +447,14 @@ def _find_actor(root: Path, shard: int, replica: int | None = None) -> Any:
     try:
         return ray.get_actor(_actor_name(root, shard, replica), namespace=NAMESPACE)
     except ValueError:
+        return None
+
+
+def _manifest_epoch(root: Path) -> int | None:
+    """The epoch the manifest in `root` names, or None if it cannot be read."""
+    try:
+        return int(json.loads((root / MANIFEST).read_text()).get("epoch", 0))
+    except (OSError, ValueError):
         return None
 
 
@@ -936,7 +977,9 @@ class ShardedIndex(_Reads):
         nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         for s, a in zip(self._shards, running):
             s.actor = a if a is not None else self._new_actor(s, s.node_id, None)
-        self._fence = 1 + max(self._each("fence_now"))
+        # A fence of the next generation: above anything the driver taken over from can
+        # reach by its own rollbacks, so that its writes and rollbacks stay refused.
+        self._fence = ((max(self._each("fence_now")) >> 32) + 1) << 32
         for s, w in zip(self._shards, self._each("where")):
             s.node_id, s.host, s.life = w["node_id"], w["host"], w["life"]
             s.replicas = _find_replicas(self.root, s.number)
@@ -1019,8 +1062,8 @@ class ShardedIndex(_Reads):
                 _, s.life = self._wait(s.actor.rollback.remote(self._fence, self._to(s)))
             except ray.exceptions.RayError as e:
                 cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else None
-                if isinstance(cause, ShardFailedError):
-                    raise cause from None
+                if isinstance(cause, ChassisError):
+                    raise cause from None  # its own: refused (taken over), failed
                 raise self._unavailable(s.number, what, e) from None
             s.unsure = s.lost = s.dirty = False
 
@@ -1278,8 +1321,8 @@ class ShardedIndex(_Reads):
         calls = [(s.number, "flush", (self._fence, epoch)) for s in self._shards]
         try:
             states = self._write("flush", calls)
-        except (ShardFailedError, ShardUnavailableError):
-            raise  # every shard is back at the last flush already
+        except (ShardFailedError, ShardUnavailableError, StaleWriteError):
+            raise  # every shard is back at the last flush already, or another driver writes
         except Exception as e:
             # A shard's own error (`_write` notes which shard).
             notes = " ".join(getattr(e, "__notes__", []))
@@ -1292,10 +1335,15 @@ class ShardedIndex(_Reads):
             _fault("driver-flushed")
             self._write_manifest()
         except BaseException as e:
+            if _manifest_epoch(self.root) == epoch:
+                raise  # it landed (its folder's sync failed, say): the flush is committed
             self._epoch -= 1
             for s, (q, n) in zip(self._shards, before):
                 s.seq, s.slots = q, n
-            raise self._back_to_last_flush(self._shards[0], "manifest", e) from None
+            error = self._back_to_last_flush(self._shards[0], "manifest", e)
+            if not isinstance(e, Exception):
+                raise  # Ctrl-C: the shards are back at the last flush; stop as asked
+            raise error from None
         for s in self._shards:
             s.dirty = False
         self._feed_replicas()
@@ -1305,12 +1353,14 @@ class ShardedIndex(_Reads):
         reached catches up when it restarts, from a whole copy)."""
         if not self._copies():
             return
+        replicas = [r for s in self._shards for r in s.replicas]
         refs = [r.sync.remote(s.actor) for s in self._shards for r in s.replicas]
-        for ref in refs:
+        for r, ref in zip(replicas, refs):
             try:
                 self._wait(ref)
             except ray.exceptions.RayError:
-                pass
+                # Not left serving an old flush: Ray starts it again, from a whole copy.
+                ray.kill(r, no_restart=False)
 
     def rollback(self) -> None:
         """Discard every shard's changes since the last flush."""

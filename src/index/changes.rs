@@ -70,10 +70,16 @@ pub struct Changes {
 
 impl Index {
     /// `(lineage, seq)` of the last commit: what a copy of the file made now is a copy of.
+    /// The first call starts keeping the changes of each commit (a large batch's are not
+    /// listed otherwise).
     pub fn lineage(&self) -> Result<(u64, u64)> {
         self.check_open()?;
         let w = self.writer.lock();
-        Ok((self.undo.lock().changes.lineage, w.committed.seq))
+        let mut u = self.undo.lock();
+        if !self.keep_changes.swap(true, AcqRel) {
+            u.changes.add(w.committed.seq, w.committed.seq, None);
+        }
+        Ok((u.changes.lineage, w.committed.seq))
     }
 
     /// What turns a copy of this file at commit `seq` of `lineage` into a copy of the last
@@ -88,7 +94,8 @@ impl Index {
             ));
         }
         let w = self.writer.lock();
-        if w.slots != w.committed.slots || w.deletes != 0 || !self.undo.lock().log.is_empty() {
+        let c = &w.committed;
+        if w.slots != c.slots || w.linked != c.linked || w.deletes != 0 || w.relinked {
             return Err(Error::invalid(
                 "changes are read from a writer with nothing pending",
                 "call flush() first",

@@ -103,10 +103,14 @@ impl Index {
         let next = self.next_header(writer, &snap)?;
         let mut undo = self.undo.lock();
         let u = &mut *undo;
-        // What this commit changes, for copies kept elsewhere (`changes.rs`) and, when small
-        // enough, for the redo log.
-        let changed = Self::commit_ranges(&snap.st, &self.geo, writer, &next, u);
-        let small = self.small_commit(writer, &next, u, changed.as_deref());
+        // What this commit changes, for the redo log when small enough, and for copies kept
+        // elsewhere once one was asked for (`changes.rs`); not listed for a large batch else.
+        let keep = self.keep_changes.load(Acquire);
+        let may_be_small = self.may_be_small(writer, &next, u);
+        let changed = (keep || may_be_small)
+            .then(|| Self::commit_ranges(&snap.st, &self.geo, writer, &next, u))
+            .flatten();
+        let small = may_be_small.then(|| self.small_commit(&next, u, changed.as_deref())).flatten();
         let result = match small {
             Some(changed) if u.redo.prepare().is_ok() => commit::commit_logged(
                 &snap.st,
@@ -142,7 +146,7 @@ impl Index {
         }
         undo.saved.clear();
         undo.marked.clear();
-        undo.changes.add(writer.committed.seq, next.seq, changed);
+        undo.changes.add(writer.committed.seq, next.seq, changed.filter(|_| keep));
         drop(undo);
         writer.copy = 1 - writer.copy;
         self.publish(Snap::of(snap.st.clone(), &next, true));
@@ -196,31 +200,31 @@ impl Index {
         Some(out)
     }
 
-    /// The ranges of `changed` if the commit is small enough to go through the redo log
-    /// (`commit::redo`); None sends it through the index file: new regions or a new quantizer
-    /// (their blocks, and every code), or more bytes than the log has room for (a large
-    /// batch, for which syncing the index file's pages costs about the same).
+    /// Whether a commit of `next` may go through the redo log (`commit::redo`), before its
+    /// ranges are listed: not with new regions or a new quantizer (their blocks, and every
+    /// code), nor a batch of more bytes than the log has room for, for which syncing the index
+    /// file's pages costs about the same.
+    fn may_be_small(&self, w: &Writer, next: &Header, u: &UndoState) -> bool {
+        let c = &w.committed;
+        let Some(new_slots) = next.slots.checked_sub(c.slots) else { return false };
+        let g = &self.geo;
+        let row = g.code_stride + g.stride + format::SLOT_HEADER + g.l0_words * 4;
+        let lists = g.l0_words * 4 + 3 * g.upper_words * 4;
+        !(u.redo.disabled
+            || next.quantizer != c.quantizer
+            || next.regions.len() != c.regions.len()
+            || next.regions.iter().zip(&c.regions).any(|(a, b)| a.offset != b.offset)
+            || new_slots as usize * row + u.saved.len() * lists > redo::CAPACITY as usize)
+    }
+
+    /// The ranges `changed` if they fit in the redo log; None sends the commit through the
+    /// index file.
     fn small_commit(
         &self,
-        w: &Writer,
         next: &Header,
         u: &UndoState,
         changed: Option<&[(u64, usize)]>,
     ) -> Option<Vec<(u64, usize)>> {
-        let c = &w.committed;
-        let new_slots = next.slots.checked_sub(c.slots)?;
-        let g = &self.geo;
-        let row = g.code_stride + g.stride + format::SLOT_HEADER + g.l0_words * 4;
-        let lists = g.l0_words * 4 + 3 * g.upper_words * 4;
-        if u.redo.disabled
-            || next.quantizer != c.quantizer
-            || next.regions.len() != c.regions.len()
-            || next.regions.iter().zip(&c.regions).any(|(a, b)| a.offset != b.offset)
-            // A first bound before listing anything: a batch goes through the index file.
-            || new_slots as usize * row + u.saved.len() * lists > redo::CAPACITY as usize
-        {
-            return None;
-        }
         let out = changed?.to_vec();
         let header = format::HEADER_FIXED + format::REGION_ENTRY * next.regions.len() + 8;
         u.redo.fits(redo::record_len(out.iter().map(|r| r.1).chain([header]))).then_some(out)

@@ -229,6 +229,9 @@ pub struct Index {
     undo: Mutex<UndoState>,
     savepoint: Mutex<Option<Savepoint>>,
     ids: Mutex<IdMap>,
+    /// Whether each commit's changes are kept for copies elsewhere (`changes.rs`): from the
+    /// first `lineage()`.
+    keep_changes: AtomicBool,
     /// The slot filters of the last filters searched with (`filter::FilterCache`).
     filters: Mutex<filter::FilterCache>,
     closed: AtomicBool,

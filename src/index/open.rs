@@ -414,6 +414,7 @@ impl Index {
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
             filters: Mutex::new(Default::default()),
+            keep_changes: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             opened: std::time::Instant::now(),
             checked_path_ms: AtomicU64::new(0),

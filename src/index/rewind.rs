@@ -53,7 +53,13 @@ impl Index {
             return Err(self.poisoned_error(poison));
         }
         let c = &w.committed;
-        if w.slots != c.slots || w.deletes != 0 || w.user_version != c.user_version {
+        let pending = w.slots != c.slots
+            || w.linked != c.linked
+            || w.deletes != 0
+            || w.relinked
+            || w.user_version != c.user_version
+            || w.quantizer != c.quantizer;
+        if pending {
             return Err(Error::invalid(
                 "rewind needs an index with nothing pending",
                 "call flush() or rollback() first",
@@ -81,11 +87,13 @@ impl Index {
                 format::read_marker(h[2].load(Acquire), s),
                 format::Marker::Deleted(q) if q > seq
             );
-            if !later || format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32 {
+            if !later {
                 continue;
             }
             let row = st.vector_bytes(s);
-            if format::vector_crc(row) != crcs as u32 {
+            if format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32
+                || format::vector_crc(row) != crcs as u32
+            {
                 return Err(Error::new(
                     ErrorKind::CorruptIndex,
                     format!("slot {s} (id {id}) fails its checksum; it cannot be restored"),

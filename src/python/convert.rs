@@ -162,7 +162,6 @@ pub fn id_arg(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     Ok(v as u64)
 }
 
-/// Ids for a batch: any sequence or array of non-negative integers.
 /// The items of a set as ids, if every one is a Python int from 0 to 2**64-1.
 fn set_ids<'py>(n: usize, items: impl Iterator<Item = Bound<'py, PyAny>>) -> Option<Vec<u64>> {
     let mut out = Vec::with_capacity(n);
@@ -175,6 +174,7 @@ fn set_ids<'py>(n: usize, items: impl Iterator<Item = Bound<'py, PyAny>>) -> Opt
     Some(out)
 }
 
+/// Ids for a batch: any sequence or array of non-negative integers.
 pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     let py = obj.py();
     // A set of Python ints read as it is: through NumPy it would be a list first, then an
