@@ -9,6 +9,7 @@ planner's own choice is read from ``chassis.search_plans()``.
 from __future__ import annotations
 
 import json
+import types
 
 import chassis
 import numpy as np
@@ -143,6 +144,49 @@ def test_per_query_filters_in_a_batch_answer_as_one_search_each(big):
     for i, mask in enumerate(masks):
         alone = idx.search(queries[i], 10, allowed=mask, ef=32)
         assert [h.id for h in alone] == np.asarray(ids)[i][: len(alone)].tolist(), i
+
+
+def test_per_query_filters_as_a_sparse_matrix_answer_as_a_list_of_them(big):
+    """A CSR matrix, one row per query (row i's non-zero columns: query i's ids). Oracle: the
+    same filters as a list of id arrays; explicit zeros and empty rows included."""
+    idx, data, queries = big
+    rng = np.random.default_rng(13)
+    dense = rng.random((len(queries), len(data))) < 0.03
+    dense[3] = False  # a row that allows nothing
+    rows, cols = np.nonzero(dense)
+    values = np.ones(len(cols), dtype=bool)
+    values[::7] = False  # explicit zeros: stored, not allowed
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=len(queries)))])
+    # What SciPy's csr_array holds, without SciPy.
+    m = types.SimpleNamespace(
+        format="csr", shape=dense.shape, indptr=indptr, indices=cols.astype(np.int32), data=values
+    )
+    lists = [
+        cols[indptr[i] : indptr[i + 1]][values[indptr[i] : indptr[i + 1]]]
+        for i in range(len(queries))
+    ]
+    forms = [m]
+    try:
+        from scipy import sparse
+    except ImportError:
+        pass
+    else:
+        forms += [sparse.csr_array((values, cols, indptr), shape=dense.shape)]
+        forms += [sparse.csr_matrix(forms[-1])]
+    want = idx.search_batch(queries, 10, allowed=lists, ef=32)
+    stored = [cols[indptr[i] : indptr[i + 1]] for i in range(len(queries))]
+    assert not np.array_equal(  # the explicit zeros change answers: the test sees them
+        np.asarray(idx.search_batch(queries, 10, allowed=stored, ef=32)[0]), np.asarray(want[0])
+    )
+    for form in forms:
+        got = idx.search_batch(queries, 10, allowed=form, ef=32)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    assert (np.asarray(want[0])[3] == 2**64 - 1).all()
+    with pytest.raises(chassis.InvalidArgumentError, match="rows for"):
+        idx.search_batch(queries[:5], 10, allowed=m, ef=32)
+    bad = types.SimpleNamespace(**{**vars(m), "indptr": indptr[::-1].copy()})
+    with pytest.raises(chassis.InvalidArgumentError, match="do not describe"):
+        idx.search_batch(queries, 10, allowed=bad, ef=32)
 
 
 def _exact_allowed(vectors: dict[int, np.ndarray], allowed: set[int], queries, k: int):

@@ -87,7 +87,9 @@ def test_rewind_brings_back_exactly_the_rows_of_the_commit(tmp_path, opts):
     assert_child_ok(out, "reopening the rewound index")
     ids = np.load(tmp_path / "i.npy")
     assert ids.tolist() == sorted(want)
-    np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.stack([want[int(i)] for i in ids]))
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "v.npy"), np.stack([want[int(i)] for i in ids])
+    )
 
 
 def test_rewind_refuses_pending_changes_and_a_later_commit(tmp_path):

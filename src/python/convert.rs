@@ -295,9 +295,63 @@ pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Ids> {
     ids_arg(obj).map(Ids::List)
 }
 
+/// Whether `obj` is a sparse matrix of rows in CSR form (SciPy's `csr_matrix` or
+/// `csr_array`, or anything with their `format`, `shape`, `indptr`, `indices` and `data`).
+pub fn is_csr(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(obj.hasattr("indptr")?
+        && obj.hasattr("indices")?
+        && obj.getattr("format").ok().and_then(|f| f.extract::<String>().ok()).as_deref()
+            == Some("csr"))
+}
+
+/// Per-query allowed ids from a CSR matrix of `nq` rows: row `i`'s stored columns whose value
+/// is not zero are the ids query `i` allows (an empty row allows none).
+pub fn csr_rows(obj: &Bound<'_, PyAny>, nq: usize, name: &str) -> PyResult<Vec<Option<Ids>>> {
+    let py = obj.py();
+    let rows: usize = obj.getattr("shape")?.get_item(0)?.extract()?;
+    if rows != nq {
+        return Err(invalid(
+            py,
+            format!("{name} is a sparse matrix of {rows} rows for {nq} queries"),
+            "pass one row per query (row i holds the ids of query i as its columns)",
+        ));
+    }
+    let indptr = ids_arg(&obj.getattr("indptr")?)?;
+    let indices = ids_arg(&obj.getattr("indices")?)?;
+    let np = numpy(py)?;
+    let kw = PyDict::new(py);
+    kw.set_item("dtype", py.import("builtins")?.getattr("bool")?)?;
+    let data = np.call_method("asarray", (obj.getattr("data")?,), Some(&kw))?;
+    let data = np.call_method1("ascontiguousarray", (data,))?.cast_into::<PyArray1<bool>>()?;
+    let data = data.readonly();
+    let data = data.as_slice()?;
+    let well_formed = indptr.len() == nq + 1
+        && indptr.windows(2).all(|w| w[0] <= w[1])
+        && indptr.last().is_some_and(|&e| e as usize == indices.len())
+        && data.len() == indices.len();
+    if !well_formed {
+        return Err(invalid(
+            py,
+            format!("{name}'s indptr, indices and data do not describe {nq} rows"),
+            "pass a CSR matrix as SciPy builds it (scipy.sparse.csr_array)",
+        ));
+    }
+    Ok(indptr
+        .windows(2)
+        .map(|w| {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            let ids = (a..b).filter(|&j| data[j]).map(|j| indices[j]).collect();
+            Some(Ids::List(ids))
+        })
+        .collect())
+}
+
 /// Whether `obj` is a sequence of per-query id collections (a list or tuple whose first item
 /// is itself a sequence or array) rather than one collection of ids.
 pub fn is_per_query(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if is_csr(obj)? {
+        return Ok(true);
+    }
     if !(obj.is_instance_of::<pyo3::types::PyList>()
         || obj.is_instance_of::<pyo3::types::PyTuple>())
         || obj.len()? == 0

@@ -3,7 +3,8 @@
 //! `SearchResult` for one query, two NumPy arrays handed over without a copy for a batch.
 
 use super::convert::{
-    check_width, count_arg, f32_array, filter_ids_arg, is_per_query, matrix, opt_count,
+    check_width, count_arg, csr_rows, f32_array, filter_ids_arg, is_csr, is_per_query, matrix,
+    opt_count,
 };
 use super::errors::{self, to_py};
 use super::reads::View;
@@ -147,6 +148,7 @@ impl SearchArgs {
         let split = |o: Option<&Bound<'_, PyAny>>, name: &str| -> PyResult<Vec<Option<Ids>>> {
             match o.filter(|x| !x.is_none()) {
                 None => Ok(vec![None; nq]),
+                Some(x) if is_csr(x)? => csr_rows(x, nq, name),
                 Some(x) if is_per_query(x)? => {
                     if x.len()? != nq {
                         return Err(errors::named(
