@@ -58,6 +58,13 @@ def cluster():
     c.shutdown()
 
 
+def _fired(point: str) -> None:
+    """The fault armed at `point` fired (its file was taken); cleared for the next test."""
+    fired = FAULTS / (point + ".fired")
+    assert fired.exists(), f"the fault {point} did not fire"
+    fired.unlink()
+
+
 def rows(n: int, d: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
 
@@ -436,6 +443,12 @@ def test_a_replica_that_died_is_searched_around_and_masks_filter(cluster, tmp_pa
     assert np.array_equal(got, want)
     with pytest.raises(chassis.InvalidArgumentError, match="non-negative"):
         index.search_batch(queries, 5, allowed=[3, -1])
+    # A set is its ids; one list per query is refused, not read as one set of them all.
+    got, _ = index.search_batch(queries, 5, allowed=set(range(0, 900, 5)), ef=900)
+    assert np.array_equal(got, want)
+    for per_query in ([[1, 2], [3, 4]], [[1, 2], [3]]):
+        with pytest.raises(chassis.InvalidArgumentError, match="one set of ids"):
+            index.search_batch(queries[:2], 5, allowed=per_query)
     index.close()
 
 
@@ -476,8 +489,7 @@ def test_a_dataset_task_run_again_adds_nothing_twice(cluster, tmp_path, given_id
         id_column="id" if given_ids else None,
         batch_size=500,
     )
-    assert (FAULTS / "after-write.fired").exists(), "the fault did not fire"
-    (FAULTS / "after-write.fired").unlink()
+    _fired("after-write")
     index.flush()
     id_of = {int(r["n"]): int(r["id"]) for r in out.iter_rows()}
     assert sorted(id_of) == list(range(3000))
@@ -843,7 +855,7 @@ index.flush()
 """
     done = subprocess.run([sys.executable, "-c", driver], timeout=180, capture_output=True)
     assert done.returncode == 1, done.stderr.decode()[-3000:]
-    (FAULTS / "driver-flushed.fired").unlink()
+    _fired("driver-flushed")
     for number, (_ids, epoch) in _shard_files(root).items():
         assert epoch == 2, number  # every shard committed the second flush
     index = ShardedIndex.open(root)
@@ -874,21 +886,27 @@ def test_a_flush_only_some_shards_committed_is_taken_back_at_open(cluster, tmp_p
     index.close()
 
 
-def test_a_shard_that_fails_its_flush_leaves_every_shard_at_the_last_flush(cluster, tmp_path):
-    # The first shard to start the flush raises (as a full disk would); the others commit it.
-    # Oracles: the driver's error; each shard's file opened here; the index's reads; then a
-    # flush that works.
-    data = rows(700, 8, 95)
+def _flushed_then_pending(tmp_path, seed: int) -> tuple[ShardedIndex, np.ndarray]:
+    """Three shards: rows 0-399 flushed (epoch 1); rows 400-599 added and ids 0-49 deleted,
+    not flushed. Rows 600-699 of the data are left for the test to add."""
+    data = rows(700, 8, seed)
     index = ShardedIndex(tmp_path, 8, shards=3)
     index.add_batch(data[:400])
     index.flush()
     index.add_batch(data[400:600])
     index.delete_batch(np.arange(50))
+    return index, data
+
+
+def test_a_shard_that_fails_its_flush_leaves_every_shard_at_the_last_flush(cluster, tmp_path):
+    # The first shard to start the flush raises (as a full disk would); the others commit it.
+    # Oracles: the driver's error; each shard's file opened here; the index's reads; then a
+    # flush that works.
+    index, data = _flushed_then_pending(tmp_path, 95)
     (FAULTS / "shard-flush").write_text("raise")
     with pytest.raises(ShardFailedError, match="back at the last flush") as e:
         index.flush()
-    assert (FAULTS / "shard-flush.fired").exists(), "the fault did not fire"
-    (FAULTS / "shard-flush.fired").unlink()
+    _fired("shard-flush")
     # The error names the shard whose process raised.
     message = str(e.value)
     named = int(message.split("shard ", 1)[1].split(" ", 1)[0])
@@ -910,17 +928,11 @@ def test_a_shard_killed_once_its_flush_committed_is_taken_back(cluster, tmp_path
     # The first shard to commit the flush dies right after (the fault point `shard-flushed`);
     # Ray restarts it holding the flush, which the others are taken back from. Oracles: the
     # driver's error, then the rows of the next flush in every shard's file.
-    data = rows(700, 8, 96)
-    index = ShardedIndex(tmp_path, 8, shards=3)
-    index.add_batch(data[:400])
-    index.flush()
-    index.add_batch(data[400:600])
-    index.delete_batch(np.arange(50))
+    index, data = _flushed_then_pending(tmp_path, 96)
     (FAULTS / "shard-flushed").touch()
     with pytest.raises(ShardFailedError):
         index.flush()
-    assert (FAULTS / "shard-flushed.fired").exists(), "the fault did not fire"
-    (FAULTS / "shard-flushed.fired").unlink()
+    _fired("shard-flushed")
     index.add_batch(data[600:], ids=np.arange(600, 700))
     index.flush()
     want = {i: data[i] for i in [*range(400), *range(600, 700)]}
@@ -1206,7 +1218,7 @@ def test_spread_replicas_keep_copies_on_other_nodes_fed_by_each_flush(cluster, t
     (FAULTS / "shard-flush").write_text("raise")
     with pytest.raises(ShardFailedError):
         index.flush()
-    (FAULTS / "shard-flush.fired").unlink()
+    _fired("shard-flush")
     check_copies(same_bytes=False)
     index.add_batch(rows(10, 8, 152), ids=np.arange(9200, 9210))
     want.update({9200 + i: v for i, v in enumerate(rows(10, 8, 152))})
@@ -1252,7 +1264,7 @@ index.flush()
         child.kill()
     finally:
         child.wait(timeout=60)
-    (FAULTS / "shard-flush.fired").unlink()
+    _fired("shard-flush")
     index = ShardedIndex.open(root)
     _assert_holds(index, root, {i: data[i] for i in range(600)}, 1)
     index.close()

@@ -8,30 +8,16 @@ the copy's `check()`; the copy opened as a writer in a fresh process.
 
 from __future__ import annotations
 
-import os
-
 import chassis
 import numpy as np
 import pytest
+from chassis._copies import write_changes
 from conftest import assert_child_ok, run_python, vecs
 
 D = 16
 
 
-def apply(path, length, pieces) -> None:
-    """Write the pieces as a flush would: everything, synced, then the header, synced."""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        if os.fstat(fd).st_size < length:
-            os.ftruncate(fd, length)
-        for off, b in pieces[:-1]:
-            os.pwrite(fd, b, off)
-        os.fsync(fd)
-        off, b = pieces[-1]
-        os.pwrite(fd, b, off)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+apply = write_changes
 
 
 def assert_same(writer_path, copy_path) -> None:

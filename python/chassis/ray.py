@@ -63,6 +63,7 @@ except ModuleNotFoundError:  # pragma: no cover - tested in a child without Ray
 
 import chassis
 from chassis import ChassisError, IndexOptions, IndexReader, SearchResult, VectorIndex
+from chassis._copies import write_changes
 
 __all__ = [
     "ShardedIndex",
@@ -372,18 +373,7 @@ class _Shard:
                 old.close()
             return
         lineage, seq, length, pieces = got
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size < length:
-                os.ftruncate(fd, length)
-            # As a flush: everything, synced, then the header (readers follow it), synced.
-            for offset, data in pieces[:-1]:
-                os.pwrite(fd, data, offset)
-            os.fsync(fd)
-            os.pwrite(fd, pieces[-1][1], pieces[-1][0])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_changes(path, length, pieces)
         self.copy = (lineage, seq)
 
     def sync(self, writer: Any) -> int:
@@ -1032,17 +1022,22 @@ class ShardedIndex(_Reads):
         """At open: a shard that committed a flush the manifest does not record (the driver or
         another shard failed in the middle of a sharded flush) goes back to the manifest's, so
         the index opens as one flush; then each shard's state is recorded."""
-        for s, w in zip(self._shards, self._each("where")):
-            if w["epoch"] != self._epoch:
-                s.unsure = True
-            elif (w["seq"], w["slots"]) != (s.seq, s.slots):
-                # The same flush, another commit of it (a compaction, or a taking back): the
-                # state to take a later flush back to.
-                s.seq, s.slots = w["seq"], w["slots"]
+        self._note_states(self._each("where"))
         if any(s.unsure for s in self._shards):
             self._settle("open")
             self._feed_replicas()
         self._write_manifest()
+
+    def _note_states(self, wheres: list[dict[str, Any]]) -> None:
+        """From each shard's last commit (`_Shard.where`): a shard at another epoch than the
+        manifest's is unsure (it is taken back before anything else is written); one at the
+        same epoch under another commit (a compaction, or a taking back) is recorded, as the
+        state a later flush is taken back to."""
+        for s, w in zip(self._shards, wheres):
+            if w["epoch"] != self._epoch:
+                s.unsure = True
+            elif not s.unsure:
+                s.seq, s.slots = w["seq"], w["slots"]
 
     def _record(self, states: list[dict[str, int]]) -> None:
         for s, st in zip(self._shards, states):
@@ -1308,11 +1303,7 @@ class ShardedIndex(_Reads):
             if w["life"] != s.life:
                 s.lost = s.lost or s.dirty
                 s.life = w["life"]
-            if w["epoch"] != self._epoch:
-                s.unsure = True  # restarted holding a flush that was given up
-            elif (w["seq"], w["slots"]) != (s.seq, s.slots) and not s.unsure:
-                # The last flush, committed again (compacted, or taken back): record it.
-                s.seq, s.slots = w["seq"], w["slots"]
+        self._note_states(wheres)
         # One commit across shards: each shard commits this flush as the next epoch, then the
         # manifest records it, which is the commit point. Whatever fails before the manifest
         # is written leaves the index at the last epoch: shards that committed this one are
@@ -1649,10 +1640,22 @@ class PartialSearch(NamedTuple):
 def _filter_ids(ids: Any) -> np.ndarray:
     """`allowed` / `excluded` as uint64 ids: a boolean mask is indexed by id, as for
     `VectorIndex`."""
-    a = np.asarray(ids)
+    if isinstance(ids, (set, frozenset)):
+        ids = list(ids)
+    try:
+        a = np.asarray(ids)
+    except ValueError:
+        a = np.asarray(ids, dtype=object)  # ragged: one list per query, refused below
+    per_query = a.dtype == object and any(np.ndim(x) > 0 for x in a.ravel())
+    if a.ndim != 1 or per_query:
+        what = "one collection per query" if per_query or a.ndim > 1 else "a single value"
+        raise chassis.InvalidArgumentError(
+            f"allowed/excluded holds {what}; a sharded search takes one set of ids (or one "
+            "boolean mask) for every query\nhelp: pass a 1-D array of ids, or search queries "
+            "with different filters in separate calls"
+        )
     if a.dtype == np.bool_:
-        return np.flatnonzero(a.ravel()).astype(np.uint64)
-    a = a.ravel()
+        return np.flatnonzero(a).astype(np.uint64)
     return _checked_ids(a, len(a), distinct=False)
 
 

@@ -94,8 +94,7 @@ impl Index {
             ));
         }
         let w = self.writer.lock();
-        let c = &w.committed;
-        if w.slots != c.slots || w.linked != c.linked || w.deletes != 0 || w.relinked {
+        if w.changed() {
             return Err(Error::invalid(
                 "changes are read from a writer with nothing pending",
                 "call flush() first",

@@ -75,17 +75,10 @@ impl Index {
         if let Some(poison) = &writer.poisoned {
             return Err(self.poisoned_error(poison));
         }
-        let committed = &writer.committed;
-        if writer.slots == committed.slots
-            && writer.linked == committed.linked
-            && writer.user_version == committed.user_version
-            && writer.deletes == 0
-            && !writer.relinked
-            && writer.next_id == committed.next_id
-            && writer.quantizer == committed.quantizer
-        {
+        if !writer.changed() && writer.next_id == writer.committed.next_id {
             return Ok(());
         }
+        let committed = &writer.committed;
         let first_tail = committed.linked >= committed.slots && writer.linked < writer.slots;
         self.commit_next(writer)?;
         if first_tail {
@@ -249,13 +242,7 @@ impl Index {
     /// `rollback` under the writer lock: the stored changes undone (`commit::roll_back`), then
     /// the writer's state and the published snapshot back at the commit.
     pub(super) fn rollback_locked(&self, writer: &mut Writer) -> Result<()> {
-        let dirty = writer.slots != writer.committed.slots
-            || writer.linked != writer.committed.linked
-            || writer.user_version != writer.committed.user_version
-            || writer.deletes != 0
-            || writer.relinked
-            || writer.quantizer != writer.committed.quantizer;
-        if !dirty && self.undo.lock().log.is_empty() {
+        if !writer.changed() && self.undo.lock().log.is_empty() {
             return Ok(());
         }
         let snap = self.view.read().clone();

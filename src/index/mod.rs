@@ -189,6 +189,21 @@ struct Writer {
     poisoned: Option<Poison>,
 }
 
+impl Writer {
+    /// Whether anything stored changed since the last commit: rows, links, deletes, lists
+    /// re-linked, `user_version` or the quantizer (what a flush commits and a rollback undoes;
+    /// the next default id aside, which only a flush writes).
+    fn changed(&self) -> bool {
+        let c = &self.committed;
+        self.slots != c.slots
+            || self.linked != c.linked
+            || self.user_version != c.user_version
+            || self.deletes != 0
+            || self.relinked
+            || self.quantizer != c.quantizer
+    }
+}
+
 /// Why a writer refuses to write after a failed commit.
 #[derive(Debug, Clone)]
 struct Poison {

@@ -52,19 +52,13 @@ impl Index {
         if let Some(poison) = &w.poisoned {
             return Err(self.poisoned_error(poison));
         }
-        let c = &w.committed;
-        let pending = w.slots != c.slots
-            || w.linked != c.linked
-            || w.deletes != 0
-            || w.relinked
-            || w.user_version != c.user_version
-            || w.quantizer != c.quantizer;
-        if pending {
+        if w.changed() {
             return Err(Error::invalid(
                 "rewind needs an index with nothing pending",
                 "call flush() or rollback() first",
             ));
         }
+        let c = &w.committed;
         if slots > c.slots || seq > c.seq {
             return Err(Error::invalid(
                 format!(
