@@ -60,6 +60,7 @@ RUNS: dict[str, str] = {
     "2026-12-05-bench_speed-all-vm.json": "docs",
     "2026-12-05-bench_speed-grouped-avx2-vm.json": "readme",
     "2026-12-05-bench_filters-inlined-vm.json": "docs",
+    "2026-12-06-bench_speed-zen2-blocks-vm.json": "readme",
 }
 
 RESULTS = HERE / "results"

@@ -136,6 +136,7 @@ mod tests {
         assert_eq!(policy_for("x86_64", false, "AuthenticAMD", 0x19, 0x01), ("default", 8, false)); // Zen 3
         assert_eq!(policy_for("x86_64", false, "AuthenticAMD", 0x19, 0x21), ("default", 8, false)); // Zen 3
         assert_eq!(policy_for("x86_64", false, "AuthenticAMD", 0x19, 0xb0), ("default", 8, false));
+        assert_eq!(policy_for("x86_64", false, "AuthenticAMD", 0x17, 0x31), ("default", 8, false)); // Zen 2
         assert_eq!(policy_for("x86_64", false, "AuthenticAMD", 0x1a, 0x02), ("zen5", 8, true));
         assert_eq!(policy_for("x86_64", false, "GenuineIntel", 6, 0xcf), ("default", 8, false));
         assert_eq!(policy_for("aarch64", true, "Apple", 0, 0), ("apple", 256, false));

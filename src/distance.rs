@@ -17,7 +17,7 @@ pub type Kernel = unsafe fn(*const f32, *const u8, usize) -> f32;
 
 /// `kernel4(query, [stored; 4], dims)`: four distances, each bitwise equal to the one `Kernel`
 /// gives (same operations in the same order per vector), the query read once per pass (AVX2
-/// makes two passes, the others one).
+/// makes two passes over each block of values, the others one).
 /// Loads from four stored vectors are interleaved, so their cache misses overlap (a long
 /// vector is only partly prefetched: ADR-0015 asks for its first lines).
 ///
@@ -323,12 +323,15 @@ pub(crate) mod x86 {
     avx2_kernel!(l2_f16_avx2, load_f16, 2, super::scalar::l2_f16, l2_step);
     avx2_kernel!(dot_f16_avx2, load_f16, 2, super::scalar::dot_f16, dot_step);
     /// `avx2_kernel` over four stored vectors at once, bitwise its single kernel per vector:
-    /// four vectors' four accumulators would not fit AVX2's 16 registers, so it makes two
-    /// passes, accumulators 0 and 1 (the first half of each 32-value step, then the 8-value
-    /// steps, which also go to accumulator 0) and then 2 and 3, each accumulator taking the
-    /// same values in the same order as in `avx2_kernel`. Within a pass the four vectors'
-    /// loads are interleaved, so their misses on the lines past the prefetched ones overlap
-    /// (four calls, one vector after the other, were slower: the search-path record).
+    /// four vectors' four accumulators would not fit AVX2's 16 registers, so each block of
+    /// `BLOCK4` values is read in two passes, accumulators 0 and 1 (the first half of each
+    /// 32-value step) and then 2 and 3, and the 8-value steps after the last block also go to
+    /// accumulator 0: each accumulator takes the same values in the same order as in
+    /// `avx2_kernel`. Within a pass the four vectors' loads are interleaved, so their misses on
+    /// the lines past the prefetched ones overlap (four calls, one vector after the other, were
+    /// slower); passes by block rather than over the whole vector read a float32 vector's lines
+    /// in order, where whole-vector passes read every other line and came back for the rest
+    /// (the search-path record has both measurements).
     macro_rules! avx2_kernel4 {
         ($name:ident, $load:ident, $elem:expr, $tail:path, $op:ident) => {
             /// # Safety
@@ -338,16 +341,33 @@ pub(crate) mod x86 {
                 let load = $load;
                 let main = n / 32 * 32;
                 let mut lo = [[_mm256_setzero_ps(); 2]; 4];
-                let mut i = 0;
-                while i < main {
-                    for j in 0..2 {
-                        let x = _mm256_loadu_ps(q.add(i + 8 * j));
-                        for t in 0..4 {
-                            lo[t][j] = $op(x, load(v[t], i + 8 * j), lo[t][j]);
+                let mut hi = [[_mm256_setzero_ps(); 2]; 4];
+                let mut start = 0;
+                while start < main {
+                    let end = (start + BLOCK4).min(main);
+                    let mut i = start;
+                    while i < end {
+                        for j in 0..2 {
+                            let x = _mm256_loadu_ps(q.add(i + 8 * j));
+                            for t in 0..4 {
+                                lo[t][j] = $op(x, load(v[t], i + 8 * j), lo[t][j]);
+                            }
                         }
+                        i += 32;
                     }
-                    i += 32;
+                    let mut i = start;
+                    while i < end {
+                        for j in 0..2 {
+                            let x = _mm256_loadu_ps(q.add(i + 16 + 8 * j));
+                            for t in 0..4 {
+                                hi[t][j] = $op(x, load(v[t], i + 16 + 8 * j), hi[t][j]);
+                            }
+                        }
+                        i += 32;
+                    }
+                    start = end;
                 }
+                let mut i = main;
                 while i + 8 <= n {
                     let x = _mm256_loadu_ps(q.add(i));
                     for t in 0..4 {
@@ -356,17 +376,6 @@ pub(crate) mod x86 {
                     i += 8;
                 }
                 let rest = i;
-                let mut hi = [[_mm256_setzero_ps(); 2]; 4];
-                let mut i = 0;
-                while i < main {
-                    for j in 0..2 {
-                        let x = _mm256_loadu_ps(q.add(i + 16 + 8 * j));
-                        for t in 0..4 {
-                            hi[t][j] = $op(x, load(v[t], i + 16 + 8 * j), hi[t][j]);
-                        }
-                    }
-                    i += 32;
-                }
                 let mut out = [0.0f32; 4];
                 for t in 0..4 {
                     out[t] = sum256(&[lo[t][0], lo[t][1], hi[t][0], hi[t][1]])
@@ -376,6 +385,9 @@ pub(crate) mod x86 {
             }
         };
     }
+    /// Values per block of `avx2_kernel4`: 512 bytes of float32, the eight lines ADR-0015
+    /// prefetches by default.
+    const BLOCK4: usize = 128;
     avx2_kernel4!(l2_f32_avx2_x4, load_f32, 4, super::scalar::l2_f32, l2_step);
     avx2_kernel4!(dot_f32_avx2_x4, load_f32, 4, super::scalar::dot_f32, dot_step);
     avx2_kernel4!(l2_f16_avx2_x4, load_f16, 2, super::scalar::l2_f16, l2_step);
@@ -668,7 +680,7 @@ pub(crate) mod tests {
     #[test]
     fn every_available_kernel_matches_exact_math_at_every_length() {
         for k in available() {
-            for n in (0..=70).chain([127, 128, 129, 383, 384, 385, 1536, 1537]) {
+            for n in (0..=70).chain([127, 128, 129, 160, 200, 383, 384, 385, 1536, 1537]) {
                 let q = data(n, 1 + n as u64);
                 let v = data(n, 1000 + n as u64);
                 let h: Vec<u16> = v.iter().map(|x| half::f16::from_f32(*x).to_bits()).collect();
@@ -700,7 +712,7 @@ pub(crate) mod tests {
     #[test]
     fn grouped_kernels_give_bitwise_the_single_kernels_distances() {
         for k in available() {
-            for n in (0..=70).chain([127, 128, 129, 383, 384, 385, 1536, 1537]) {
+            for n in (0..=70).chain([127, 128, 129, 160, 200, 383, 384, 385, 1536, 1537]) {
                 let q = data(n, 7 + n as u64);
                 let vs: Vec<Vec<f32>> = (0..4).map(|t| data(n, 100 * t + n as u64)).collect();
                 let hs: Vec<Vec<u16>> = vs
