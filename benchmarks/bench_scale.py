@@ -30,7 +30,9 @@ memory it may use.
           the disk per query by /proc/self/io read_bytes) and a block by search_batch on 2
           threads (--settle N: N more blocks at the first ef before those, each reported, for a
           reader that has run a while). Variants (--variants to choose): each file as it is, and
-          after warm(vectors=False) (all but the full vectors read in first). Whether the kernel
+          after warm(vectors=False) (all but the full vectors read in first); and float32 with
+          a search_batch of a block as the process's first search (QPS and MiB read per query
+          of that first batch). Whether the kernel
           killed the process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
           (/sys/fs/cgroup/memory); without them only the unlimited runs are made, and it says so.
 
@@ -231,6 +233,7 @@ def at_recall(points: list[dict[str, Any]], target: float, key: str) -> float | 
 VARIANTS: dict[str, tuple[str, str, dict[str, str]]] = {
     "float32": ("float32", "", {}),
     "float32, warm(vectors=False)": ("float32", "walk", {}),
+    "float32, first call search_batch": ("float32", "batch", {}),
     "int8": ("int8", "", {}),
     "int8, warm(vectors=False)": ("int8", "walk", {}),
     "half": ("half", "", {}),
@@ -290,6 +293,13 @@ def bench_limit(args: argparse.Namespace) -> dict[str, Any]:
                     for p in r["loop"]
                 ]
                 log(f"  {name}, limit {lim}: (ef, recall, QPS, MiB/query) {pts}")
+                if "first_batch" in r:
+                    fb = r["first_batch"]
+                    log(
+                        f"    first call search_batch of {fb['queries']} at ef {fb['ef']}: "
+                        f"QPS {fb['qps']:,.0f}, MiB/query {fb['read_mib_per_query']:.2f}, "
+                        f"recall {fb['recall']:.3f}"
+                    )
                 if r.get("settle"):
                     qps = [round(b["qps"]) for b in r["settle"]]
                     mib = [round(b["read_mib_per_query"], 2) for b in r["settle"]]
@@ -603,14 +613,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.n, args.nq, args.block, args.clusters = 20_000, 500, 50, 64
         args.commit_n, args.adds = 20_000, 200
-    # A limited run searches the first query, two warm-up blocks, --settle blocks, then a block
-    # one at a time and one in a batch per ef, each of queries it has not seen.
-    need = 1 + args.block * (2 + args.settle + 2 * len(args.efs))
+    # A limited run searches (a first batch,) the first query, two warm-up blocks, --settle
+    # blocks, then a block one at a time and one in a batch per ef, each of queries it has not
+    # seen.
+    first_batch = any(VARIANTS[v][1] == "batch" for v in args.variants or VARIANTS)
+    need = 1 + args.block * (2 + first_batch + args.settle + 2 * len(args.efs))
     searched = {"limit", "naming", "beam"} & set(args.only.split(","))
     if searched and need > args.nq:
         ap.error(
             f"--only {','.join(sorted(searched))} needs {need} queries (1 + --block {args.block} "
-            f"x (2 + --settle {args.settle} + 2 x {len(args.efs)} --efs)) and --nq is "
+            f"x (2 + {int(first_batch)} first batch + --settle {args.settle} + 2 x "
+            f"{len(args.efs)} --efs)) and --nq is "
             f"{args.nq}: lower --block, --settle or the number of --efs"
         )
     return args
