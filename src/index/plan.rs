@@ -42,18 +42,19 @@ pub struct Choice {
 }
 
 /// Costs are in rows of a scan (read in slot order, so the hardware prefetches them; the
-/// time of one is in the filtered-search record). An unfiltered walk at beam width ef
-/// costs about UNFILTERED x m x ef of them: its distances (about m x ef) are random reads
-/// that come with a heap and a visited table.
-const UNFILTERED: f64 = 3.0;
+/// time of one is in the filtered-search record). A distance in a walk costs DISTANCE_ROWS of
+/// them: a random read, with a heap and a visited table (the budget is counted in distances).
+const DISTANCE_ROWS: f64 = 1.8;
 
-/// A distance in a walk costs this many scan rows (the budget is counted in distances).
-const WALK_DISTANCE: f64 = 3.0;
+/// An unfiltered walk at beam width ef on a graph of m links per node computes about
+/// START_DISTANCES + PER_LINK x m x ef distances: the descent and the start, then the beam.
+const START_DISTANCES: f64 = 150.0;
+const PER_LINK: f64 = 0.875;
 
-/// A walk that routes through rejected nodes costs the unfiltered walk times WALK_SHARE / share
-/// (at least once): below about this share it meets more rejected nodes than the results it
-/// is after, and the time grows as the allowed share falls.
-const WALK_SHARE: f64 = 0.3;
+/// A walk that routes through rejected nodes costs the unfiltered walk times
+/// 1 + WALK_SHARE / share: the nodes within reach of the ef nearest allowed ones grow as the
+/// share falls, and each costs its distance whether it is allowed or not.
+const WALK_SHARE: f64 = 0.18;
 
 /// A two-hop walk costs about TWO_HOP times the unfiltered walk (its lists of rejected nodes
 /// and a beam needing more width for the same recall), whatever the share down to TWO_HOP_FLOOR;
@@ -75,8 +76,8 @@ pub fn choose(allowed: u64, live: u64, ef: usize, m: usize, two_hops: bool) -> C
     }
     let share = (allowed as f64 / live.max(1) as f64).max(1e-9);
     let scan = allowed as f64;
-    let unfiltered = UNFILTERED * (m * ef) as f64;
-    let walk = unfiltered * (WALK_SHARE / share).max(1.0);
+    let unfiltered = DISTANCE_ROWS * (START_DISTANCES + PER_LINK * (m * ef) as f64);
+    let walk = unfiltered * (1.0 + WALK_SHARE / share);
     let two_hop = if two_hops {
         unfiltered * TWO_HOP * (TWO_HOP_FLOOR / share).powi(2).max(1.0)
     } else {
@@ -89,7 +90,7 @@ pub fn choose(allowed: u64, live: u64, ef: usize, m: usize, two_hops: bool) -> C
     // A plain walk checks that it meets about the share it expected (a filter correlated with
     // the data would leave it far fewer near the query, and it would then go on in two hops).
     let expect = if plan == Plan::Walk && two_hops { share } else { 0.0 };
-    Choice { plan, budget: (scan * BUDGET_SLACK / WALK_DISTANCE).ceil() as u64, expect }
+    Choice { plan, budget: (scan * BUDGET_SLACK / DISTANCE_ROWS).ceil() as u64, expect }
 }
 
 /// How often each plan ran in this process, how many walks gave up for a scan, and how many
