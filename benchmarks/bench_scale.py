@@ -32,9 +32,9 @@ memory it may use.
           reader that has run a while). Variants (--variants to choose): each file as it is, and
           after warm(vectors=False) (all but the full vectors read in first); and float32 with
           a search_batch of a block as the process's first search (QPS and MiB read per query
-          of that first batch). Whether the kernel
-          killed the process (memory.oom_control) is reported. Needs root and cgroup v1's memory controller
-          (/sys/fs/cgroup/memory); without them only the unlimited runs are made, and it says so.
+          of that first batch). Whether the kernel killed the process (memory.oom_control) is
+          reported. Needs root and cgroup v1's memory controller (/sys/fs/cgroup/memory);
+          without them only the unlimited runs are made, and it says so.
 
   naming  paired: at a quarter of each file, runs that name their next pages (the default)
           and runs with CHASSIS_NAME_PAGES=0 alternate, --pairs pairs; medians and the median

@@ -58,26 +58,6 @@ def main() -> None:
             time.sleep(0.01)
         out["warm_s"] = time.perf_counter() - t0
     at = 0
-    if warm == "batch":
-        q, g = queries[1 : 1 + block], gt[1 : 1 + block]
-        rb = read_bytes()
-        t0 = time.perf_counter()
-        ids, _ = index.search_batch(q, k, ef=efs[0])
-        secs = time.perf_counter() - t0
-        out["first_batch"] = {
-            "ef": efs[0],
-            "queries": block,
-            "qps": block / secs,
-            "recall": recall(ids, g, k),
-            "read_mib_per_query": (read_bytes() - rb) / 2**20 / block,
-        }
-        at = block
-    rb = read_bytes()
-    t0 = time.perf_counter()
-    index.search(queries[0], k, ef=efs[0])
-    out["first_ms"] = (time.perf_counter() - t0) * 1e3
-    out["first_read_mib"] = (read_bytes() - rb) / 2**20
-    at += 1
 
     def take(n: int) -> tuple[np.ndarray, np.ndarray]:
         nonlocal at
@@ -86,6 +66,28 @@ def main() -> None:
         q, g = queries[at : at + n], gt[at : at + n]
         at += n
         return q, g
+
+    def batch(ef: int, threads: int | None) -> dict:
+        q, g = take(block)
+        rb = read_bytes()
+        t0 = time.perf_counter()
+        ids, _ = index.search_batch(q, k, ef=ef, threads=threads)
+        secs = time.perf_counter() - t0
+        return {
+            "ef": ef,
+            "qps": block / secs,
+            "recall": recall(ids, g, k),
+            "read_mib_per_query": (read_bytes() - rb) / 2**20 / block,
+        }
+
+    if warm == "batch":
+        out["first_batch"] = {**batch(efs[0], None), "queries": block}
+    q, _ = take(1)
+    rb = read_bytes()
+    t0 = time.perf_counter()
+    index.search(q[0], k, ef=efs[0])
+    out["first_ms"] = (time.perf_counter() - t0) * 1e3
+    out["first_read_mib"] = (read_bytes() - rb) / 2**20
 
     def loop(ef: int) -> dict:
         q, g = take(block)
@@ -116,22 +118,7 @@ def main() -> None:
             b[f"resident_{key}_mib"] = st[f"resident_{key}_bytes"] / 2**20
         out["settle"].append(b)
     out["loop"] = [loop(ef) for ef in efs]
-    batch = []
-    for ef in efs:
-        q, g = take(block)
-        rb = read_bytes()
-        t0 = time.perf_counter()
-        ids, _ = index.search_batch(q, k, ef=ef, threads=threads2)
-        secs = time.perf_counter() - t0
-        batch.append(
-            {
-                "ef": ef,
-                "qps": block / secs,
-                "recall": recall(ids, g, k),
-                "read_mib_per_query": (read_bytes() - rb) / 2**20 / block,
-            }
-        )
-    out["batch"] = batch
+    out["batch"] = [batch(ef, threads2) for ef in efs]
     out["threads2"] = threads2
     st = index.memory_stats()
     out["resident_mib"] = st["resident_bytes"] / 2**20
