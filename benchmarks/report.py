@@ -61,6 +61,7 @@ RUNS: dict[str, str] = {
     "2026-12-05-bench_speed-grouped-avx2-vm.json": "readme",
     "2026-12-05-bench_filters-inlined-vm.json": "docs",
     "2026-12-06-bench_speed-zen2-blocks-vm.json": "readme",
+    "2026-12-06-bench_scale-peers-zen2-vm.json": "readme",
 }
 
 RESULTS = HERE / "results"
