@@ -114,7 +114,7 @@ def big():
 def test_the_planner_picks_by_share_and_its_answers_hold(big, share, ef, plan):
     """The plan the cost model gives for each share and ef (its constants:
     docs/design/filtered-search.md; at 5% and ef 24 two hops cost less than the scan of the
-    2,000 rows, which the model before its refit chose), and recall against the brute force."""
+    allowed rows, which the model before its refit chose), and recall against the brute force."""
     idx, data, queries = big
     mask = np.random.default_rng(int(share * 1000)).random(len(data)) < share
     rows = np.flatnonzero(mask)
