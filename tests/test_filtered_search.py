@@ -109,7 +109,13 @@ def big():
 
 @pytest.mark.parametrize(
     ("share", "ef", "plan"),
-    [(0.002, 16, "scan"), (0.1, 16, "two_hop"), (0.5, 16, "walk"), (0.05, 24, "two_hop")],
+    [
+        (0.002, 16, "scan"),
+        (0.1, 16, "two_hop"),
+        (0.2, 16, "two_hop"),
+        (0.5, 16, "walk"),
+        (0.05, 24, "two_hop"),
+    ],
 )
 def test_the_planner_picks_by_share_and_its_answers_hold(big, share, ef, plan):
     """The plan the cost model gives for each share and ef (its constants:
