@@ -14,6 +14,9 @@ again from the sweep points the run recorded, by the functions the benchmarks us
 `RUNS` below says which raw files the tables show: a new run is adopted by adding its line.
 Only the text between `<!-- report:begin NAME -->` and `<!-- report:end NAME -->` is
 written ("performance" in README.md, "benchmarks" in docs/benchmarks.md).
+
+It needs the chassis package and NumPy; from a Python without them it runs itself again with
+the venv `.ci/run` makes (`$CHASSIS_CI_VENV`, `.venv-ci`) or a `.venv` in the repository.
 """
 
 from __future__ import annotations
@@ -41,6 +44,14 @@ try:
     import bench_speed
     from chassis import _bench, _machine
 except ImportError as exc:
+    # A Python without them (a bare `python3`): the venv .ci/run makes (or a .venv) has them,
+    # so run again there rather than fail a check that only needs the right interpreter.
+    for venv in (os.environ.get("CHASSIS_CI_VENV"), REPO / ".venv-ci", REPO / ".venv"):
+        python = Path(venv or "", "Scripts" if os.name == "nt" else "bin", "python")
+        if venv and python.exists() and not os.environ.get("CHASSIS_REPORT_AGAIN"):
+            os.environ["CHASSIS_REPORT_AGAIN"] = "1"
+            print(f"report.py: no {exc.name or exc} here; running with {python}", file=sys.stderr)
+            os.execv(python, [str(python), __file__, *sys.argv[1:]])
     print(
         f"report.py: cannot import {exc.name or exc}: it computes the figures with the chassis "
         "package and NumPy\nhelp: run it with a Python that has them: pip install . (or the "
