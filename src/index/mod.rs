@@ -62,7 +62,7 @@ use crate::commit::undo::UndoLog;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{self, Geometry, Header, Metric, Precision, Quantization};
 use crate::quant::Quantizer;
-use crate::storage::Storage;
+use crate::storage::{Older, Pin, Storage};
 use crate::warm::Warm;
 use filter::FastMap;
 use parking_lot::{Mutex, RwLock};
@@ -127,6 +127,10 @@ pub struct Snap {
     /// The quantizer in effect (8-bit codes, trained): searches walk the codes. None: they
     /// walk the vectors.
     pub quant: Option<Arc<Quantizer>>,
+    /// A reader's hold on `seq` (`storage::pins`): no writer reuses a slot this commit can
+    /// reach while it lives. A writer's own snapshots hold one only when a caller keeps them
+    /// (`Index::snapshot`).
+    pub pin: Option<Arc<Pin>>,
 }
 
 impl Snap {
@@ -145,12 +149,13 @@ impl Snap {
             // A damaged quantizer was refused when the header was read (`quantizer_of`);
             // should it fail here anyway, searches walk the vectors.
             quant: st_quant(h),
+            pin: (!writer).then(|| st.pins.pin(h.seq)),
             st,
         }
     }
 
     fn clone_of(s: &Snap) -> Snap {
-        Snap { st: s.st.clone(), quant: s.quant.clone(), ..*s }
+        Snap { st: s.st.clone(), quant: s.quant.clone(), pin: s.pin.clone(), ..*s }
     }
 
     /// The id of a slot visible in this state; None for deleted or damaged slots.
@@ -401,6 +406,22 @@ impl Index {
             let _ = self.refresh();
         }
         self.view.read().clone()
+    }
+
+    /// The state searches use now, held for a caller that keeps it (a `Snapshot`): no writer
+    /// reuses a slot it can reach until it is dropped.
+    pub fn snapshot(&self) -> Arc<Snap> {
+        let snap = self.snap();
+        if snap.pin.is_some() {
+            return snap;
+        }
+        Arc::new(Snap { pin: Some(snap.st.pins.pin(snap.seq)), ..Snap::clone_of(&snap) })
+    }
+
+    /// Whether a snapshot of a commit before `seq` may still be searched: by this process or,
+    /// where the system can say, by a reader anywhere (`storage::pins`).
+    pub fn readers_older_than(&self, seq: u64) -> Older {
+        self.view.read().st.pins.older_than(seq)
     }
 
     fn publish(&self, snap: Snap) {

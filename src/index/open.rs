@@ -7,6 +7,7 @@ use crate::commit::{self, copy};
 use crate::format::{choose_header, DATA_START, EMPTY, HEADER_COPY_SIZE};
 use crate::graph::LOCK_STRIPES;
 use crate::os;
+use crate::storage::Pins;
 use input::check_dims_arg;
 use std::fs::{File, OpenOptions};
 
@@ -223,6 +224,9 @@ impl Index {
         mode: Mode,
     ) -> Result<Index> {
         let mut warnings = Vec::new();
+        // A reader holds the opening pin until its snapshot pins the commit it reads
+        // (`storage::pins`).
+        let opening = (mode == Mode::Read).then(|| Pins::opening(&file)).flatten();
         // A writer first applies the small commits the redo log holds and the file may lack
         // (the machine stopped before the kernel wrote them back); a reader checks the file
         // holds them (`commit::redo`).
@@ -307,6 +311,7 @@ impl Index {
         // A damaged quantizer is refused here rather than silently walked around.
         stored_quantizer(&st, h.quantizer)?;
         let mut idx = Self::assemble(path, eff, st, h, copy, mode == Mode::Read, warnings);
+        drop(opening);
         if mode == Mode::Write {
             idx.replay_undo()?;
             if fell_back {

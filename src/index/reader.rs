@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::os;
+use crate::storage::Pins;
 use crate::warm::Warm;
 
 impl Index {
@@ -68,6 +69,7 @@ impl Index {
     /// new file. Searches already running finish on the old mappings, which they hold.
     pub(super) fn reopen(&self, w: &mut Writer) -> Result<()> {
         let file = Self::open_file(&self.path, Mode::Read)?;
+        let opening = Pins::opening(&file);
         let mut warnings = Vec::new();
         let (h, copy) = Self::read_header(&file, &self.path, &mut warnings)?;
         if h.dims as usize != self.geo.dims
@@ -96,6 +98,7 @@ impl Index {
                 Some(Warm::start(st.clone(), h.slots, self.warm_vectors.load(Acquire)));
         }
         self.publish(Snap::of(st, &h, false));
+        drop(opening);
         self.residency.reset();
         w.copy = copy;
         w.committed = h;

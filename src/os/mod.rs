@@ -101,9 +101,9 @@ pub const WILL_NEED: bool = cfg!(target_os = "linux");
 
 pub use sys::{
     advise_huge, advise_normal, advise_random, advise_sequential, errno, fadvise_willneed, file_id,
-    free_space, memory_available, page_size, path_id, physical_memory, populate, preallocate,
-    punch_hole, read_exact_at, release_shared, resident, sync_dir, sync_file, try_lock_exclusive,
-    unlock, wine_version, write_all_at, AlignedMap, FileId, ENOSPC,
+    free_space, memory_available, page_size, path_id, physical_memory, pin_byte, pinned_by_other,
+    populate, preallocate, punch_hole, read_exact_at, release_shared, resident, sync_dir,
+    sync_file, try_lock_exclusive, unlock, wine_version, write_all_at, AlignedMap, FileId, ENOSPC,
 };
 
 /// Read into `buf` from `offset` until it is full or the file ends (an interrupted read is

@@ -220,6 +220,62 @@ pub fn unlock(file: &File) {
     let _ = file.unlock();
 }
 
+/// Take (`on`) or release a shared lock on the byte at `offset` of `file`, a reader's pin
+/// (`storage::pins`). Linux: an open-file-description lock, which belongs to this open of the
+/// file, so that closing another descriptor of the same file in this process (as a classic
+/// POSIX lock would) does not drop it. Elsewhere `Unsupported`: a writer there cannot learn
+/// which commits readers hold, and acts as if one held the oldest.
+pub fn pin_byte(file: &File, offset: u64, on: bool) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        let kind = if on { libc::F_RDLCK } else { libc::F_UNLCK };
+        let mut lock = ofd_lock(kind, offset, 1);
+        // SAFETY: fcntl on a valid descriptor with a pointer to a live, initialised flock.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut lock) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, offset, on);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+/// Whether another open of the file holds a lock on a byte of `[start, start + len)` (a pin
+/// of `pin_byte`; this open's own are not seen).
+pub fn pinned_by_other(file: &File, start: u64, len: u64) -> io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut lock = ofd_lock(libc::F_WRLCK, start, len);
+        // SAFETY: as in `pin_byte`; F_OFD_GETLK writes the first conflicting lock into `lock`.
+        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (file, start, len);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn ofd_lock(kind: libc::c_int, start: u64, len: u64) -> libc::flock {
+    // SAFETY: flock is plain integers, for which all zeros is valid; l_pid must be 0 for OFD
+    // locks.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = start as libc::off_t;
+    lock.l_len = len as libc::off_t;
+    lock
+}
+
 /// Free bytes for an unprivileged user on the filesystem holding `path`, if the system says.
 pub fn free_space(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;

@@ -250,6 +250,58 @@ pub fn unlock(file: &File) {
     unsafe { UnlockFileEx(file.as_raw_handle() as HANDLE, 0, 1, 0, &mut ov) };
 }
 
+fn overlapped_at(offset: u64) -> OVERLAPPED {
+    let mut ov = OVERLAPPED::default();
+    ov.Anonymous.Anonymous.Offset = offset as u32;
+    ov.Anonymous.Anonymous.OffsetHigh = (offset >> 32) as u32;
+    ov
+}
+
+/// Take (`on`) or release a shared lock on the byte at `offset` of `file`, a reader's pin
+/// (`storage::pins`). A `LockFileEx` lock belongs to the handle. Taking one waits while a
+/// writer tests the range (`pinned_by_other`), which it holds for one call.
+pub fn pin_byte(file: &File, offset: u64, on: bool) -> io::Result<()> {
+    let mut ov = overlapped_at(offset);
+    let h = file.as_raw_handle() as HANDLE;
+    // SAFETY: as in `try_lock_exclusive`: a valid handle and an OVERLAPPED that outlives the
+    // call, which completes before returning.
+    let ok = unsafe {
+        if on {
+            LockFileEx(h, 0, 0, 1, 0, &mut ov)
+        } else {
+            UnlockFileEx(h, 0, 1, 0, &mut ov)
+        }
+    };
+    if ok == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether a handle holds a lock on a byte of `[start, start + len)`: an exclusive lock over
+/// the range is tried without waiting, and let go at once if it was granted. (This handle's
+/// own pins count too, unlike on Linux: the caller counts them anyway.)
+pub fn pinned_by_other(file: &File, start: u64, len: u64) -> io::Result<bool> {
+    let mut ov = overlapped_at(start);
+    let h = file.as_raw_handle() as HANDLE;
+    let (lo, hi) = (len as u32, (len >> 32) as u32);
+    // SAFETY: as in `pin_byte`.
+    let ok = unsafe {
+        LockFileEx(h, LOCKFILE_EXCLUSIVE_LOCK | LOCKFILE_FAIL_IMMEDIATELY, 0, lo, hi, &mut ov)
+    };
+    if ok != 0 {
+        let mut ov = overlapped_at(start);
+        // SAFETY: as above; the range is the one just locked.
+        unsafe { UnlockFileEx(h, 0, lo, hi, &mut ov) };
+        return Ok(false);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(c) if c == ERROR_LOCK_VIOLATION as i32 || c == ERROR_IO_PENDING as i32 => Ok(true),
+        _ => Err(e),
+    }
+}
+
 /// Nothing: NTFS allocates the blocks of a file that is not sparse when `set_len` grows it (and
 /// that fails on a full disk), so a write through a mapping cannot meet a hole.
 pub fn preallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {

@@ -7,6 +7,7 @@
 //! |             | header I/O and sync                                                        |
 //! | `access.rs` | slot -> vector, slot header and list references (the hot accessors)        |
 //! | `lists.rs`  | reading and writing a node's neighbor lists through those references       |
+//! | `pins.rs`   | readers' pins on the commits they search, so a writer knows what is unseen |
 //! | `ranges.rs` | address and file ranges (memory policies, backup) and bytes by file offset |
 //! | `rows.rs`   | [`RowTable`]: rows in anonymous memory filled in parallel (the half copy)  |
 //! | `shadow.rs` | a large batch's level-0 lists held in anonymous memory until it is linked   |
@@ -36,11 +37,13 @@
 
 mod access;
 pub mod lists;
+pub mod pins;
 mod ranges;
 mod rows;
 mod shadow;
 
 pub use access::Area;
+pub use pins::{Older, Pin, Pins};
 pub use ranges::{SequentialScan, Written};
 pub use rows::{ChunkRows, RowTable};
 pub use shadow::{ShadowLists, SHADOW_MIN};
@@ -120,6 +123,8 @@ pub struct Storage {
     alloc: Mutex<Alloc>,
     /// A large batch's level-0 lists while it is linked (see `shadow.rs`).
     shadow: shadow::Shadow,
+    /// Readers' pins on the commits they search (`pins.rs`).
+    pub pins: Arc<Pins>,
     /// Faults caught in this file's mappings (`os::Watch`: the file shrank underneath). Last,
     /// so dropped after every watched range.
     watch: os::Watch,
@@ -182,6 +187,7 @@ impl Storage {
         let header_watched = header_view.as_ref().map(|v| watch.range(v.as_ptr(), v.len()));
         Storage {
             path,
+            pins: Pins::new(file.as_ref()),
             file,
             writable,
             geo: header.geometry(),

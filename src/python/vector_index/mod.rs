@@ -328,7 +328,7 @@ pymethods_with_reads!(
     ///     The pinned state.
     fn snapshot(&self, py: Python<'_>) -> PyResult<Snapshot> {
         let idx = self.index()?;
-        let snap = py.detach(|| idx.snap());
+        let snap = py.detach(|| idx.snapshot());
         Ok(Snapshot::new(idx, snap))
     }
 
