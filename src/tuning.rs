@@ -18,6 +18,7 @@
 //! | `CHASSIS_LIST_SHADOW`          | `0`: large batches write their lists in place            |
 //! | `CHASSIS_DEFER_LINK`           | `0`: every add links before it returns (no tail)         |
 //! | `CHASSIS_CONSOLIDATE`          | `0`: batches never consolidate deletes on their own      |
+//! | `CHASSIS_REUSE_SLOTS`          | `0`: deleted rows' slots are never reused                |
 //! | `CHASSIS_PREFETCH_PAGES`       | `0`: no `WILLNEED` advice short of memory (also read as |
 //! |                                | `CHASSIS_NAME_PAGES`, its old name)                      |
 //! | `CHASSIS_REDO`                 | `0`: commits go through the index file, no redo log      |
@@ -40,6 +41,7 @@ pub struct Tuning {
     pub list_shadow: Option<bool>,
     pub defer_link: Option<bool>,
     pub consolidate: Option<bool>,
+    pub reuse_slots: Option<bool>,
     pub prefetch_pages: Option<bool>,
     pub redo: Option<bool>,
     pub boot_id: Option<Vec<u8>>,
@@ -77,6 +79,7 @@ impl Tuning {
             list_shadow: off("CHASSIS_LIST_SHADOW"),
             defer_link: off("CHASSIS_DEFER_LINK"),
             consolidate: off("CHASSIS_CONSOLIDATE"),
+            reuse_slots: off("CHASSIS_REUSE_SLOTS"),
             prefetch_pages: off("CHASSIS_PREFETCH_PAGES").or_else(|| off("CHASSIS_NAME_PAGES")),
             redo: off("CHASSIS_REDO"),
             boot_id: var("CHASSIS_BOOT_ID").map(|v| v.into_encoded_bytes()),
@@ -114,6 +117,7 @@ mod tests {
             ("CHASSIS_DEFER_LINK", "0"),
             ("CHASSIS_REDO", "1"),
             ("CHASSIS_CONSOLIDATE", "0"),
+            ("CHASSIS_REUSE_SLOTS", "0"),
         ]);
         assert_eq!(t.kernel.as_deref(), Some("avx2"));
         assert_eq!(t.half_copy, Some(false));
@@ -121,7 +125,7 @@ mod tests {
         assert_eq!((t.beam, t.group_min_bytes), (Some(4), None));
         assert_eq!(t.prefetch_lines, Some(24));
         assert_eq!((t.defer_link, t.redo), (Some(false), Some(true)));
-        assert_eq!(t.consolidate, Some(false));
+        assert_eq!((t.consolidate, t.reuse_slots), (Some(false), Some(false)));
     }
 
     #[test]

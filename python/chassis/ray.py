@@ -150,6 +150,9 @@ class _Shard:
                 if not os.path.exists(path):
                     raise
         self.index = IndexReader(path, opts) if replica else VectorIndex(path, dimensions, opts)
+        if not replica:
+            # A rewind (below) brings rows back from their slots: none may be reused.
+            self.index._keep_slots()
         # This incarnation: a restarted actor has another, so the driver can tell that the
         # writes it made since the last flush are gone (writes and searches return it).
         self.life = uuid.uuid4().hex
@@ -313,6 +316,7 @@ class _Shard:
         open the file again, which finds the last commit that landed."""
         self.index.close()
         self.index = VectorIndex(*self._open)
+        self.index._keep_slots()
 
     def compact(self, fence: int, threads: int | None) -> tuple[dict[str, int], str]:
         with self._writing:

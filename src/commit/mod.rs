@@ -215,18 +215,26 @@ pub fn replay_after_crash(
 /// A writer opening on the older header copy (the newer one is damaged): what the lost
 /// commit left behind is forgotten, so that the next commit does not make it count and
 /// `check` does not report it as damage. O(slots), and only in this case.
-/// - its deletes left markers newer than the commit in use: cleared;
+/// - its deletes left markers newer than the commit in use: cleared; the slots it reused
+///   (rows visible from a newer commit) are deleted rows again;
 /// - its links into the slots it added (at or past the slot count in use) are dropped from
 ///   the lists of the slots before them.
 pub fn forget_lost_commit(storage: &Storage, seq: u64, slots: u64) -> Result<()> {
     let mut changed = 0;
     for slot in 0..slots as u32 {
         let word = &storage.header(slot)[2];
-        if let format::Marker::Deleted(marked) = format::read_marker(word.load(Relaxed), slot) {
-            if marked > seq {
+        match format::read_marker(word.load(Relaxed), slot) {
+            format::Marker::Deleted(marked) if marked > seq => {
                 word.store(0, Release);
                 changed += 1;
             }
+            // A slot the lost commit reused held a row deleted by the commit in use (or an
+            // earlier one, which a reader still open may hold: deleted from commit 1 on).
+            format::Marker::Born(born) if born > seq => {
+                word.store(format::delete_marker(1, slot), Release);
+                changed += 1;
+            }
+            _ => {}
         }
         let level = lists::level_of(storage, slot);
         for layer in 0..=level.min(format::MAX_LEVEL) {

@@ -5,9 +5,13 @@ use super::*;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"CHASSIS\x1a";
-/// The newest version this build writes and reads: a header whose last rows are not linked
-/// yet (a tail, `Header::linked`), whatever its codes mode.
-pub const FORMAT_VERSION: u32 = 4;
+/// The newest version this build writes and reads: a file whose slots were reused (rows
+/// marked with the commit they are visible from, `format::born_marker`), whatever its codes
+/// mode and whether it has a tail; it stays version 5 from its first reuse on.
+pub const FORMAT_VERSION: u32 = 5;
+/// A header whose last rows are not linked yet (a tail, `Header::linked`), whatever its codes
+/// mode, in a file whose slots were never reused.
+pub const FORMAT_VERSION_TAIL: u32 = 4;
 /// The version of files with 4-bit codes.
 pub const FORMAT_VERSION_INT4: u32 = 3;
 /// The version of files with 8-bit codes (and codes-only storage).
@@ -31,7 +35,7 @@ pub const MAX_REGIONS: usize = (HEADER_COPY_SIZE - HEADER_FIXED - 8) / REGION_EN
 /// 29 precision u8 | 30 quantization u8 | 32 M u32 | 36 ef_construction u32 | 40 ef_search u32 |
 /// 44 page size u32 | 48 slots u64 | 56 live u64 | 64 next id u64 | 72 entry u32 |
 /// 76 max level u32 | 80 user version u64 | 88 regions u32 | 96 quantizer offset u64 |
-/// 104 linked u64 (version 4 only)
+/// 104 linked u64 (versions 4 and 5)
 /// ```
 pub mod at {
     pub const MAGIC: usize = 0;
@@ -118,10 +122,13 @@ pub struct Header {
     /// in effect (0: not trained yet; searches walk the vectors).
     pub quantization: Quantization,
     pub quantizer: u64,
-    /// Version 4: the slots below this are linked into the graph; the rest of the committed
-    /// slots (the tail) are stored but not linked yet, and searches scan them. Equal to `slots`
-    /// in every other version (where its bytes are zero).
+    /// Versions 4 and 5: the slots below this are linked into the graph; the rest of the
+    /// committed slots (the tail) are stored but not linked yet, and searches scan them. Equal
+    /// to `slots` in every other version (where its bytes are zero).
     pub linked: u64,
+    /// Version 5: slots of deleted rows were reused, and rows carry the commit they are
+    /// visible from (`format::born_marker`).
+    pub reused: bool,
     pub regions: Vec<RegionEntry>,
 }
 
@@ -140,8 +147,11 @@ impl Header {
     /// The version this header is written as: 1 without codes, as before codes existed; 2
     /// with 8-bit codes; 3 with 4-bit codes.
     pub fn version(&self) -> u32 {
-        if self.linked < self.slots {
+        if self.reused {
             return FORMAT_VERSION;
+        }
+        if self.linked < self.slots {
+            return FORMAT_VERSION_TAIL;
         }
         version_of(self.quantization, self.quantizer)
     }
@@ -164,7 +174,7 @@ impl Header {
         b[at::PRECISION] = self.precision as u8;
         b[at::QUANTIZATION] = self.quantization as u8;
         put_u64(&mut b, at::QUANTIZER, self.quantizer);
-        if self.linked < self.slots {
+        if self.linked < self.slots || self.reused {
             put_u64(&mut b, at::LINKED, self.linked);
         }
         put_u32(&mut b, at::MAX_CONNECTIONS, self.max_connections);
@@ -219,7 +229,7 @@ impl Header {
         let quantizer = get_u64(b, at::QUANTIZER);
         // Version 1 has neither (its bytes were zero); version 2 is only written with 8-bit
         // codes, version 3 with 4-bit ones; version 4 (a tail) with any of them.
-        if version != FORMAT_VERSION && version != version_of(quantization, quantizer) {
+        if version < FORMAT_VERSION_TAIL && version != version_of(quantization, quantizer) {
             return Err(bad("quantization for the format version"));
         }
         if precision == Precision::CodesOnly && quantization != Quantization::Int8 {
@@ -268,11 +278,12 @@ impl Header {
             user_version: get_u64(b, at::USER_VERSION),
             quantization,
             quantizer,
-            linked: if version == FORMAT_VERSION {
+            linked: if version >= FORMAT_VERSION_TAIL {
                 get_u64(b, at::LINKED)
             } else {
                 get_u64(b, at::SLOTS)
             },
+            reused: version == FORMAT_VERSION,
             regions,
         };
         // Every field against what the rest of the header makes possible, before anything
@@ -294,7 +305,7 @@ impl Header {
         }
         // Version 4 is written only while there is a tail, and the graph it joins has a node.
         // Its entry point is a linked node (a walk from a tail row would find nothing).
-        if version == FORMAT_VERSION
+        if version == FORMAT_VERSION_TAIL
             && (h.linked == 0
                 || h.linked >= h.slots
                 || h.slots - h.linked > MAX_TAIL
@@ -305,6 +316,22 @@ impl Header {
                  and the entry point {} must be linked",
                 h.slots, h.entry
             );
+            return Err(field("linked", h.linked, &limit));
+        }
+        // Version 5 may have a tail or none; a tail as version 4's.
+        if version == FORMAT_VERSION
+            && h.linked < h.slots
+            && (h.linked == 0 || h.slots - h.linked > MAX_TAIL || h.entry as u64 >= h.linked)
+        {
+            let limit = format!(
+                "a tail of at most {MAX_TAIL} slots must follow at least one linked slot, below \
+                 {}, and the entry point {} must be linked",
+                h.slots, h.entry
+            );
+            return Err(field("linked", h.linked, &limit));
+        }
+        if version == FORMAT_VERSION && h.linked > h.slots {
+            let limit = format!("must be at most the slot count {}", h.slots);
             return Err(field("linked", h.linked, &limit));
         }
         if h.live > h.slots {

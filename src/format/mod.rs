@@ -23,7 +23,9 @@
 //! both header copies are damaged. A header whose last slots are a tail (stored and committed,
 //! not linked yet: `Header::linked`, bytes 104..112) is version 4 whatever its codes mode, so
 //! that a build that would walk the graph and miss them refuses the file; once the tail is
-//! linked the header goes back to its mode's version.
+//! linked the header goes back to its mode's version. A file in which a deleted row's slot took
+//! a new row is version 5 from then on (`Header::reused`), with or without a tail: its rows
+//! carry born markers (below), which an older build would read as damage and skip.
 //!
 //! A flush writes the *older* header copy with `seq + 1`, so the current copy is never being
 //! overwritten; a torn or damaged copy fails its checksum and the other one is used (and the
@@ -43,7 +45,8 @@
 //! vector bytes; `hdr_crc` covers id, upper and vec_crc. The delete marker is 0 for a live slot,
 //! else `seq << 16 | check`, where `seq` is the commit that makes the delete durable and
 //! `check` 16 bits of a checksum of (seq, slot): one word, so that it changes atomically and a
-//! snapshot older than `seq` still sees the slot live.
+//! snapshot older than `seq` still sees the slot live. Version 5 adds the born marker,
+//! `seq << 16 | check ^ 0x5a5a`: the row is visible from commit `seq` on (`born_marker`).
 //!
 //! **Level-0 record** (`2 + 2M` u32 words): `count (low 16 bits) | level (bits 16..24) |
 //! laid out by locality (bit 24, [`L0_LOCALITY`])`, `list_crc`, then `2M` neighbor slots.

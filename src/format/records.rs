@@ -80,11 +80,22 @@ pub fn delete_marker(seq: u64, slot: u32) -> u64 {
     (seq << 16) | (xxh3_64_with_seed(&seq.to_le_bytes(), slot as u64) & 0xffff)
 }
 
-/// What a delete marker says: live, deleted by commit `seq`, or damaged.
+/// The marker of a row stored into `slot` for commit `seq` in a version-5 file (one that
+/// reuses slots): the row is visible to snapshots of `seq` and later only. Its check is the
+/// delete marker's with bits flipped, so the two never coincide.
+#[inline]
+pub fn born_marker(seq: u64, slot: u32) -> u64 {
+    delete_marker(seq, slot) ^ BORN_FLIP
+}
+const BORN_FLIP: u64 = 0x5a5a;
+
+/// What a marker says: live, deleted by commit `seq`, live from commit `seq` (a version-5
+/// file's rows), or damaged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Marker {
     Live,
     Deleted(u64),
+    Born(u64),
     Damaged,
 }
 
@@ -96,8 +107,25 @@ pub fn read_marker(word: u64, slot: u32) -> Marker {
     let seq = word >> 16;
     if delete_marker(seq, slot) == word {
         Marker::Deleted(seq)
+    } else if born_marker(seq, slot) == word {
+        Marker::Born(seq)
     } else {
         Marker::Damaged
+    }
+}
+
+impl Marker {
+    /// Whether the slot's row is visible to a snapshot that counts deletes committed by
+    /// `del_visible` or earlier (a reader's own commit; a writer's next one) and rows born by
+    /// `born_visible` or earlier.
+    #[inline]
+    pub fn visible(self, del_visible: u64, born_visible: u64) -> bool {
+        match self {
+            Marker::Live => true,
+            Marker::Deleted(seq) => seq > del_visible,
+            Marker::Born(seq) => seq <= born_visible,
+            Marker::Damaged => false,
+        }
     }
 }
 

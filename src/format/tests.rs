@@ -78,6 +78,7 @@ fn sample() -> Header {
         quantization: Quantization::None,
         quantizer: 0,
         linked: 1500,
+        reused: false,
         regions: vec![
             RegionEntry {
                 kind: RegionKind::Segment,
@@ -372,6 +373,38 @@ fn delete_markers_round_trip_and_flips_are_damage() {
     assert_eq!(read_marker(m, 8), Marker::Damaged, "a marker copied to another slot");
     for bit in 0..64 {
         assert_ne!(read_marker(m ^ (1 << bit), 7), Marker::Deleted(42), "flip of bit {bit}");
+    }
+}
+
+#[test]
+fn born_markers_round_trip_never_read_as_deletes_and_set_visibility() {
+    // Oracle: the definitions (visible from commit `seq` on; a delete's visible until then).
+    for (seq, slot) in [(2u64, 0u32), (42, 7), ((1 << 48) - 2, u32::MAX - 1)] {
+        let b = born_marker(seq, slot);
+        assert_eq!(read_marker(b, slot), Marker::Born(seq));
+        assert_ne!(b, delete_marker(seq, slot));
+        assert_eq!(read_marker(b, slot ^ 1), Marker::Damaged, "copied to another slot");
+        for bit in 0..64 {
+            assert_ne!(read_marker(b ^ (1 << bit), slot), Marker::Born(seq), "flip of bit {bit}");
+        }
+    }
+    let (born, gone) = (Marker::Born(10), Marker::Deleted(10));
+    assert!(!born.visible(u64::MAX, 9) && born.visible(0, 10) && born.visible(0, 11));
+    assert!(gone.visible(9, 0) && !gone.visible(10, 0) && !gone.visible(11, u64::MAX));
+    assert!(Marker::Live.visible(0, 0) && !Marker::Damaged.visible(u64::MAX, u64::MAX));
+}
+
+#[test]
+fn a_file_whose_slots_were_reused_is_version_5_with_or_without_a_tail() {
+    // Oracle: docs/format.md (version 5 from the first reuse on, linked at bytes 104..112).
+    for (linked, ok) in [(1500, true), (1400, true), (0, false), (1501, false)] {
+        let h = Header { reused: true, linked, ..sample() };
+        let e = h.encode();
+        assert_eq!((get_u32(&e, 8), get_u64(&e, 104)), (5, linked));
+        match Header::decode(&e) {
+            Ok(back) => assert!(ok && back == h, "linked {linked}"),
+            Err(d) => assert!(!ok && matches!(d, CopyDamage::Invalid(_)), "linked {linked}"),
+        }
     }
 }
 

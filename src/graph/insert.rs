@@ -423,13 +423,20 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         Ok(())
     }
 
-    /// Link the batch's nodes in the order of its rows: row `i` is slot `start + pos[i]`;
-    /// `levels` are by slot offset. Returns whether they were linked on a half-precision copy,
-    /// which let go of the stored vectors' pages (`Storage::release_vectors`).
-    pub fn link(&self, start: u64, pos: &[u32], levels: &[usize], ctl: &Control) -> Result<bool> {
+    /// Link the batch's nodes in the order of its rows: row `i` is slot `slots[pos[i]]`, every
+    /// one below `total`; `levels` are by slot offset. Returns whether they were linked on a
+    /// half-precision copy, which let go of the stored vectors' pages
+    /// (`Storage::release_vectors`).
+    pub fn link(
+        &self,
+        slots: &[u32],
+        total: u64,
+        pos: &[u32],
+        levels: &[usize],
+        ctl: &Control,
+    ) -> Result<bool> {
         let st = self.st;
         let n = pos.len();
-        let total = start + n as u64;
         // A codes-only index has nothing else to link on.
         let codes_only = st.geo.precision == Precision::CodesOnly;
         let pays = halfcopy::pays(&st.geo, n as u64, total);
@@ -452,14 +459,7 @@ impl<H: Fn(&[u32]) -> Result<()> + Sync> Linker<'_, H> {
         let ef = self.ef_construction;
         let insert = |i: usize| {
             let j = pos[i] as usize;
-            let r = g.insert(
-                (start + j as u64) as u32,
-                levels[j],
-                ef,
-                self.entry,
-                self.locks,
-                &self.before_modify,
-            );
+            let r = g.insert(slots[j], levels[j], ef, self.entry, self.locks, &self.before_modify);
             if let Some(dropped) = self.dropped {
                 with_scratch(|sc| dropped.lock().append(&mut sc.dropped));
             }

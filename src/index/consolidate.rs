@@ -94,6 +94,10 @@ impl Index {
         let entry_gone = entry_saved.0 != EMPTY && entry_saved.0 < n && is_gone(entry_saved.0);
         if todo.is_empty() && !entry_gone {
             w.unconsolidated = 0;
+            // Nothing to re-link: with nothing pending either, the deleted slots are out of
+            // every list of the last commit, so they are free now (`reuse.rs`).
+            let committed = (!w.changed()).then_some(w.committed.seq);
+            w.reuse.consolidated(st, &gone, committed);
             return Ok(0);
         }
         let mut nodes: Vec<u32> = todo.iter().map(|t| t.0).collect();
@@ -110,9 +114,15 @@ impl Index {
         }
         let (entry, max_level) = *self.entry.lock();
         self.publish(Snap { entry, max_level, ..Snap::clone_of(&snap) });
-        // Unflushed deletes were consolidated too; only later ones wait.
+        // Unflushed deletes were consolidated too; only later ones wait. Every deleted slot
+        // below `n` is out of every live list now: free once this commits (`reuse.rs`).
         w.unconsolidated = 0;
         w.relinked = true;
+        // (Not while the entry point stays on a deleted node, as when none is live: a batch
+        // would walk the deleted nodes from it and link to them.)
+        if !(entry != EMPTY && entry < n && is_gone(entry)) {
+            w.reuse.consolidated(st, &gone, None);
+        }
         Ok(nodes.len() as u64)
     }
 

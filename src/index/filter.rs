@@ -222,7 +222,8 @@ pub(super) struct FilterCache {
 
 struct Cached {
     storage: Weak<Storage>,
-    slots: u64,
+    /// The slot count and commit it was made for (a commit that reuses slots keeps the count).
+    slots: (u64, u64),
     filter: Filter,
     made: Arc<SlotFilter>,
     bytes: usize,
@@ -248,7 +249,7 @@ impl FilterCache {
     pub(super) fn get(
         &mut self,
         st: &Arc<Storage>,
-        slots: u64,
+        slots: (u64, u64),
         f: &Filter,
     ) -> Option<Arc<SlotFilter>> {
         let i = self.entries.iter().position(|c| {
@@ -268,7 +269,7 @@ impl FilterCache {
     pub(super) fn put(
         &mut self,
         st: &Arc<Storage>,
-        slots: u64,
+        slots: (u64, u64),
         f: &Filter,
         made: Arc<SlotFilter>,
         generation: u64,

@@ -23,6 +23,7 @@ impl Index {
         next.max_level = snap.max_level as u32;
         next.user_version = writer.user_version;
         next.quantizer = writer.quantizer;
+        next.reused = writer.reuse.born;
         next.regions = snap.st.regions();
         Ok(next)
     }
@@ -80,11 +81,13 @@ impl Index {
         }
         let committed = &writer.committed;
         let first_tail = committed.linked >= committed.slots && writer.linked < writer.slots;
+        let first_reuse = !committed.reused && writer.reuse.born;
         self.commit_next(writer)?;
-        if first_tail {
-            // The same state once more, so that both header copies are version 4: a build that
-            // reads up to version 3 would otherwise open the older copy (reporting the other
-            // as damaged), and as a writer give back the tail's slots.
+        if first_tail || first_reuse {
+            // The same state once more, so that both header copies are version 4 (or 5): a
+            // build that reads only lower versions would otherwise open the older copy
+            // (reporting the other as damaged), and as a writer give back the tail's slots, or
+            // take the born markers for damage.
             self.commit_next(writer)?;
         }
         Ok(())
@@ -139,6 +142,7 @@ impl Index {
         }
         undo.saved.clear();
         undo.marked.clear();
+        undo.reused.clear();
         undo.changes.add(writer.committed.seq, next.seq, changed.filter(|_| keep));
         drop(undo);
         writer.copy = 1 - writer.copy;
@@ -146,6 +150,7 @@ impl Index {
         writer.deletes = 0;
         writer.relinked = false;
         writer.unconsolidated_committed = writer.unconsolidated;
+        writer.reuse.committed(next.seq);
         self.advise_committed(&snap.st, next.slots);
         writer.committed = next;
         Ok(())
@@ -189,6 +194,10 @@ impl Index {
         }
         for &s in &u.marked {
             out.push((st.slot_offsets(&next.regions, s)?.0, format::SLOT_HEADER));
+        }
+        // A reused slot's row is new: codes, vector, header and level-0 list.
+        for &s in &u.reused {
+            out.extend(st.slot_rows(&next.regions, s as u64, s as u64 + 1)?);
         }
         Some(out)
     }
@@ -257,6 +266,7 @@ impl Index {
         writer.deletes = 0;
         writer.relinked = false;
         writer.unconsolidated = writer.unconsolidated_committed;
+        writer.reuse.rolled_back(committed.reused);
         *self.entry.lock() = (committed.entry, committed.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back: the
         // map and the filters made from it are forgotten once the commit is published, so

@@ -10,8 +10,10 @@ impl Index {
     pub(super) fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&FastMap<u64, u32>) -> R) -> R {
         let mut m = self.ids.lock();
         let key = Arc::as_ptr(&snap.st) as usize;
-        if m.storage != key {
-            *m = IdMap { storage: key, ..Default::default() };
+        // A reader's snapshots of a file whose slots were reused each need their own map.
+        let seq = if self.read_only && snap.reused { snap.seq } else { 0 };
+        if m.storage != key || m.seq != seq {
+            *m = IdMap { storage: key, seq, ..Default::default() };
         }
         // Never past the published snapshot: a snapshot from before a rollback covers slots
         // that later rows take under other ids, and the map would never read them again.
@@ -88,17 +90,34 @@ impl Index {
     }
 
     /// The live (slot, id) pairs in insertion order: slot order, except that a run of slots
-    /// laid out by locality (`format::L0_LOCALITY`) came in the order of its ids.
+    /// laid out by locality (`format::L0_LOCALITY`) came in the order of its ids, and rows
+    /// marked with a commit (a file whose slots were reused) came in the order of commits.
     pub(super) fn live_in_order(snap: &Snap) -> Vec<(u32, u64)> {
-        let mut out: Vec<(u32, u64)> = Vec::new();
+        // Rows of a file whose slots were reused came by commit (rows from before the first
+        // reuse have none, and came first), then as below (`reuse.rs`).
+        let born = |s: u32| match format::read_marker(snap.st.header(s)[2].load(Acquire), s) {
+            format::Marker::Born(b) => b,
+            _ => 0,
+        };
+        let mut live: Vec<(u64, u32, u64)> = (0..snap.slots as u32)
+            .filter_map(|s| snap.live_id(s).map(|id| (born(s), s, id)))
+            .collect();
+        if live.iter().any(|r| r.0 != 0) {
+            live.sort_by_key(|r| (r.0, r.1));
+        }
+        let mut out: Vec<(u32, u64)> = Vec::with_capacity(live.len());
         let mut run: Option<usize> = None;
-        for s in 0..snap.slots as u32 {
-            let Some(id) = snap.live_id(s) else { continue };
-            if snap.st.l0(s)[0].load(Relaxed) & format::L0_LOCALITY != 0 {
-                run.get_or_insert(out.len());
-            } else if let Some(r) = run.take() {
+        let mut group = 0;
+        for (b, s, id) in live {
+            let in_run = snap.st.l0(s)[0].load(Relaxed) & format::L0_LOCALITY != 0;
+            if let Some(r) = run.filter(|_| !in_run || b != group) {
                 out[r..].sort_unstable_by_key(|p| p.1);
+                run = None;
             }
+            if in_run {
+                run.get_or_insert(out.len());
+            }
+            group = b;
             out.push((s, id));
         }
         if let Some(r) = run {

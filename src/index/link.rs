@@ -5,17 +5,20 @@ use super::*;
 use crate::format::EMPTY;
 use crate::graph::{self, insert::Linker};
 use crate::storage::lists;
+use rayon::prelude::*;
 
 impl Index {
-    /// Link the rows of slots `start..start + pos.len()` (`pos`: each row's slot offset,
-    /// `levels` by slot offset), on `threads` threads, with a savepoint for the nodes linked
-    /// before them: on an error or a cancel those nodes' lists are put back (the new rows'
-    /// own lists are the caller's to undo), and the entry point is the caller's too.
+    /// Link the rows of `slots` (by slot offset: reused slots below `start`, then new ones
+    /// from `start` on; `pos`: each row's slot offset, `levels` by slot offset), on `threads`
+    /// threads, with a savepoint for the nodes linked before them: on an error or a cancel
+    /// those nodes' lists are put back, reused slots' too (the new slots' own lists are the
+    /// caller's to undo), and the entry point is the caller's.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn link_slots(
         &self,
         w: &mut Writer,
         st: &Storage,
+        slots: &[u32],
         start: u64,
         pos: &[u32],
         levels: &[usize],
@@ -26,6 +29,12 @@ impl Index {
         let n = pos.len();
         let entry_before = *self.entry.lock();
         *self.savepoint.lock() = Some(Savepoint { start: start as u32, saved: HashMap::new() });
+        // A reused slot's lists change as any committed node's: saved first.
+        let reused: Vec<u32> = slots.iter().copied().filter(|&s| (s as u64) < start).collect();
+        if let Err(e) = self.before_modify(st, w.committed.slots, w.committed.seq, &reused) {
+            self.savepoint.lock().take();
+            return Err(e);
+        }
         // Then give nodes the pruning left without a way in one. The whole graph is walked
         // (`Linker::repair`, O(slots)) once the rows linked since the last walk reach an eighth
         // of the index, or 1,000 and a sixty-fourth of it: a large batch at once, small ones
@@ -33,14 +42,29 @@ impl Index {
         // pushed out of full lists unreachable. Every other batch looks at the nodes its links
         // took out of lists, and at its own (`Linker::repair_around`), since a walk of a large
         // index takes seconds (measured: `docs/design/small-commits.md`).
-        let total = start + n as u64;
+        let total = start + slots.iter().filter(|&&s| s as u64 >= start).count() as u64;
         let due = w.unrepaired + n as u64;
         let around = graph::insert::repair_around();
         let every = if around { (total / 64).max(1000) } else { 1000 };
         let repair = due * 8 >= total || due >= every;
         let dropped = Mutex::new(Vec::new());
-        let linker = self.linker(st, w, quant, (!repair && around).then_some(&dropped));
-        let result = with_threads(threads, || linker.link(start, pos, levels, ctl)).and_then(|r| r);
+        // A full repair neither gives deleted rows a way in nor routes through them: those a
+        // consolidation took out of every list stay out (their slots may be reused).
+        let gone: Vec<bool> = if repair {
+            let view = self.view.read().clone();
+            let mut g: Vec<bool> =
+                (0..total as u32).into_par_iter().map(|s| view.live_id(s).is_none()).collect();
+            slots.iter().for_each(|&s| g[s as usize] = false);
+            g
+        } else {
+            Vec::new()
+        };
+        let linker = Linker {
+            gone: repair.then_some(&gone[..]),
+            ..self.linker(st, w, quant, (!repair && around).then_some(&dropped))
+        };
+        let result = with_threads(threads, || linker.link(slots, total, pos, levels, ctl));
+        let result = result.and_then(|r| r);
         let result = result.and_then(|on_copy| {
             if repair {
                 linker.repair(total as u32)?;
@@ -51,7 +75,7 @@ impl Index {
                 }
             } else if linker.dropped.is_some() {
                 let mut nodes = std::mem::take(&mut *dropped.lock());
-                nodes.extend(start as u32..total as u32);
+                nodes.extend_from_slice(slots);
                 let replaced = entry_before.0;
                 if replaced != EMPTY && self.entry.lock().0 != replaced {
                     nodes.push(replaced);
@@ -112,13 +136,13 @@ impl Index {
         let tail: Vec<u32> = (start as u32..end as u32).collect();
         let levels: Vec<usize> = tail.iter().map(|&s| lists::level_of(st, s)).collect();
         let pos: Vec<u32> = (0..tail.len() as u32).collect();
+        // The tail's slots are its own (it reuses none), from `start` on.
         // The committed rows of the tail change their (empty) lists: saved for the undo log
         // and the next small commit, as any committed node's.
         self.before_modify(st, w.committed.slots, w.committed.seq, &tail)?;
         let entry_before = *self.entry.lock();
-        if let Err(e) =
-            self.link_slots(w, st, start, &pos, &levels, snap.quant.as_deref(), threads, ctl)
-        {
+        let quant = snap.quant.as_deref();
+        if let Err(e) = self.link_slots(w, st, &tail, start, &pos, &levels, quant, threads, ctl) {
             for (&s, &level) in tail.iter().zip(&levels) {
                 for layer in 0..=level {
                     if let Some(list) = lists::list_of(st, s, layer) {

@@ -239,6 +239,8 @@ impl Index {
         new.closed.store(true, Release);
         let nsnap = new.view.read().clone();
         std::mem::swap(w, &mut *new.writer.lock());
+        // The new file's free slots (none), this handle's choice of reuse.
+        w.reuse.off = new.writer.lock().reuse.off;
         *self.entry.lock() = *new.entry.lock();
         self.forget_ids();
         {
@@ -250,6 +252,7 @@ impl Index {
             }
             u.saved.clear();
             u.marked.clear();
+            u.reused.clear();
             // Another file: a copy of the old one cannot follow it.
             u.changes = changes::Chain::new(nsnap.seq);
         }

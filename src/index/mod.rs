@@ -12,6 +12,7 @@
 //! | `write.rs`       | add, add_batch as steps (plan, reserve, write, link, publish), delete |
 //! | `link.rs`        | linking a batch (the tail among them) with a savepoint               |
 //! | `consolidate.rs` | deletes consolidated: live nodes re-linked around deleted ones        |
+//! | `reuse.rs`       | slot reuse: free slots, which a batch may take, deletes of reused rows |
 //! | `codes.rs`       | learning, storing and encoding with a quantizer                       |
 //! | `search.rs`      | search, filtered search, search_batch and its query order             |
 //! | `filter.rs`      | [`Filter`] in ids, turned into sets of slots                          |
@@ -43,6 +44,7 @@ mod options;
 pub mod plan;
 mod reader;
 mod residency;
+mod reuse;
 mod rewind;
 mod search;
 mod write;
@@ -89,8 +91,11 @@ struct UndoState {
     log: UndoLog,
     /// Committed nodes whose lists the log already holds.
     saved: HashSet<u32>,
-    /// Committed slots whose delete marker changed since the last commit.
+    /// Committed slots whose delete marker changed since the last commit (the log holds the
+    /// committed marker of each, recorded once).
     marked: HashSet<u32>,
+    /// Committed slots a batch reused since the last commit (their rows are new).
+    reused: HashSet<u32>,
     /// Small commits since the last checkpoint (`commit::redo`).
     redo: RedoLog,
     /// The last commits' changes, for copies kept elsewhere (`changes.rs`).
@@ -102,6 +107,9 @@ struct UndoState {
 #[derive(Default)]
 struct IdMap {
     storage: usize,
+    /// In a reader of a file whose slots were reused: the commit the map was made for (a
+    /// slot may hold another id in another commit, whatever the slot count).
+    seq: u64,
     map: FastMap<u64, u32>,
     upto: u64,
 }
@@ -121,9 +129,15 @@ pub struct Snap {
     pub entry: u32,
     pub max_level: usize,
     pub user_version: u64,
+    /// The file's slots were reused by this commit or before (version 5).
+    pub reused: bool,
     /// Deletes committed by this sequence or earlier hide a slot: a reader's own commit; in a
     /// writer, the next one (its pending deletes count).
     pub del_visible: u64,
+    /// Rows born (`format::born_marker`) by this sequence or earlier are visible: a reader's
+    /// own commit; in a writer, the commit until a batch after it publishes, then the next
+    /// one, so that a snapshot from before a batch does not see the slots it reuses.
+    pub born_visible: u64,
     /// The quantizer in effect (8-bit codes, trained): searches walk the codes. None: they
     /// walk the vectors.
     pub quant: Option<Arc<Quantizer>>,
@@ -145,7 +159,9 @@ impl Snap {
             entry: h.entry,
             max_level: h.max_level as usize,
             user_version: h.user_version,
+            reused: h.reused,
             del_visible: if writer { h.seq + 1 } else { h.seq },
+            born_visible: h.seq,
             // A damaged quantizer was refused when the header was read (`quantizer_of`);
             // should it fail here anyway, searches walk the vectors.
             quant: st_quant(h),
@@ -161,7 +177,7 @@ impl Snap {
     /// The id of a slot visible in this state; None for deleted or damaged slots.
     #[inline]
     pub fn live_id(&self, slot: u32) -> Option<u64> {
-        live_id(&self.st, slot, self.del_visible)
+        live_id(&self.st, slot, self.del_visible, self.born_visible)
     }
 }
 
@@ -186,6 +202,8 @@ struct Writer {
     unconsolidated_committed: u64,
     /// A consolidation changed lists (or the entry point) since the last commit.
     relinked: bool,
+    /// Free slots and those reused since the last commit (`reuse.rs`).
+    reuse: reuse::Reuse,
     /// File offset of the quantizer region in effect (0: none yet), committed by the next
     /// flush (see `crate::quant`).
     quantizer: u64,
@@ -206,6 +224,7 @@ impl Writer {
             || self.deletes != 0
             || self.relinked
             || self.quantizer != c.quantizer
+            || self.reuse.born != c.reused
     }
 }
 
@@ -274,20 +293,21 @@ pub struct Index {
     pub warnings: Vec<String>,
 }
 
-/// The id of a slot that is live as of `del_visible` and whose header checks out; None for
-/// deleted or damaged slots.
-fn live_id(st: &Storage, slot: u32, del_visible: u64) -> Option<u64> {
+/// The id of a slot that is live as of `del_visible` and `born_visible` (`Snap`) and whose
+/// header checks out; None for deleted or damaged slots.
+fn live_id(st: &Storage, slot: u32, del_visible: u64, born_visible: u64) -> Option<u64> {
     let h = st.header(slot);
-    let (id, upper, del, crcs) =
-        (h[0].load(Relaxed), h[1].load(Relaxed), h[2].load(Acquire), h[3].load(Relaxed));
+    // The marker first: a reused slot's marker is stored after its new id (release), so a
+    // marker that makes the row visible comes with its id.
+    let del = h[2].load(Acquire);
+    if !format::read_marker(del, slot).visible(del_visible, born_visible) {
+        return None;
+    }
+    let (id, upper, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[3].load(Relaxed));
     if format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32 {
         return None;
     }
-    match format::read_marker(del, slot) {
-        format::Marker::Live => Some(id),
-        format::Marker::Deleted(seq) if seq > del_visible => Some(id),
-        _ => None,
-    }
+    Some(id)
 }
 
 impl Drop for Index {

@@ -1,6 +1,7 @@
 //! Opening: an index file (created under a temporary name and linked into place), an
 //! in-memory index, a file loaded into memory; a reader's move to each new commit.
 
+use super::reuse;
 use super::*;
 use crate::commit::undo::undo_path;
 use crate::commit::{self, copy};
@@ -403,6 +404,7 @@ impl Index {
                 unconsolidated: 0,
                 unconsolidated_committed: 0,
                 relinked: false,
+                reuse: reuse::Reuse::new(committed.reused),
                 quantizer: committed.quantizer,
                 poisoned: None,
                 committed,
@@ -413,6 +415,7 @@ impl Index {
                 log: UndoLog::new(path),
                 saved: HashSet::new(),
                 marked: HashSet::new(),
+                reused: HashSet::new(),
                 redo: RedoLog::new(path, st_file_id),
                 changes: changes::Chain::new(committed_seq),
             }),
@@ -461,6 +464,7 @@ impl Index {
             quantization: opts.quantization,
             quantizer: 0,
             linked: 0,
+            reused: false,
             regions: Vec::new(),
         }
     }

@@ -2,7 +2,8 @@
 //! caller that commits several files as one (the sharded index, `chassis.ray`), whose flush
 //! failed after some files had committed (the sharded-commit record).
 //!
-//! Rows are never rewritten in place and slots are never reused, so every row an earlier
+//! Rows are never rewritten in place and, in an index that rewinds, slots are never reused
+//! (`reuse.rs`: a sharded index turns reuse off), so every row an earlier
 //! commit held is still in its slot: a row added since is in a slot at or past that commit's
 //! slot count, and a row deleted since carries a delete marker of a later sequence. A rewind
 //! deletes the first kind and adds the second kind again, into new slots under their own ids,
@@ -56,6 +57,14 @@ impl Index {
             return Err(Error::invalid(
                 "rewind needs an index with nothing pending",
                 "call flush() or rollback() first",
+            ));
+        }
+        if w.reuse.born {
+            return Err(Error::invalid(
+                "cannot rewind an index whose deleted rows' slots were reused: the rows of \
+                 earlier commits are no longer all in their slots",
+                "open the files a sharded index commits together with slot reuse off (as \
+                 chassis.ray does)",
             ));
         }
         let c = &w.committed;

@@ -218,13 +218,13 @@ impl Index {
     pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> Arc<SlotFilter> {
         let generation = {
             let mut cache = self.filters.lock();
-            if let Some(made) = cache.get(&snap.st, snap.slots, f) {
+            if let Some(made) = cache.get(&snap.st, (snap.slots, snap.seq), f) {
                 return made;
             }
             cache.generation()
         };
         let made = Arc::new(self.make_slot_filter(snap, f));
-        self.filters.lock().put(&snap.st, snap.slots, f, made.clone(), generation);
+        self.filters.lock().put(&snap.st, (snap.slots, snap.seq), f, made.clone(), generation);
         made
     }
 

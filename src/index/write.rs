@@ -52,9 +52,15 @@ struct Plan<'a> {
     order: Vec<u32>,
     pos: Vec<u32>,
     /// Each row's level, by slot offset: the level its place in the batch draws (as if it had
-    /// gone into slot `start + i`), so the layout does not change the graph.
+    /// gone into slot `start + i`), so the layout does not change the graph; a reused slot's
+    /// own (its upper lists are reused too).
     levels: Vec<usize>,
+    /// Slot offsets below `reused.len()` are free slots reused (`reuse.rs`), with the commit
+    /// that freed each; the rest are appended from `start` on.
+    reused: Vec<(u32, u64)>,
     start: u64,
+    /// Rows are marked with the commit they are visible from (`format::born_marker`).
+    born: bool,
     /// A codes-only index's first quantizer, learned from this batch.
     early: Option<Quantizer>,
 }
@@ -74,6 +80,26 @@ struct Reservation<'a> {
     /// A quantizer stored for this batch: its region's offset and itself.
     trained: Option<(u64, Arc<Quantizer>)>,
     kept: bool,
+}
+
+impl Plan<'_> {
+    /// The slot of slot offset `j`.
+    fn slot(&self, j: usize) -> u32 {
+        match self.reused.get(j) {
+            Some(&(s, _)) => s,
+            None => (self.start + (j - self.reused.len()) as u64) as u32,
+        }
+    }
+
+    /// Every slot offset's slot.
+    fn slots(&self) -> Vec<u32> {
+        (0..self.n).map(|j| self.slot(j)).collect()
+    }
+
+    /// Where the appended slots end.
+    fn end(&self) -> u64 {
+        self.start + (self.n - self.reused.len()) as u64
+    }
 }
 
 impl Reservation<'_> {
@@ -152,14 +178,17 @@ impl Index {
         let mut room = self.reserve_batch(st, &plan)?;
         // The pieces this batch fills whole are written once: ask for huge pages before writing
         // them (ADR-0016, 4), so that a batch-built index is on huge pages from the start.
-        Self::advise_slots(st, plan.start, plan.start + n as u64);
+        Self::advise_slots(st, plan.start, plan.end());
         // A large batch's level-0 lists are built in anonymous memory and written to the file
         // once, after linking (storage/shadow.rs); on any other way out they are dropped.
-        let shadow = st.shadow_lists(plan.start, plan.start + n as u64);
+        let shadow = st.shadow_lists(plan.start, plan.end());
+        // Reused slots' committed markers and lists to the undo log before anything of them
+        // changes.
+        let reused = self.save_reused(w, st, &plan)?;
         self.write_batch(st, &plan, &room, threads)?;
         // A quantized index without a quantizer learns one once it holds enough rows, and
         // encodes every vector so far; searches walk the codes from the publish on.
-        let end = plan.start + n as u64;
+        let end = plan.end();
         if self.geo.code_stride > 0 && plan.snap.quant.is_none() && end >= TRAIN_MIN {
             room.trained = Some(
                 with_threads(threads, || self.learn_codes(st, None, end, ctl)).and_then(|r| r)?,
@@ -167,13 +196,14 @@ impl Index {
         }
         if !plan.defer {
             let quant = room.trained.as_ref().map(|t| &*t.1).or(plan.snap.quant.as_deref());
-            let (start, pos, levels) = (plan.start, &plan.pos, &plan.levels);
-            self.link_slots(w, st, start, pos, levels, quant, threads, ctl)?;
+            let slots = plan.slots();
+            let (pos, levels) = (&plan.pos, &plan.levels);
+            self.link_slots(w, st, &slots, plan.start, pos, levels, quant, threads, ctl)?;
         }
         // The batch's lists to the file, before anything can read them there.
         shadow.keep();
         let trained = room.keep();
-        Ok(self.publish_batch(w, plan, trained))
+        Ok(self.publish_batch(w, plan, trained, &reused))
     }
 
     /// Step 1: check the rows and ids, link a tail that this batch does not join, choose each
@@ -217,9 +247,17 @@ impl Index {
         } else {
             snap
         };
+        // Free slots first (none for a tail, nor for stored rows a compaction copies).
+        let reused = if defer || matches!(rows, Rows::Stored(_)) {
+            Vec::new()
+        } else {
+            self.slots_to_reuse(w, &snap, n)
+        };
+        let k = reused.len();
         // Only a batch whose ids rise along its rows, above every id so far, so that its
-        // insertion order can be read back from its ids (`live_in_order`).
-        let by_locality = n >= locality::LOCALITY_MIN
+        // insertion order can be read back from its ids (`live_in_order`), in new slots.
+        let by_locality = k == 0
+            && n >= locality::LOCALITY_MIN
             && new_ids[0] >= w.next_id
             && new_ids.windows(2).all(|p| p[0] < p[1]);
         let early = self.first_quantizer(&snap, data, n)?;
@@ -233,7 +271,7 @@ impl Index {
             pos[i as usize] = j as u32;
         }
         let start = w.slots;
-        if start + n as u64 > u32::MAX as u64 - 1 {
+        if start + (n - k) as u64 > u32::MAX as u64 - 1 {
             return Err(Error::new(
                 ErrorKind::IndexFull,
                 "an index holds at most 2**32 - 2 vectors",
@@ -241,7 +279,14 @@ impl Index {
             ));
         }
         let m = self.geo.m;
-        let levels = order.iter().map(|&i| graph::level_for(start + i as u64, m)).collect();
+        let st = &snap.st;
+        let levels = (order.iter().enumerate())
+            .map(|(j, &i)| match reused.get(j) {
+                Some(&(s, _)) => lists::level_of(st, s),
+                None => graph::level_for(start + i as u64 - k as u64, m),
+            })
+            .collect();
+        let born = w.reuse.born || k > 0;
         Ok(Some(Plan {
             rows,
             n,
@@ -252,7 +297,9 @@ impl Index {
             order,
             pos,
             levels,
+            reused,
             start,
+            born,
             early,
         }))
     }
@@ -306,7 +353,7 @@ impl Index {
 
     /// Step 2: room for the batch (see [`Reservation`]).
     fn reserve_batch<'s>(&'s self, st: &'s Storage, plan: &Plan<'_>) -> Result<Reservation<'s>> {
-        let (start, n) = (plan.start, plan.n);
+        let (start, n, k) = (plan.start, plan.n, plan.reused.len());
         let mut room = Reservation {
             index: self,
             st,
@@ -317,10 +364,13 @@ impl Index {
             trained: None,
             kept: false,
         };
-        st.reserve_slots(start, start + n as u64)?;
+        st.reserve_slots(start, plan.end())?;
         for (j, &level) in plan.levels.iter().enumerate() {
-            if level > 0 {
-                room.uppers[j] = st.alloc_upper((start + j as u64) as u32, level)?;
+            if j < k {
+                // A reused slot keeps its upper lists: its level is its own.
+                room.uppers[j] = st.header(plan.slot(j))[1].load(Relaxed);
+            } else if level > 0 {
+                room.uppers[j] = st.alloc_upper(plan.slot(j), level)?;
             }
         }
         if let Some(q) = &plan.early {
@@ -338,13 +388,14 @@ impl Index {
         room: &Reservation<'_>,
         threads: Option<usize>,
     ) -> Result<()> {
-        let (d, vb, n, start) = (self.dims(), self.geo.vec_bytes, plan.n, plan.start);
+        let (d, vb, n) = (self.dims(), self.geo.vec_bytes, plan.n);
+        let (k, next) = (plan.reused.len(), plan.snap.seq + 1);
         let codes_only = self.precision() == Precision::CodesOnly;
         let clipped = AtomicU64::new(0);
         let quant_now: Option<Arc<Quantizer>> =
             room.trained.as_ref().map(|t| t.1.clone()).or_else(|| plan.snap.quant.clone());
         let write_row = |bufs: &mut RowBufs, j: usize| {
-            let (slot, i) = ((start + j as u64) as u32, plan.order[j] as usize);
+            let (slot, i) = (plan.slot(j), plan.order[j] as usize);
             let bytes = match plan.rows {
                 // A codes-only index stores the row's code.
                 Rows::Values(data) if codes_only => {
@@ -369,12 +420,23 @@ impl Index {
             let h = st.header(slot);
             h[0].store(id, Relaxed);
             h[1].store(upper, Relaxed);
-            h[2].store(0, Relaxed);
+            // A reused slot keeps its delete marker until the batch is published, which marks
+            // it visible from the next commit (after its id: `live_id` reads the marker first).
+            if j >= k {
+                let marker = if plan.born { format::born_marker(next, slot) } else { 0 };
+                h[2].store(marker, Relaxed);
+            }
             h[3].store(vcrc as u64 | (format::header_crc(id, upper, vcrc) as u64) << 32, Relaxed);
             // The head's locality bit first: write_list keeps it (a reused slot may hold an old one).
             let head = if plan.by_locality { format::L0_LOCALITY } else { 0 };
             st.l0(slot)[0].store(head, Relaxed);
-            lists::write_list(st.l0(slot), slot, 0, &[], plan.levels[j]);
+            let level = plan.levels[j];
+            lists::write_list(st.l0(slot), slot, 0, &[], level);
+            for layer in (1..=level).filter(|_| j < k) {
+                if let Some(list) = lists::list_of(st, slot, layer) {
+                    lists::write_list(list, slot, layer, &[], level);
+                }
+            }
         };
         // Who writes the new slots first decides where an in-memory index's pages lie (the
         // NUMA note): balanced, every thread one contiguous stretch; local, or a small batch,
@@ -402,14 +464,55 @@ impl Index {
         Ok(())
     }
 
+    /// Before the reused slots are written: their committed markers (each recorded once per
+    /// commit, so the log gives back the committed one) and lists to the undo log, and the
+    /// slots listed for the next commit's ranges. Returns (slot, freeing commit, marker) of
+    /// each.
+    fn save_reused(
+        &self,
+        w: &Writer,
+        st: &Storage,
+        plan: &Plan<'_>,
+    ) -> Result<Vec<(u32, u64, u64)>> {
+        if plan.reused.is_empty() {
+            return Ok(Vec::new());
+        }
+        let taken: Vec<(u32, u64, u64)> =
+            plan.reused.iter().map(|&(s, c)| (s, c, st.header(s)[2].load(Acquire))).collect();
+        let slots: Vec<u32> = taken.iter().map(|t| t.0).collect();
+        self.before_modify(st, w.committed.slots, w.committed.seq, &slots)?;
+        let mut u = self.undo.lock();
+        let first: Vec<(u32, u64)> =
+            taken.iter().filter(|t| !u.marked.contains(&t.0)).map(|t| (t.0, t.2)).collect();
+        u.log.record_markers(w.committed.seq, &first)?;
+        u.marked.extend(taken.iter().map(|t| t.0));
+        u.reused.extend(taken.iter().map(|t| t.0));
+        Ok(taken)
+    }
+
     /// Step 5: the batch becomes visible: counts, ids, entry point and quantizer published in
-    /// one new snapshot.
+    /// one new snapshot; reused slots marked visible from the next commit.
     fn publish_batch(
         &self,
         w: &mut Writer,
         plan: Plan<'_>,
         trained: Option<(u64, Arc<Quantizer>)>,
+        reused: &[(u32, u64, u64)],
     ) -> Vec<u64> {
+        if !reused.is_empty() {
+            let (st, next) = (&plan.snap.st, w.committed.seq + 1);
+            for &(s, _, _) in reused {
+                st.header(s)[2].store(format::born_marker(next, s), Release);
+            }
+            self.take_free(w, reused);
+            let mut map = self.ids.lock();
+            for (j, &(s, _, _)) in reused.iter().enumerate() {
+                map.map.insert(plan.ids[plan.order[j] as usize], s);
+            }
+            drop(map);
+            self.filters.lock().clear();
+        }
+        w.reuse.born |= plan.born;
         let quant = match trained {
             Some((offset, q)) => {
                 w.quantizer = offset;
@@ -417,7 +520,7 @@ impl Index {
             }
             None => plan.snap.quant.clone(),
         };
-        w.slots += plan.n as u64;
+        w.slots = plan.end();
         if !plan.defer {
             w.linked = w.slots;
         }
@@ -426,6 +529,7 @@ impl Index {
         w.next_id = w.next_id.max(max_new.saturating_add(1));
         let (entry, max_level) = *self.entry.lock();
         self.publish(Snap {
+            born_visible: w.committed.seq + 1,
             slots: w.slots,
             linked: w.linked,
             live: w.live,
@@ -535,11 +639,15 @@ impl Index {
             .collect();
         if !committed.is_empty() {
             let mut u = self.undo.lock();
-            u.log.record_markers(w.committed.seq, &committed)?;
-            u.marked.extend(committed.iter().map(|c| c.0));
+            // Once per commit: the log gives back the first, committed, marker.
+            let first: Vec<(u32, u64)> =
+                committed.into_iter().filter(|c| !u.marked.contains(&c.0)).collect();
+            u.log.record_markers(w.committed.seq, &first)?;
+            u.marked.extend(first.iter().map(|c| c.0));
         }
-        for &(s, _, _) in &gone {
-            st.header(s)[2].store(format::delete_marker(w.committed.seq + 1, s), Release);
+        let mut behind = HashMap::new();
+        for &(s, old, _) in &gone {
+            st.header(s)[2].store(self.delete_word(w, st, s, old, &mut behind), Release);
         }
         w.live -= gone.len() as u64;
         w.deletes += gone.len() as u64;

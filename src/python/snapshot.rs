@@ -1,8 +1,12 @@
-//! `Snapshot`: one committed state of an index, pinned for as long as the Python object lives.
+//! `Snapshot`: one committed state of an index, pinned for as long as the Python object lives
+//! or until its `with` block ends.
 //! Its read methods and their docstrings are the index's own (`reads.rs`).
 
+use super::errors::to_py;
 use super::reads::{pymethods_with_reads, View};
+use crate::error::{Error, ErrorKind};
 use crate::index::{Index, Snap};
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use std::sync::Arc;
 
@@ -10,7 +14,9 @@ use std::sync::Arc;
 ///
 /// Every call on a snapshot sees the same vectors, whatever is flushed (or, in a writer,
 /// added) meanwhile. Made by ``VectorIndex.snapshot()`` or ``IndexReader.snapshot()``; use it
-/// as a context manager or just keep it (the state is released when it is garbage).
+/// as a context manager (the state is released when the block ends, and calls on it raise
+/// ``IndexClosedError`` after) or just keep it (released when it is garbage). While a snapshot
+/// holds a state, the writer does not reuse the slots of rows deleted since.
 ///
 /// Examples
 /// --------
@@ -24,17 +30,29 @@ use std::sync::Arc;
 #[pyclass(module = "chassis", frozen, name = "Snapshot")]
 pub struct Snapshot {
     idx: Arc<Index>,
-    snap: Arc<Snap>,
+    /// None once its `with` block ended.
+    snap: Mutex<Option<Arc<Snap>>>,
+    seq: u64,
+    user_version: u64,
+    live: u64,
 }
 
 impl Snapshot {
     pub fn new(idx: Arc<Index>, snap: Arc<Snap>) -> Snapshot {
-        Snapshot { idx, snap }
+        let (seq, user_version, live) = (snap.seq, snap.user_version, snap.live);
+        Snapshot { idx, snap: Mutex::new(Some(snap)), seq, user_version, live }
     }
 
     /// What the shared read methods read: the pinned state (never closed: it holds its index).
     fn view(&self) -> PyResult<View> {
-        Ok(View { idx: self.idx.clone(), pinned: Some(self.snap.clone()) })
+        let snap = self.snap.lock().clone().ok_or_else(|| {
+            to_py(Error::new(
+                ErrorKind::Closed,
+                "this snapshot was released when its with block ended",
+                "take another with index.snapshot()",
+            ))
+        })?;
+        Ok(View { idx: self.idx.clone(), pinned: Some(snap) })
     }
 }
 
@@ -52,22 +70,23 @@ pymethods_with_reads!(
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> bool {
+        self.snap.lock().take();
         false
     }
 
     /// The commit sequence number of this state (it grows by one per flush).
     #[getter]
     fn seq(&self) -> u64 {
-        self.snap.seq
+        self.seq
     }
 
     /// The ``user_version`` of this state.
     #[getter]
     fn user_version(&self) -> u64 {
-        self.snap.user_version
+        self.user_version
     }
 
     fn __repr__(&self) -> String {
-        format!("Snapshot(seq={}, len={})", self.snap.seq, self.snap.live)
+        format!("Snapshot(seq={}, len={})", self.seq, self.live)
     }
 );

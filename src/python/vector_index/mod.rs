@@ -416,6 +416,15 @@ pymethods_with_reads!(
         self.with(py, |idx| idx.committed_state())
     }
 
+    /// Never reuse a deleted row's slot in this handle: ``chassis.ray`` opens its shards so,
+    /// since ``_rewind`` brings rows back from their slots.
+    fn _keep_slots(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |idx| {
+            idx.keep_slots();
+            Ok(())
+        })
+    }
+
     /// Take the rows back to those of this file's commit ``seq``, which held ``slots`` slots
     /// (``_committed()`` then), as one change the next ``flush()`` commits. Rows added since
     /// are deleted; rows deleted since are added again under their ids. Nothing may be
