@@ -27,6 +27,12 @@ use std::sync::Arc;
 pub const PIN_BASE: u64 = 1 << 61;
 const OPENING: u64 = PIN_BASE - 1;
 
+/// The byte of commit `seq`'s pin. A crafted header's sequence past what a writer commits
+/// shares the last one (readers may open such a file; no writer can write it).
+fn byte(seq: u64) -> u64 {
+    PIN_BASE + seq.min(crate::format::MAX_WRITABLE_SEQ + 1)
+}
+
 /// The pins of one open of an index file (or of an index in memory, counted only).
 pub struct Pins {
     /// A second descriptor of the open the storage maps (the same open file description, so
@@ -81,7 +87,7 @@ impl Pins {
         let n = counts.entry(seq).or_insert(0);
         if *n == 0 {
             if let Some(f) = &self.file {
-                let _ = os::pin_byte(f, PIN_BASE + seq, true);
+                let _ = os::pin_byte(f, byte(seq), true);
             }
         }
         *n += 1;
@@ -97,7 +103,7 @@ impl Pins {
         let Some(f) = &self.file else {
             return Older::No;
         };
-        match os::pinned_by_other(f, OPENING, 1 + seq) {
+        match os::pinned_by_other(f, OPENING, byte(seq) - OPENING) {
             Ok(true) => Older::Yes,
             Ok(false) => Older::No,
             Err(_) => Older::Unknown,
@@ -126,7 +132,7 @@ impl Drop for Pin {
         if *n == 0 {
             counts.remove(&self.seq);
             if let Some(f) = &self.pins.file {
-                let _ = os::pin_byte(f, PIN_BASE + self.seq, false);
+                let _ = os::pin_byte(f, byte(self.seq), false);
             }
         }
     }
