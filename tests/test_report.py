@@ -238,16 +238,33 @@ def test_check_passes_on_the_repository():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+# numpy made unimportable in the child: `sys.modules["numpy"] = None` fails its import.
+WITHOUT_NUMPY = (
+    "import runpy, sys; sys.modules['numpy'] = None; sys.argv = ['report.py', '--check']; "
+    f"runpy.run_path({str(REPO / 'benchmarks' / 'report.py')!r}, run_name='__main__')"
+)
+
+
 def test_without_numpy_it_says_what_is_missing_and_what_to_do():
     # Oracle: the exit status the docstring gives an unusable run (2) and the module named.
-    # numpy made unimportable in the child: `sys.modules["numpy"] = None` fails its import.
-    code = (
-        "import runpy, sys; sys.modules['numpy'] = None; sys.argv = ['report.py', '--check']; "
-        f"runpy.run_path({str(REPO / 'benchmarks' / 'report.py')!r}, run_name='__main__')"
+    # CHASSIS_REPORT_AGAIN: as if it had already run again with a venv (none to go to).
+    env = {**os.environ, "CHASSIS_REPORT_AGAIN": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_NUMPY], capture_output=True, text=True, timeout=120, env=env
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "cannot import numpy" in proc.stderr and "help: " in proc.stderr, proc.stderr
+
+
+def test_without_numpy_it_runs_again_with_the_venv_that_has_it():
+    # Oracle: the check's own exit status (0 on the repository), from the venv named.
+    env = {**os.environ, "CHASSIS_CI_VENV": sys.prefix}
+    env.pop("CHASSIS_REPORT_AGAIN", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_NUMPY], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no numpy here; running with" in proc.stderr, proc.stderr
 
 
 def test_check_fails_on_one_changed_figure_and_changes_nothing(tmp_path):
