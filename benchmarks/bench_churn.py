@@ -19,6 +19,7 @@ Also timed once: deleting `--delete-n` ids in one `delete_batch` against as many
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import sys
 import tempfile
@@ -133,6 +134,62 @@ def delete_timing(base: np.ndarray, n: int, args, folder: Path) -> dict[str, flo
     return out
 
 
+HEADERS = [
+    "round",
+    "live",
+    "chassis",
+    "fresh",
+    "ratio",
+    "recall@ef16 churn/fresh",
+    "widest recall gap (ef)",
+    "file / fresh",
+    "hnswlib",
+    "hnswlib fresh",
+    "chassis / hnswlib",
+]
+
+
+def _ratio(q: dict[str, Any], a: str, b: str) -> str:
+    return fmt(q[a] / q[b], ".2f") if q.get(a) and q.get(b) else "-"
+
+
+def summary(rounds: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The table of the measured rounds (this script's and `report.py`'s): QPS at recall 0.95,
+    recall at ef 16 and where recall per ef falls furthest short of the fresh build's, sizes."""
+    rows = []
+    for e in rounds:
+        if "chassis" not in e:
+            continue
+        q = {
+            k: qps_at_targets(e[k], (0.95,))["0.95"].get("qps")
+            for k in ("chassis", "fresh", "hnswlib", "hnswlib_fresh")
+            if k in e
+        }
+        rec16 = {
+            k: next((p["recall"] for p in e[k] if p["ef"] == 16), None)
+            for k in ("chassis", "fresh")
+        }
+        gap = max((f["recall"] - c["recall"], c["ef"]) for c, f in zip(e["chassis"], e["fresh"]))
+        rows.append(
+            [
+                str(e["round"]),
+                f"{e['live']:,}",
+                fmt(q.get("chassis")),
+                fmt(q.get("fresh")),
+                _ratio(q, "chassis", "fresh"),
+                f"{rec16['chassis']:.3f} / {rec16['fresh']:.3f}"
+                if rec16["chassis"] is not None and rec16["fresh"] is not None
+                else "-",
+                f"{gap[0]:.3f} ({gap[1]})",
+                fmt(e["file_bytes"] / e["fresh_file_bytes"], ".2f"),
+                fmt(q.get("hnswlib")),
+                fmt(q.get("hnswlib_fresh")),
+                _ratio(q, "chassis", "hnswlib"),
+            ]
+        )
+    return HEADERS, rows
+
+
 def main() -> None:
     args = _parse()
     engines = csv(args.engines)
@@ -230,36 +287,7 @@ def main() -> None:
                 log(f"round {r}: " + ", ".join(f"{k} {fmt(v)}" for k, v in q.items()))
             rounds.append(entry)
         idx.close()
-    rows = []
-    for e in rounds:
-        if "chassis" not in e:
-            continue
-        q = {
-            k: qps_at_targets(e[k], (0.95,))["0.95"].get("qps")
-            for k in ("chassis", "fresh", "hnswlib", "hnswlib_fresh")
-            if k in e
-        }
-        rec16 = {
-            k: next((p["recall"] for p in e[k] if p["ef"] == 16), None)
-            for k in ("chassis", "fresh")
-        }
-        rows.append(
-            [
-                str(e["round"]),
-                f"{e['live']:,}",
-                fmt(q.get("chassis")),
-                fmt(q.get("fresh")),
-                fmt(q["chassis"] / q["fresh"], ".2f")
-                if q.get("chassis") and q.get("fresh")
-                else "-",
-                f"{rec16['chassis']:.3f} / {rec16['fresh']:.3f}"
-                if rec16["fresh"] is not None
-                else "-",
-                fmt(e["file_bytes"] / e["fresh_file_bytes"], ".2f"),
-                fmt(q.get("hnswlib")),
-                fmt(q.get("hnswlib_fresh")),
-            ]
-        )
+    headers, rows = summary(rounds)
     print(
         f"\ndebian-minilm, {n:,} live rows, {args.share:.0%} replaced per round; QPS at recall 0.95, one thread"
     )
@@ -267,23 +295,17 @@ def main() -> None:
         f"delete {args.delete_n:,} ids: one delete_batch {timing['batch']:.3f} s, "
         f"single calls {timing['single']:.3f} s ({timing['single'] / timing['batch']:.0f}x)"
     )
-    print(
-        table(
-            [
-                "round",
-                "live",
-                "chassis",
-                "fresh",
-                "ratio",
-                "recall@ef16 churn/fresh",
-                "file / fresh",
-                "hnswlib",
-                "hnswlib fresh",
-            ],
-            rows,
-        )
-    )
-    write_results(args.json, "bench_churn", run_record(args, delete_timing=timing, rounds=rounds))
+    print(table(headers, rows))
+    versions = {e: _version(e) for e in ("chassis-index", *engines) if e != "chassis"}
+    record = run_record(args, versions=versions, delete_timing=timing, rounds=rounds)
+    write_results(args.json, "bench_churn", record)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE))
 try:
     # The figures are computed by the benchmarks' own functions, so the package they measure
     # must be importable (as for every script here).
+    import bench_churn
     import bench_filters
     import bench_scale
     import bench_speed
@@ -73,6 +74,7 @@ RUNS: dict[str, str] = {
     "2026-12-05-bench_filters-inlined-vm.json": "docs",
     "2026-12-06-bench_speed-zen2-blocks-vm.json": "readme",
     "2026-12-06-bench_scale-peers-zen2-vm.json": "readme",
+    "2026-12-06-bench_churn-keep-lists-zen2-vm.json": "docs",
 }
 
 RESULTS = HERE / "results"
@@ -107,9 +109,12 @@ class Run:
             self.kind, self.script = "scale-peers", "bench_scale"
         elif self.doc.get("script") == "bench_filters" and "results" in self.doc:
             self.kind, self.script = "filters", "bench_filters"
+        elif self.doc.get("script") == "bench_churn" and "rounds" in self.doc:
+            self.kind, self.script = "churn", "bench_churn"
         else:
             raise ReportError(
-                f"{name}: not a bench_speed, bench_scale --only peers or bench_filters run"
+                f"{name}: not a bench_speed, bench_scale --only peers, bench_filters or "
+                "bench_churn run"
             )
         found = re.match(r"\d{4}-\d{2}-\d{2}", name)
         self.date = self.doc.get("date") or (found.group(0) if found else "date not recorded")
@@ -126,7 +131,12 @@ class Run:
 
     @property
     def command(self) -> str:
-        module = {"speed": bench_speed, "scale-peers": bench_scale, "filters": bench_filters}
+        module = {
+            "speed": bench_speed,
+            "scale-peers": bench_scale,
+            "filters": bench_filters,
+            "churn": bench_churn,
+        }
         switches = " ".join(f"{k}={v}" for k, v in self.doc.get("switches", {}).items())
         command = command_line(module[self.kind], self.script, self.doc.get("args", {}))
         return f"{switches} {command}" if switches else command
@@ -576,7 +586,31 @@ def _filters_docs(run: Run) -> list[str]:
     return out
 
 
+def _churn_docs(run: Run) -> list[str]:
+    args, timing = run.doc["args"], run.doc["delete_timing"]
+    live = run.doc["rounds"][0]["live"]
+    out = [""]
+    out += _wrap(
+        f"debian-minilm, {live:,} live rows, {args['share']:.0%} of them deleted and as many "
+        f"added per round (`delete_batch`, `add_batch`, `flush`); QPS at recall@10 = 0.95 on one "
+        "thread beside a fresh build of the same rows and hnswlib under the same churn "
+        "(`mark_deleted`, `replace_deleted=True`) and its fresh build; the widest gap between "
+        "the fresh build's recall and the churned index's over the ef sweep, at that ef; "
+        "allocated file sizes. "
+        f"Deleting {args['delete_n']:,} ids: one `delete_batch` {timing['batch'] * 1e3:.1f} ms, "
+        f"{args['delete_n']:,} `delete` calls {timing['single'] * 1e3:.1f} ms "
+        f"({timing['single'] / timing['batch']:.0f}x)."
+    )
+    out.append("")
+    headers, rows = bench_churn.summary(run.doc["rounds"])
+    out += _table(headers, rows)
+    return out
+
+
 def _versions(run: Run) -> str:
+    if run.kind == "churn":
+        versions = run.doc.get("versions", {}).items()
+        return ", ".join(f"{e} {v}" for e, v in versions if v) or "not recorded by this run"
     if run.kind in ("speed", "filters"):
         versions = dict(run.doc.get("versions", {}))
     else:
@@ -596,6 +630,7 @@ def docs_section(runs: Sequence[Run], readme: Sequence[Run] = ()) -> str:
             "speed": "`bench_speed.py`",
             "scale-peers": "`bench_scale.py --only peers`",
             "filters": "`bench_filters.py`",
+            "churn": "`bench_churn.py`",
         }[run.kind]
         out += ["", f"### {title}, {run.date}", ""]
         out += _wrap(f"- CPU: {run.cpu_text}", "  ")
@@ -606,7 +641,12 @@ def docs_section(runs: Sequence[Run], readme: Sequence[Run] = ()) -> str:
         for note in run.doc.get("notes", []):
             out += _wrap(f"- Note: {note}", "  ")
         out += ["", "```", run.command, "```"]
-        docs = {"speed": _speed_docs, "scale-peers": _scale_docs, "filters": _filters_docs}
+        docs = {
+            "speed": _speed_docs,
+            "scale-peers": _scale_docs,
+            "filters": _filters_docs,
+            "churn": _churn_docs,
+        }
         out += docs[run.kind](run)
     return "\n".join(out)
 

@@ -19,6 +19,10 @@
 //! | `CHASSIS_DEFER_LINK`           | `0`: every add links before it returns (no tail)         |
 //! | `CHASSIS_CONSOLIDATE`          | `0`: batches never consolidate deletes on their own      |
 //! | `CHASSIS_REUSE_SLOTS`          | `0`: deleted rows' slots are never reused                |
+//! | `CHASSIS_REUSE_LOCALITY`       | `0`: a batch takes free slots lowest first, not by where |
+//! |                                | their old rows lay                                       |
+//! | `CHASSIS_RELINK_KEEP`          | `0`: a consolidation weighs a list's live entries anew   |
+//! |                                | with the candidates, instead of keeping them             |
 //! | `CHASSIS_PREFETCH_PAGES`       | `0`: no `WILLNEED` advice short of memory (also read as |
 //! |                                | `CHASSIS_NAME_PAGES`, its old name)                      |
 //! | `CHASSIS_REDO`                 | `0`: commits go through the index file, no redo log      |
@@ -42,6 +46,8 @@ pub struct Tuning {
     pub defer_link: Option<bool>,
     pub consolidate: Option<bool>,
     pub reuse_slots: Option<bool>,
+    pub reuse_locality: Option<bool>,
+    pub relink_keep: Option<bool>,
     pub prefetch_pages: Option<bool>,
     pub redo: Option<bool>,
     pub boot_id: Option<Vec<u8>>,
@@ -80,6 +86,8 @@ impl Tuning {
             defer_link: off("CHASSIS_DEFER_LINK"),
             consolidate: off("CHASSIS_CONSOLIDATE"),
             reuse_slots: off("CHASSIS_REUSE_SLOTS"),
+            reuse_locality: off("CHASSIS_REUSE_LOCALITY"),
+            relink_keep: off("CHASSIS_RELINK_KEEP"),
             prefetch_pages: off("CHASSIS_PREFETCH_PAGES").or_else(|| off("CHASSIS_NAME_PAGES")),
             redo: off("CHASSIS_REDO"),
             boot_id: var("CHASSIS_BOOT_ID").map(|v| v.into_encoded_bytes()),
@@ -118,6 +126,8 @@ mod tests {
             ("CHASSIS_REDO", "1"),
             ("CHASSIS_CONSOLIDATE", "0"),
             ("CHASSIS_REUSE_SLOTS", "0"),
+            ("CHASSIS_REUSE_LOCALITY", "0"),
+            ("CHASSIS_RELINK_KEEP", "0"),
         ]);
         assert_eq!(t.kernel.as_deref(), Some("avx2"));
         assert_eq!(t.half_copy, Some(false));
@@ -126,6 +136,7 @@ mod tests {
         assert_eq!(t.prefetch_lines, Some(24));
         assert_eq!((t.defer_link, t.redo), (Some(false), Some(true)));
         assert_eq!((t.consolidate, t.reuse_slots), (Some(false), Some(false)));
+        assert_eq!((t.reuse_locality, t.relink_keep), (Some(false), Some(false)));
     }
 
     #[test]

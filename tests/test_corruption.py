@@ -727,3 +727,38 @@ def test_search_never_returns_a_vector_that_fails_its_checksum(pristine, tmp_pat
                 f"{mode}: search ({tag}) returned id {s}, whose stored vector fails its checksum "
                 f"(get({s}) raises CorruptIndexError): {last[:3]}"
             )
+
+
+def test_a_walk_that_checks_no_marker_never_returns_a_hidden_slot(tmp_path):
+    """With no row deleted a walk checks no node's delete marker. A live slot whose marker is
+    damaged (hidden from then on) that a walk meets anyway is never returned, and the results
+    stay full: the walk runs again, checking. Oracle: brute force over the other rows."""
+    from chassis import IndexReader
+    from conftest import brute_force_knn, recall_at_k
+
+    n, base, victim = 2000, 10**12, 777
+    data = clustered_data(n, DIMS, seed=3)
+    ids = np.arange(base, base + n, dtype=np.uint64)
+    path = tmp_path / "hidden.chassis"
+    with VectorIndex(path, DIMS) as ix:
+        ix.add_batch(data, ids=ids)
+        ix.flush()
+    raw = bytearray(path.read_bytes())
+    # The slot header is [id, upper, marker, checksums]: flip a bit of the victim's marker.
+    at = raw.find(struct.pack("<Q", base + victim))
+    assert at >= 0 and raw.find(struct.pack("<Q", base + victim), at + 1) < 0
+    assert raw[at + 16 : at + 24] == bytes(8), "the victim's marker is not that of a live row"
+    raw[at + 16 + 3] ^= 0x10
+    path.write_bytes(raw)
+    keep = np.arange(n) != victim
+    queries = data[victim - 10 : victim + 10]
+    truth, _ = brute_force_knn(data[keep], queries, 10, "euclidean", ids=ids[keep])
+    for kind in (VectorIndex, IndexReader):
+        with kind(path) as ix:
+            got, _ = ix.search_batch(queries, 10, ef=16)
+            got = np.asarray(got)
+            assert base + victim not in got, f"{kind.__name__} returned the hidden row"
+            assert set(got.ravel().tolist()) <= set(ids[keep].tolist()), (
+                f"{kind.__name__}: fewer than 10 results, or ids not stored"
+            )
+            assert recall_at_k(got, truth) >= 0.9, kind.__name__

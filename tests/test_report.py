@@ -200,12 +200,18 @@ def test_commands_parse_back_to_the_recorded_options(report):
     recorded (every option of its "args")."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
+        import bench_churn
         import bench_filters
         import bench_scale
         import bench_speed
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    modules = {"speed": bench_speed, "scale-peers": bench_scale, "filters": bench_filters}
+    modules = {
+        "speed": bench_speed,
+        "scale-peers": bench_scale,
+        "filters": bench_filters,
+        "churn": bench_churn,
+    }
     for name in report.RUNS:
         run = report.Run(name)
         # the measuring switches the run had set come first, as VAR=value

@@ -105,9 +105,10 @@ pub fn read_marker(word: u64, slot: u32) -> Marker {
         return Marker::Live;
     }
     let seq = word >> 16;
-    if delete_marker(seq, slot) == word {
+    let deleted = delete_marker(seq, slot);
+    if deleted == word {
         Marker::Deleted(seq)
-    } else if born_marker(seq, slot) == word {
+    } else if deleted ^ BORN_FLIP == word {
         Marker::Born(seq)
     } else {
         Marker::Damaged

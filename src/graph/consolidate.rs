@@ -1,13 +1,14 @@
 //! Consolidating deletes in the lists (FreshDiskANN's idea, on HNSW's lists): a live node
-//! whose list holds deleted nodes weighs, in their place, their live out-neighbors, and keeps
-//! what the neighbor heuristic chooses, so that searches stop walking deleted nodes (the
-//! consolidation record: `docs/design/consolidation.md`).
+//! whose list holds deleted nodes keeps its live entries and, in the deleted ones' place,
+//! takes as many of their live out-neighbors as the neighbor heuristic lets in beside them,
+//! so that searches stop walking deleted nodes (the consolidation record:
+//! `docs/design/consolidation.md`).
 
 use super::*;
 use crate::storage::lists;
 
-/// Candidates weighed by the heuristic per entry of a list: the nearest of a node's live
-/// neighbors and of its deleted neighbors' live neighbors. The heuristic's cost grows with
+/// Candidates weighed by the heuristic per entry of a list: the nearest of its deleted
+/// neighbors' live neighbors. The heuristic's cost grows with
 /// candidates times entries kept, and the farthest candidates are seldom kept.
 const CANDIDATES_PER_ENTRY: usize = 2;
 
@@ -33,18 +34,18 @@ impl<'a> Graph<'a> {
         if !cur.iter().any(|&e| gone(e)) {
             return None;
         }
-        let mut cands: Vec<u32> = Vec::with_capacity(cur.len() * 4);
-        for &e in &cur {
-            if !gone(e) {
-                cands.push(e);
-                continue;
-            }
+        // The live entries stay; each deleted one is replaced by at most one of the deleted
+        // nodes' live neighbors, those the heuristic keeps beside the entries that stay.
+        let live: Vec<u32> = cur.iter().copied().filter(|&e| !gone(e)).collect();
+        let lost = cur.len() - live.len();
+        let mut cands: Vec<u32> = Vec::with_capacity(lost * cap);
+        for &e in cur.iter().filter(|&&e| gone(e)) {
             let Some(theirs) = lists::list_of(self.st, e, layer) else { continue };
             cands.extend(
                 lists::entries(theirs)
                     .iter()
                     .map(|x| x.load(Relaxed))
-                    .filter(|&x| x < self.limit && x != p && !gone(x)),
+                    .filter(|&x| x < self.limit && x != p && !gone(x) && !live.contains(&x)),
             );
         }
         cands.sort_unstable();
@@ -52,11 +53,25 @@ impl<'a> Graph<'a> {
         let mut buf = std::mem::take(&mut sc.vec_a);
         let mut prep = std::mem::take(&mut sc.prep_b);
         let (pv, bias) = self.prepared(self.vector_f32(p, &mut buf), &mut prep);
+        let mut stay = self.dists_to(pv, &live);
         let mut weighed = self.dists_to(pv, &cands);
         (sc.vec_a, sc.prep_b) = (buf, prep);
-        weighed.iter_mut().for_each(|c| c.0 += bias);
+        for c in stay.iter_mut().chain(weighed.iter_mut()) {
+            c.0 += bias;
+        }
+        stay.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
         weighed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
         weighed.truncate(CANDIDATES_PER_ENTRY * cap);
-        Some(self.select(&weighed, cap, sc).iter().map(|c| c.1).collect())
+        if !crate::tuning::get().relink_keep.unwrap_or(true) {
+            // The whole list weighed anew (the switch's control).
+            stay.extend(weighed);
+            stay.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+            stay.truncate(CANDIDATES_PER_ENTRY * cap);
+            return Some(self.select(&stay, cap, sc).iter().map(|c| c.1).collect());
+        }
+        let fixed = stay.len();
+        stay.extend(weighed);
+        let keep = (fixed + lost).min(cap);
+        Some(self.select_after(&stay, fixed, keep, sc).iter().map(|c| c.1).collect())
     }
 }

@@ -40,6 +40,18 @@ impl<'a> Graph<'a> {
         m: usize,
         sc: &mut Scratch,
     ) -> Vec<(f32, u32)> {
+        self.select_after(cands, 0, m, sc)
+    }
+
+    /// [`select`](Self::select) with the first `fixed` candidates kept as they are, before any
+    /// other is weighed (a list that keeps its entries and takes a few more).
+    pub(super) fn select_after(
+        &self,
+        cands: &[(f32, u32)],
+        fixed: usize,
+        m: usize,
+        sc: &mut Scratch,
+    ) -> Vec<(f32, u32)> {
         let mut kept: Vec<(f32, u32)> = Vec::with_capacity(m);
         let mut buf = std::mem::take(&mut sc.vec_b);
         for &(_, c) in cands.iter().take(SELECT_AHEAD) {
@@ -61,7 +73,9 @@ impl<'a> Graph<'a> {
                 if let Some(&(_, next)) = cands.get(i + SELECT_AHEAD) {
                     self.prefetch_vector(next);
                 }
-                if kp.chunks_exact(ql).zip(&biases).all(|(r, b)| b + self.dist(r, c) >= d) {
+                if i < fixed
+                    || kp.chunks_exact(ql).zip(&biases).all(|(r, b)| b + self.dist(r, c) >= d)
+                {
                     kept.push((d, c));
                     let cv = self.vector_f32(c, &mut buf);
                     let (values, bias) = self.prepared(cv, &mut prep);
@@ -78,6 +92,10 @@ impl<'a> Graph<'a> {
             }
             if let Some(&(_, next)) = cands.get(i + SELECT_AHEAD) {
                 self.prefetch_vector(next);
+            }
+            if i < fixed {
+                kept.push((d, c));
+                continue;
             }
             let cv = self.vector_f32(c, &mut buf);
             if kept.iter().all(|&(_, r)| self.dist(cv, r) >= d) {

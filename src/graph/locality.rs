@@ -58,6 +58,39 @@ pub fn slot_order(
     (!stopped.load(Relaxed)).then_some(order)
 }
 
+/// A batch's rows paired with free slots near them (slot reuse): `order` is [`slot_order`]
+/// over the batch's `n` rows followed by the free slots' old vectors (items `n..`), whose
+/// neighbors in space sit in the slots around them. Walking it, a row takes the nearest free
+/// slot before it not yet taken, or else the next one after it (a stack of whichever waits).
+/// Returns the (row, free slot index) pairs and the rows left over, in `order`'s order.
+pub fn pair_with_free(order: &[u32], n: usize) -> (Vec<(u32, u32)>, Vec<u32>) {
+    let mut pairs = Vec::new();
+    let (mut rows, mut free) = (Vec::new(), Vec::new());
+    let mut paired = vec![false; n];
+    for &x in order {
+        if (x as usize) < n {
+            match free.pop() {
+                Some(f) => {
+                    pairs.push((x, f));
+                    paired[x as usize] = true;
+                }
+                None => rows.push(x),
+            }
+        } else {
+            let f = x - n as u32;
+            match rows.pop() {
+                Some(r) => {
+                    pairs.push((r, f));
+                    paired[r as usize] = true;
+                }
+                None => free.push(f),
+            }
+        }
+    }
+    let left = order.iter().copied().filter(|&x| (x as usize) < n && !paired[x as usize]);
+    (pairs, left.collect())
+}
+
 /// Order `rows` by recursive splits along each group's 2-means direction.
 fn bisect(
     rows: &mut [u32],
@@ -218,6 +251,31 @@ mod tests {
             }
             assert!(seen.iter().all(|&s| s));
             assert_eq!(order, order_of(&data, n, dims));
+        }
+    }
+
+    /// Oracle: the blob labels. Rows and free slots drawn from the same blobs pair within
+    /// their blob almost always, every row once, every free slot at most once.
+    #[test]
+    fn rows_pair_with_free_slots_of_their_own_blob() {
+        let (dims, blobs_n) = (24, 12);
+        for (n, f) in [(3000, 3000), (3000, 1200), (1500, 3000)] {
+            let (data, label) = blobs(n + f, dims, blobs_n, 11);
+            let order = order_of(&data, n + f, dims);
+            let (pairs, left) = pair_with_free(&order, n);
+            assert_eq!(pairs.len(), n.min(f));
+            assert_eq!(pairs.len() + left.len(), n);
+            let mut rows: Vec<u32> = pairs.iter().map(|p| p.0).chain(left.clone()).collect();
+            rows.sort_unstable();
+            assert!(rows.iter().copied().eq(0..n as u32), "every row once");
+            let mut free: Vec<u32> = pairs.iter().map(|p| p.1).collect();
+            free.sort_unstable();
+            free.dedup();
+            assert_eq!(free.len(), pairs.len(), "a free slot twice");
+            let same =
+                pairs.iter().filter(|p| label[p.0 as usize] == label[n + p.1 as usize]).count();
+            // Blob sizes differ between rows and free slots by chance: a few pairs cross.
+            assert!(same * 100 >= pairs.len() * 90, "{same} of {} pairs in one blob", pairs.len());
         }
     }
 

@@ -304,6 +304,9 @@ pub struct Graph<'a> {
     /// (`lists_cold`), to the system before reading them.
     will_need: bool,
     lists_cold: bool,
+    /// The walk's check of the nodes it meets reads their slot headers (deleted rows are
+    /// hidden): their header lines are asked for with their vectors.
+    headers_ahead: bool,
     /// Candidates layer 0 expands per round (`search_beam`): `beam_width()` while pages are
     /// prefetched, else 1 (one at a time, `search_layer`).
     beam: usize,
@@ -387,6 +390,7 @@ impl<'a> Graph<'a> {
             metric,
             will_need: false,
             lists_cold: false,
+            headers_ahead: false,
             beam: 1,
             track_dropped: false,
             two_hop: false,
@@ -399,6 +403,12 @@ impl<'a> Graph<'a> {
     /// A search of an index short of memory: prefetch the pages of the rows whose distances it
     /// is about to compute (`rows`, on the storage only: never a copy or table in memory) and of
     /// the lists it is about to read (`lists`) to the system first, so that their reads overlap.
+    /// The walk's check reads each node's slot header: ask for it with the vector.
+    pub fn prefetching_headers(mut self, on: bool) -> Self {
+        self.headers_ahead = on;
+        self
+    }
+
     pub fn prefetching_pages(mut self, rows: bool, lists: bool) -> Self {
         self.will_need = rows && self.copy.is_none();
         self.lists_cold = lists;

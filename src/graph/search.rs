@@ -63,6 +63,9 @@ impl<'a> Graph<'a> {
             let nb = e.load(Relaxed);
             if nb < limit && sc.visit(nb) {
                 self.prefetch_vector(nb);
+                if self.headers_ahead {
+                    cpu::prefetch(self.st.header(nb).as_ptr() as *const u8, 1, false);
+                }
                 sc.buf.push(nb);
             }
         }

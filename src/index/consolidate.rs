@@ -94,6 +94,8 @@ impl Index {
         let entry_gone = entry_saved.0 != EMPTY && entry_saved.0 < n && is_gone(entry_saved.0);
         if todo.is_empty() && !entry_gone {
             w.unconsolidated = 0;
+            // Seen by the next state published.
+            self.unlinked_deletes.store(false, Relaxed);
             // Nothing to re-link: with nothing pending either, the deleted slots are out of
             // every list of the last commit, so they are free now (`reuse.rs`).
             let committed = (!w.changed()).then_some(w.committed.seq);
@@ -113,6 +115,8 @@ impl Index {
             return Err(e);
         }
         let (entry, max_level) = *self.entry.lock();
+        // No deleted node is left in a list (the entry point aside, as when none is live).
+        self.unlinked_deletes.store(entry != EMPTY && entry < n && is_gone(entry), Relaxed);
         self.publish(Snap { entry, max_level, ..Snap::clone_of(&snap) });
         // Unflushed deletes were consolidated too; only later ones wait. Every deleted slot
         // below `n` is out of every live list now: free once this commits (`reuse.rs`).

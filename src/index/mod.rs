@@ -66,7 +66,7 @@ use crate::format::{self, Geometry, Header, Metric, Precision, Quantization};
 use crate::quant::Quantizer;
 use crate::storage::{Older, Pin, Storage};
 use crate::warm::Warm;
-use filter::FastMap;
+use filter::{FastMap, FastSet};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -90,12 +90,12 @@ struct Savepoint {
 struct UndoState {
     log: UndoLog,
     /// Committed nodes whose lists the log already holds.
-    saved: HashSet<u32>,
+    saved: FastSet<u32>,
     /// Committed slots whose delete marker changed since the last commit (the log holds the
     /// committed marker of each, recorded once).
-    marked: HashSet<u32>,
+    marked: FastSet<u32>,
     /// Committed slots a batch reused since the last commit (their rows are new).
-    reused: HashSet<u32>,
+    reused: FastSet<u32>,
     /// Small commits since the last checkpoint (`commit::redo`).
     redo: RedoLog,
     /// The last commits' changes, for copies kept elsewhere (`changes.rs`).
@@ -141,6 +141,11 @@ pub struct Snap {
     /// The quantizer in effect (8-bit codes, trained): searches walk the codes. None: they
     /// walk the vectors.
     pub quant: Option<Arc<Quantizer>>,
+    /// A walk may meet a node this state does not return (a deleted one still in a list), so
+    /// it checks each node it meets. A writer knows when none can be (every delete
+    /// consolidated); a walk that meets one anyway is run again with the checks
+    /// (`search_prepared`).
+    pub hides: bool,
     /// A reader's hold on `seq` (`storage::pins`): no writer reuses a slot this commit can
     /// reach while it lives. A writer's own snapshots hold one only when a caller keeps them
     /// (`Index::snapshot`).
@@ -160,6 +165,7 @@ impl Snap {
             max_level: h.max_level as usize,
             user_version: h.user_version,
             reused: h.reused,
+            hides: h.live < h.slots,
             del_visible: if writer { h.seq + 1 } else { h.seq },
             born_visible: h.seq,
             // A damaged quantizer was refused when the header was read (`quantizer_of`);
@@ -178,6 +184,14 @@ impl Snap {
     #[inline]
     pub fn live_id(&self, slot: u32) -> Option<u64> {
         live_id(&self.st, slot, self.del_visible, self.born_visible)
+    }
+
+    /// Whether a slot's row is visible in this state, by its marker alone: a walk's check of
+    /// the nodes it meets, whose hits then go through `live_id` (which checks their headers).
+    #[inline]
+    pub fn visible(&self, slot: u32) -> bool {
+        let word = self.st.header(slot)[2].load(Acquire);
+        word == 0 || format::read_marker(word, slot).visible(self.del_visible, self.born_visible)
     }
 }
 
@@ -200,6 +214,8 @@ struct Writer {
     /// commit (what a rollback returns to).
     unconsolidated: u64,
     unconsolidated_committed: u64,
+    /// `Index::unlinked_deletes` at the last commit (what a rollback returns to).
+    unlinked_committed: bool,
     /// A consolidation changed lists (or the entry point) since the last commit.
     relinked: bool,
     /// Free slots and those reused since the last commit (`reuse.rs`).
@@ -271,6 +287,9 @@ pub struct Index {
     /// Whether each commit's changes are kept for copies elsewhere (`changes.rs`): from the
     /// first `lineage()`.
     keep_changes: AtomicBool,
+    /// A writer: a deleted node may still be in a list (not consolidated since its delete,
+    /// or since the file was opened), so walks check the nodes they meet (`Snap::hides`).
+    unlinked_deletes: AtomicBool,
     /// The slot filters of the last filters searched with (`filter::FilterCache`).
     filters: Mutex<filter::FilterCache>,
     closed: AtomicBool,
@@ -444,7 +463,10 @@ impl Index {
         self.view.read().st.pins.older_than(seq)
     }
 
-    fn publish(&self, snap: Snap) {
+    fn publish(&self, mut snap: Snap) {
+        if !self.read_only {
+            snap.hides = snap.live < snap.slots && self.unlinked_deletes.load(Relaxed);
+        }
         *self.view.write() = Arc::new(snap);
     }
 }

@@ -374,6 +374,7 @@ impl Index {
         let memory = st.is_memory();
         let st_file_id = st.file.as_ref().map_or(0, redo::file_id);
         let snap = Snap::of(st, &h, !read_only);
+        let any_deleted = snap.live < snap.slots;
         let mut committed = h;
         let committed_seq = committed.seq;
         if memory {
@@ -403,6 +404,7 @@ impl Index {
                 // mostly empty slots among them): this handle counts its own deletes.
                 unconsolidated: 0,
                 unconsolidated_committed: 0,
+                unlinked_committed: any_deleted,
                 relinked: false,
                 reuse: reuse::Reuse::new(committed.reused),
                 quantizer: committed.quantizer,
@@ -413,9 +415,9 @@ impl Index {
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
             undo: Mutex::new(UndoState {
                 log: UndoLog::new(path),
-                saved: HashSet::new(),
-                marked: HashSet::new(),
-                reused: HashSet::new(),
+                saved: FastSet::default(),
+                marked: FastSet::default(),
+                reused: FastSet::default(),
                 redo: RedoLog::new(path, st_file_id),
                 changes: changes::Chain::new(committed_seq),
             }),
@@ -423,6 +425,7 @@ impl Index {
             ids: Mutex::new(IdMap::default()),
             filters: Mutex::new(Default::default()),
             keep_changes: AtomicBool::new(false),
+            unlinked_deletes: AtomicBool::new(any_deleted),
             closed: AtomicBool::new(false),
             opened: std::time::Instant::now(),
             checked_path_ms: AtomicU64::new(0),

@@ -4,10 +4,11 @@
 //!
 //! A slot is free once its delete and a consolidation that took it out of every list are both
 //! committed (by commit `c`), and no reader or snapshot holds a commit before `c`
-//! (`storage::pins`). A batch takes free slots, lowest first, before it appends; each reused
-//! row is marked as visible from the next commit (`format::born_marker`), and so is every row
-//! stored after it, so that a reader of an older commit neither returns the new row nor loses
-//! the order of insertion (`ids()`), which is by commit and then by slot.
+//! (`storage::pins`). A batch takes free slots before it appends (those whose old rows lay
+//! near its rows, `Index::locality_order`, or the lowest); each reused row is marked as
+//! visible from the next commit (`format::born_marker`), and so is every row stored after it,
+//! so that a reader of an older commit neither returns the new row nor loses the order of
+//! insertion (`ids()`), which is by commit and then by slot.
 
 use super::*;
 use crate::storage::Older;
@@ -100,7 +101,7 @@ impl Index {
         self.writer.lock().reuse.free_count() as u64
     }
 
-    /// Up to `n` free slots for the next batch, lowest first, and the commit that freed each.
+    /// Up to `n` free slots for the next batch (the lowest), and the commit that freed each.
     /// None at all unless every condition holds: reuse is on; nothing was appended or reused
     /// since the last commit (so that the commit and then the slot give the order of
     /// insertion); this writer holds no snapshot (its snapshots see its unflushed rows); and

@@ -249,8 +249,9 @@ impl Index {
         // Slots whose vector failed its checksum: their distance is wrong, so they are never
         // returned (check() names them); the search runs again without them to fill k.
         let mut bad: Vec<u32> = Vec::new();
+        let mut checked: Option<Snap> = None;
         loop {
-            let raw = self.search_slots(snap, q, ask, &bad);
+            let raw = self.search_slots(checked.as_ref().unwrap_or(snap), q, ask, &bad);
             // The results' headers are far apart and each read is a miss: ask for them all
             // first, so the misses overlap (measured: `docs/design/search-path.md`).
             for &(_, s) in &raw {
@@ -258,13 +259,31 @@ impl Index {
             }
             let mut hits = Vec::with_capacity(raw.len());
             let before = bad.len();
+            let mut unchecked = false;
             for (d, s) in raw {
-                let Some(id) = snap.live_id(s) else { continue };
+                let Some(id) = snap.live_id(s) else {
+                    if snap.visible(s) {
+                        // Its header failed its checksum: never returned, like a vector that
+                        // fails its own.
+                        bad.push(s);
+                    } else if !snap.hides && checked.is_none() {
+                        // A walk that did not check the nodes it met (no deleted node should
+                        // be in a list) returned a hidden one: a batch is linking a reused
+                        // slot, or a list kept a deleted node.
+                        unchecked = true;
+                    }
+                    continue;
+                };
                 if format::vector_crc(st.vector_bytes(s)) != st.header(s)[3].load(Relaxed) as u32 {
                     bad.push(s);
                     continue;
                 }
                 hits.push(Hit { id, distance: if euclid { d.max(0.0).sqrt() } else { d } });
+            }
+            if unchecked {
+                // Again, checking every node met.
+                checked = Some(Snap { hides: true, ..Snap::clone_of(snap) });
+                continue;
             }
             if bad.len() == before || bad.len() > 64 {
                 return hits;
@@ -315,14 +334,17 @@ impl Index {
         // Codes beside float vectors: the walk computes distances to codes and the vectors
         // rerank.
         let rerank_on = snap.quant.as_ref().filter(|_| self.precision() != Precision::CodesOnly);
-        // Deleted nodes route but are never returned (the check is skipped when none are).
+        // Deleted nodes route but are never returned. Scans check every slot's marker where
+        // any is deleted; walks only where they may meet one (`Snap::hides`).
         let any_deleted = snap.live < snap.slots;
-        let accept = |s: u32| {
+        let check = |s: u32, markers: bool| {
             s < visible
                 && filter.is_none_or(|f| f.allows(s))
-                && (!any_deleted || snap.live_id(s).is_some())
+                && (!markers || snap.visible(s))
                 && (bad.is_empty() || !bad.contains(&s))
         };
+        let hides = snap.hides;
+        let accept = |s: u32| check(s, any_deleted || hides);
         // Every row the filter allows, exactly: the plan's scan, and where a walk falls short.
         let scan = || match filter.and_then(|f| f.allowed.as_ref()) {
             Some(allowed) => exact.scan(q, k, allowed.iter().filter(|&s| accept(s))),
@@ -358,6 +380,7 @@ impl Index {
                         let r = rerank_count(k, ef, rerank, quantizer.bits() == 4);
                         let walk = Graph::on_stored_codes(st, self.metric(), limit)
                             .prefetching_pages(cold.walk, cold.lists)
+                            .prefetching_headers(hides)
                             .filtered(two_hop, budget)
                             .expecting(expect)
                             .seeded(seeds);
@@ -386,6 +409,7 @@ impl Index {
                     }
                     None => Graph::new(st, self.metric(), limit)
                         .prefetching_pages(cold.walk, cold.lists)
+                        .prefetching_headers(hides)
                         .filtered(two_hop, budget)
                         .expecting(expect)
                         .seeded(seeds)
@@ -399,18 +423,18 @@ impl Index {
         // reads (docs/design/filtered-search.md).
         let bits = match filter {
             Some(SlotFilter { allowed: Some(SlotSet::Bits(b, _)), excluded, .. })
-                if excluded.len() == 0 && !any_deleted && bad.is_empty() =>
+                if excluded.len() == 0 && !hides && bad.is_empty() =>
             {
                 Some(&b[..])
             }
             _ => None,
         };
-        let plain = filter.is_none() && !any_deleted && bad.is_empty();
+        let plain = filter.is_none() && !hides && bad.is_empty();
         let walked = match bits {
             Some(b) => walk!(&|s: u32| s < visible
                 && b.get(s as usize / 64).is_some_and(|w| w >> (s % 64) & 1 != 0)),
             None if plain => walk!(&|s: u32| s < visible),
-            None => walk!(&accept),
+            None => walk!(&|s: u32| check(s, hides)),
         };
         if let Some(c) = choice {
             plan::count(c.plan, walked.is_none(), Graph::switched());

@@ -21,6 +21,12 @@ const DEFER_MAX: u64 = TAIL_MAX / 4;
 fn defer_on() -> bool {
     crate::tuning::get().defer_link.unwrap_or(true)
 }
+/// Free slots a batch reuses, each with the commit that freed it (`Plan::reused`).
+type FreeSlots = Vec<(u32, u64)>;
+/// Free slots are chosen by where their old rows lay (`Index::locality_order`).
+fn reuse_locality_on() -> bool {
+    crate::tuning::get().reuse_locality.unwrap_or(true)
+}
 /// Per-thread buffers of the row writes.
 #[derive(Default)]
 pub(super) struct RowBufs {
@@ -247,25 +253,26 @@ impl Index {
         } else {
             snap
         };
-        // Free slots first (none for a tail, nor for stored rows a compaction copies).
-        let reused = if defer || matches!(rows, Rows::Stored(_)) {
-            Vec::new()
-        } else {
-            self.slots_to_reuse(w, &snap, n)
-        };
-        let k = reused.len();
         // Only a batch whose ids rise along its rows, above every id so far, so that its
-        // insertion order can be read back from its ids (`live_in_order`), in new slots.
-        let by_locality = k == 0
-            && n >= locality::LOCALITY_MIN
+        // insertion order can be read back from its ids (`live_in_order`).
+        let by_locality = n >= locality::LOCALITY_MIN
             && new_ids[0] >= w.next_id
             && new_ids.windows(2).all(|p| p[0] < p[1]);
-        let early = self.first_quantizer(&snap, data, n)?;
-        let order: Vec<u32> = if by_locality {
-            self.locality_order(&snap, rows, n, threads, ctl)?
+        // Free slots first (none for a tail, nor for stored rows a compaction copies); a batch
+        // laid out by locality chooses among twice as many as it has rows.
+        let choose = by_locality && reuse_locality_on();
+        let free = if defer || matches!(rows, Rows::Stored(_)) {
+            Vec::new()
         } else {
-            (0..n as u32).collect()
+            self.slots_to_reuse(w, &snap, if choose { 2 * n } else { n })
         };
+        let early = self.first_quantizer(&snap, data, n)?;
+        let (reused, order) = if choose || (by_locality && free.is_empty()) {
+            self.locality_order(&snap, rows, n, &free, threads, ctl)?
+        } else {
+            (free, (0..n as u32).collect())
+        };
+        let k = reused.len();
         let mut pos = vec![0u32; n];
         for (j, &i) in order.iter().enumerate() {
             pos[i as usize] = j as u32;
@@ -326,29 +333,47 @@ impl Index {
         Quantizer::train(d, sample, 1.0).map(Some)
     }
 
-    /// The slot order of a batch laid out by locality (see `graph::locality`).
+    /// The layout of a batch laid out by locality (see `graph::locality`): the free slots of
+    /// `free` it reuses, lowest first, each taking a row near the row it held (whose
+    /// neighbors sit in the slots around it), and the slot order (`Plan::order`), which
+    /// appends the rows left over in the order of their locality.
     fn locality_order(
         &self,
         snap: &Snap,
         rows: Rows<'_>,
         n: usize,
+        free: &[(u32, u64)],
         threads: Option<usize>,
         ctl: &Control,
-    ) -> Result<Vec<u32>> {
+    ) -> Result<(FreeSlots, Vec<u32>)> {
         let (d, vb, precision) = (self.dims(), self.geo.vec_bytes, self.precision());
         let codes_only = precision == Precision::CodesOnly;
         let quant = snap.quant.clone();
+        let decode = |bytes: &[u8], out: &mut [f32]| match &quant {
+            // A codes-only index's stored rows are codes of its quantizer.
+            Some(q) if codes_only => q.decode(bytes, out),
+            _ => format::decode_vector(bytes, precision, out),
+        };
+        let st = &snap.st;
         let row = |i: usize, out: &mut [f32]| match rows {
-            Rows::Values(v) => out.copy_from_slice(&v[i * d..(i + 1) * d]),
-            // A codes-only index's stored rows (compaction) are codes of its quantizer.
-            Rows::Stored(b) if codes_only => {
-                quant.as_ref().expect("installed first").decode(&b[i * vb..(i + 1) * vb], out)
+            Rows::Values(v) if i < n => out.copy_from_slice(&v[i * d..(i + 1) * d]),
+            Rows::Stored(b) if i < n => decode(&b[i * vb..(i + 1) * vb], out),
+            // A free slot's old row; one a reuse cut short by a crash left torn may hold
+            // anything, and the order only needs finite values.
+            _ => {
+                decode(st.vector_bytes(free[i - n].0), out);
+                out.iter_mut().filter(|x| !x.is_finite()).for_each(|x| *x = 0.0);
             }
-            Rows::Stored(b) => format::decode_vector(&b[i * vb..(i + 1) * vb], precision, out),
         };
         let cancelled = || ctl.cancelled();
-        with_threads(threads, || locality::slot_order(n, d, &row, &cancelled))?
-            .ok_or_else(Error::interrupted)
+        let all =
+            with_threads(threads, || locality::slot_order(n + free.len(), d, &row, &cancelled))?
+                .ok_or_else(Error::interrupted)?;
+        let (mut pairs, left) = locality::pair_with_free(&all, n);
+        pairs.sort_unstable_by_key(|p| free[p.1 as usize].0);
+        let reused = pairs.iter().map(|p| free[p.1 as usize]).collect();
+        let order = pairs.iter().map(|p| p.0).chain(left).collect();
+        Ok((reused, order))
     }
 
     /// Step 2: room for the batch (see [`Reservation`]).
@@ -622,17 +647,33 @@ impl Index {
         snap: &Snap,
         ids: &[u64],
     ) -> Result<Vec<(u32, u64, u64)>> {
-        let mut found: Vec<(u32, u64)> = self
+        let found: Vec<(u32, u64)> = self
             .with_ids(snap, |m| ids.iter().filter_map(|&id| Some((*m.get(&id)?, id))).collect());
-        found.retain(|&(s, id)| (s as u64) < snap.slots && snap.live_id(s) == Some(id));
-        found.sort_unstable();
-        found.dedup();
-        if found.is_empty() {
+        let st = &snap.st;
+        // The map's slot still holds the id, visible: (slot, its marker, id). (The map read
+        // the slot's header whole, checksum and all; a marker and an id are what can change.)
+        let holds = |&(s, id): &(u32, u64)| {
+            ((s as u64) < snap.slots && snap.visible(s) && st.header(s)[0].load(Relaxed) == id)
+                .then(|| (s, st.header(s)[2].load(Acquire), id))
+        };
+        let mut gone: Vec<(u32, u64, u64)> = found.iter().filter_map(holds).collect();
+        if gone.is_empty() {
             return Ok(Vec::new());
         }
-        let st = &snap.st;
-        let gone: Vec<(u32, u64, u64)> =
-            found.iter().map(|&(s, id)| (s, st.header(s)[2].load(Acquire), id)).collect();
+        // Each row once (an id may be given twice): by a bitmap of the slots where that costs
+        // at most 32 bytes per row, else by sorting.
+        if gone.len() as u64 >= snap.slots / 256 {
+            let mut seen = vec![0u64; snap.slots.div_ceil(64) as usize];
+            gone.retain(|&(s, _, _)| {
+                let (word, bit) = (s as usize / 64, 1u64 << (s % 64));
+                let first = seen[word] & bit == 0;
+                seen[word] |= bit;
+                first
+            });
+        } else {
+            gone.sort_unstable();
+            gone.dedup();
+        }
         let committed: Vec<(u32, u64)> = (gone.iter())
             .filter(|g| (g.0 as u64) < w.committed.slots)
             .map(|g| (g.0, g.1))
@@ -652,6 +693,7 @@ impl Index {
         w.live -= gone.len() as u64;
         w.deletes += gone.len() as u64;
         w.unconsolidated += gone.len() as u64;
+        self.unlinked_deletes.store(true, Relaxed);
         let mut map = self.ids.lock();
         for g in &gone {
             map.map.remove(&g.2);
