@@ -205,6 +205,35 @@ def test_a_snapshot_of_an_older_commit_blocks_reuse_and_keeps_its_rows(tmp_path)
     idx.close()
 
 
+def test_a_reader_of_clean_lists_never_sees_rows_a_batch_is_reusing(tmp_path):
+    """Every delete consolidated at the reader's commit: its walks check no node (the commit
+    says so), yet the writer's unflushed batch has linked new rows into the slots it reuses,
+    and the reader's walks meet them. None may be returned, nor cost a result. Oracle: brute
+    force over the rows of the reader's commit."""
+    path = str(tmp_path / "c.chassis")
+    idx, model, rng = started(path, seed=5)
+    next_id = churn(idx, model, rng, N, seed=50)  # consolidated before the flush: clean lists
+    reader = chassis.IndexReader(path)
+    ids, rows = model.arrays()
+    assert reader.ids().tolist() == ids.tolist()
+    before = idx.deleted_count()
+    fresh = vecs(N // 5, D, seed=51)
+    new = np.arange(next_id, next_id + len(fresh), dtype=np.uint64)
+    # Nothing deleted meanwhile (the reader's rows all keep their links); not flushed, so the
+    # reader stays on its commit.
+    idx.add_batch(fresh, ids=new)
+    assert idx.deleted_count() < before, "the batch reused no slot"
+    # Queries at the new rows: their nearest nodes are the reused slots.
+    queries = fresh[:: len(fresh) // 40][:40]
+    truth, _ = brute_force_knn(rows, queries, 10, "euclidean", ids=ids)
+    got = np.asarray(reader.search_batch(queries, 10, ef=16)[0])
+    assert not set(got.ravel().tolist()) & set(new.tolist()), "a row of the unflushed batch"
+    assert set(got.ravel().tolist()) <= set(ids.tolist()), "fewer than 10 results, or ids gone"
+    assert recall_at_k(got, truth) >= 0.9
+    reader.close()
+    idx.close()
+
+
 HOLDER = """
 import sys, chassis, numpy as np
 r = chassis.IndexReader(sys.argv[1])

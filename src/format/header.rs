@@ -32,7 +32,8 @@ pub const MAX_REGIONS: usize = (HEADER_COPY_SIZE - HEADER_FIXED - 8) / REGION_EN
 ///
 /// ```text
 /// 0 magic[8] | 8 version u32 | 12 body length u32 | 16 seq u64 | 24 dims u32 | 28 metric u8 |
-/// 29 precision u8 | 30 quantization u8 | 32 M u32 | 36 ef_construction u32 | 40 ef_search u32 |
+/// 29 precision u8 | 30 quantization u8 | 31 flags u8 | 32 M u32 | 36 ef_construction u32 |
+/// 40 ef_search u32 |
 /// 44 page size u32 | 48 slots u64 | 56 live u64 | 64 next id u64 | 72 entry u32 |
 /// 76 max level u32 | 80 user version u64 | 88 regions u32 | 96 quantizer offset u64 |
 /// 104 linked u64 (versions 4 and 5)
@@ -46,6 +47,7 @@ pub mod at {
     pub const METRIC: usize = 28;
     pub const PRECISION: usize = 29;
     pub const QUANTIZATION: usize = 30;
+    pub const FLAGS: usize = 31;
     pub const MAX_CONNECTIONS: usize = 32;
     pub const EF_CONSTRUCTION: usize = 36;
     pub const EF_SEARCH: usize = 40;
@@ -60,6 +62,12 @@ pub mod at {
     pub const QUANTIZER: usize = 96;
     pub const LINKED: usize = 104;
 }
+
+/// Bit of the flags byte: no row deleted by this commit is left in a list (a consolidation
+/// took every one out), so walks of this commit need not check the nodes they meet
+/// (`Snap::hides`). A hint only: a search that meets a hidden row anyway runs again, checking.
+/// Zero in files of builds from before it, whatever their version, and when unsure.
+pub const FLAG_LISTS_CLEAN: u8 = 1;
 
 /// Bytes a header copy takes as written (body and checksum), from its first 16 bytes: what to
 /// read of it. None when `head` is shorter than that or carries no magic.
@@ -129,6 +137,8 @@ pub struct Header {
     /// Version 5: slots of deleted rows were reused, and rows carry the commit they are
     /// visible from (`format::born_marker`).
     pub reused: bool,
+    /// [`FLAG_LISTS_CLEAN`]: no deleted row is left in a list.
+    pub lists_clean: bool,
     pub regions: Vec<RegionEntry>,
 }
 
@@ -173,6 +183,7 @@ impl Header {
         b[at::METRIC] = self.metric as u8;
         b[at::PRECISION] = self.precision as u8;
         b[at::QUANTIZATION] = self.quantization as u8;
+        b[at::FLAGS] = if self.lists_clean { FLAG_LISTS_CLEAN } else { 0 };
         put_u64(&mut b, at::QUANTIZER, self.quantizer);
         if self.linked < self.slots || self.reused {
             put_u64(&mut b, at::LINKED, self.linked);
@@ -284,6 +295,8 @@ impl Header {
                 get_u64(b, at::SLOTS)
             },
             reused: version == FORMAT_VERSION,
+            // Other bits are left for later builds to give meaning to.
+            lists_clean: b[at::FLAGS] & FLAG_LISTS_CLEAN != 0,
             regions,
         };
         // Every field against what the rest of the header makes possible, before anything

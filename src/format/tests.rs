@@ -79,6 +79,7 @@ fn sample() -> Header {
         quantizer: 0,
         linked: 1500,
         reused: false,
+        lists_clean: false,
         regions: vec![
             RegionEntry {
                 kind: RegionKind::Segment,
@@ -404,6 +405,22 @@ fn a_file_whose_slots_were_reused_is_version_5_with_or_without_a_tail() {
         match Header::decode(&e) {
             Ok(back) => assert!(ok && back == h, "linked {linked}"),
             Err(d) => assert!(!ok && matches!(d, CopyDamage::Invalid(_)), "linked {linked}"),
+        }
+    }
+}
+
+#[test]
+fn the_lists_clean_flag_is_bit_0_of_byte_31_in_every_version_and_other_bits_are_ignored() {
+    // Oracle: docs/format.md (31 flags u8); builds from before it wrote the byte as zero.
+    for base in [sample(), Header { reused: true, ..sample() }] {
+        for clean in [false, true] {
+            let h = Header { lists_clean: clean, ..base.clone() };
+            let mut e = h.encode();
+            assert_eq!(e[31], clean as u8);
+            assert_eq!(Header::decode(&e).unwrap(), h);
+            e[31] |= 0xfe;
+            rechecksum(&mut e);
+            assert_eq!(Header::decode(&e).unwrap().lists_clean, clean);
         }
     }
 }

@@ -400,15 +400,15 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// A search of an index short of memory: prefetch the pages of the rows whose distances it
-    /// is about to compute (`rows`, on the storage only: never a copy or table in memory) and of
-    /// the lists it is about to read (`lists`) to the system first, so that their reads overlap.
     /// The walk's check reads each node's slot header: ask for it with the vector.
     pub fn prefetching_headers(mut self, on: bool) -> Self {
         self.headers_ahead = on;
         self
     }
 
+    /// A search of an index short of memory: prefetch the pages of the rows whose distances it
+    /// is about to compute (`rows`, on the storage only: never a copy or table in memory) and of
+    /// the lists it is about to read (`lists`) to the system first, so that their reads overlap.
     pub fn prefetching_pages(mut self, rows: bool, lists: bool) -> Self {
         self.will_need = rows && self.copy.is_none();
         self.lists_cold = lists;

@@ -24,6 +24,7 @@ impl Index {
         next.user_version = writer.user_version;
         next.quantizer = writer.quantizer;
         next.reused = writer.reuse.born;
+        next.lists_clean = !self.unlinked_deletes.load(Relaxed);
         next.regions = snap.st.regions();
         Ok(next)
     }

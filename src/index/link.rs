@@ -140,6 +140,11 @@ impl Index {
         // The committed rows of the tail change their (empty) lists: saved for the undo log
         // and the next small commit, as any committed node's.
         self.before_modify(st, w.committed.slots, w.committed.seq, &tail)?;
+        // Rows of the tail deleted before it is linked are linked all the same: deleted
+        // nodes in lists, which walks must check for (`Snap::hides`) until consolidated.
+        if tail.iter().any(|&s| !snap.visible(s)) {
+            self.unlinked_deletes.store(true, Relaxed);
+        }
         let entry_before = *self.entry.lock();
         let quant = snap.quant.as_deref();
         if let Err(e) = self.link_slots(w, st, &tail, start, &pos, &levels, quant, threads, ctl) {

@@ -256,6 +256,8 @@ impl Index {
             // Another file: a copy of the old one cannot follow it.
             u.changes = changes::Chain::new(nsnap.seq);
         }
+        // The compacted file holds no deleted row.
+        self.unlinked_deletes.store(false, Relaxed);
         self.publish(Snap::clone_of(&nsnap));
         self.residency.reset();
         drop(new);

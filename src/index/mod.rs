@@ -143,7 +143,8 @@ pub struct Snap {
     pub quant: Option<Arc<Quantizer>>,
     /// A walk may meet a node this state does not return (a deleted one still in a list), so
     /// it checks each node it meets. A writer knows when none can be (every delete
-    /// consolidated); a walk that meets one anyway is run again with the checks
+    /// consolidated), and says so in the commits it writes (`format::FLAG_LISTS_CLEAN`) for
+    /// readers; a walk that meets one anyway is run again with the checks
     /// (`search_prepared`).
     pub hides: bool,
     /// A reader's hold on `seq` (`storage::pins`): no writer reuses a slot this commit can
@@ -165,7 +166,7 @@ impl Snap {
             max_level: h.max_level as usize,
             user_version: h.user_version,
             reused: h.reused,
-            hides: h.live < h.slots,
+            hides: h.live < h.slots && !h.lists_clean,
             del_visible: if writer { h.seq + 1 } else { h.seq },
             born_visible: h.seq,
             // A damaged quantizer was refused when the header was read (`quantizer_of`);

@@ -374,7 +374,8 @@ impl Index {
         let memory = st.is_memory();
         let st_file_id = st.file.as_ref().map_or(0, redo::file_id);
         let snap = Snap::of(st, &h, !read_only);
-        let any_deleted = snap.live < snap.slots;
+        // Deleted nodes may be left in lists (`Snap::hides`).
+        let any_deleted = snap.hides;
         let mut committed = h;
         let committed_seq = committed.seq;
         if memory {
@@ -468,6 +469,7 @@ impl Index {
             quantizer: 0,
             linked: 0,
             reused: false,
+            lists_clean: false,
             regions: Vec::new(),
         }
     }

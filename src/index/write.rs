@@ -53,13 +53,13 @@ struct Plan<'a> {
     defer: bool,
     /// Laid out by locality (`graph::locality`): set in each new slot's level-0 head.
     by_locality: bool,
-    /// `order[j]` is the row written into slot `start + j`, `pos[i]` the slot offset of row
-    /// `i`; rows are still linked in their order.
+    /// `order[j]` is the row written into slot offset `j` (`Plan::slot`), `pos[i]` the slot
+    /// offset of row `i`; rows are still linked in their order.
     order: Vec<u32>,
     pos: Vec<u32>,
-    /// Each row's level, by slot offset: the level its place in the batch draws (as if it had
-    /// gone into slot `start + i`), so the layout does not change the graph; a reused slot's
-    /// own (its upper lists are reused too).
+    /// Each row's level, by slot offset: the level its place among the batch's appended rows
+    /// draws (as if the `r`-th of them had gone into slot `start + r`), so the layout does not
+    /// change the graph; a reused slot's own (its upper lists are reused too).
     levels: Vec<usize>,
     /// Slot offsets below `reused.len()` are free slots reused (`reuse.rs`), with the commit
     /// that freed each; the rest are appended from `start` on.
@@ -287,10 +287,19 @@ impl Index {
         }
         let m = self.geo.m;
         let st = &snap.st;
+        // An appended row's rank among the appended rows, in row order.
+        let mut rank = vec![0u64; n];
+        let mut next = 0;
+        for (i, r) in rank.iter_mut().enumerate() {
+            if pos[i] as usize >= k {
+                *r = next;
+                next += 1;
+            }
+        }
         let levels = (order.iter().enumerate())
             .map(|(j, &i)| match reused.get(j) {
                 Some(&(s, _)) => lists::level_of(st, s),
-                None => graph::level_for(start + i as u64 - k as u64, m),
+                None => graph::level_for(start + rank[i as usize], m),
             })
             .collect();
         let born = w.reuse.born || k > 0;
@@ -355,8 +364,16 @@ impl Index {
             _ => format::decode_vector(bytes, precision, out),
         };
         let st = &snap.st;
+        // Stored vectors of a cosine index are unit vectors: the rows too, to be ordered with
+        // the free slots' old ones.
+        let unit = self.metric() == Metric::Cosine;
         let row = |i: usize, out: &mut [f32]| match rows {
-            Rows::Values(v) if i < n => out.copy_from_slice(&v[i * d..(i + 1) * d]),
+            Rows::Values(v) if i < n => {
+                out.copy_from_slice(&v[i * d..(i + 1) * d]);
+                if unit {
+                    crate::distance::normalize(out);
+                }
+            }
             Rows::Stored(b) if i < n => decode(&b[i * vb..(i + 1) * vb], out),
             // A free slot's old row; one a reuse cut short by a crash left torn may hold
             // anything, and the order only needs finite values.
@@ -650,10 +667,9 @@ impl Index {
         let found: Vec<(u32, u64)> = self
             .with_ids(snap, |m| ids.iter().filter_map(|&id| Some((*m.get(&id)?, id))).collect());
         let st = &snap.st;
-        // The map's slot still holds the id, visible: (slot, its marker, id). (The map read
-        // the slot's header whole, checksum and all; a marker and an id are what can change.)
+        // The map's slot still holds the id, visible: (slot, its marker, id).
         let holds = |&(s, id): &(u32, u64)| {
-            ((s as u64) < snap.slots && snap.visible(s) && st.header(s)[0].load(Relaxed) == id)
+            ((s as u64) < snap.slots && snap.live_id(s) == Some(id))
                 .then(|| (s, st.header(s)[2].load(Acquire), id))
         };
         let mut gone: Vec<(u32, u64, u64)> = found.iter().filter_map(holds).collect();
