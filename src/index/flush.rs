@@ -151,7 +151,6 @@ impl Index {
         writer.deletes = 0;
         writer.relinked = false;
         writer.unconsolidated_committed = writer.unconsolidated;
-        writer.unlinked_committed = self.unlinked_deletes.load(Relaxed);
         writer.reuse.committed(next.seq);
         self.advise_committed(&snap.st, next.slots);
         writer.committed = next;
@@ -268,7 +267,8 @@ impl Index {
         writer.deletes = 0;
         writer.relinked = false;
         writer.unconsolidated = writer.unconsolidated_committed;
-        self.unlinked_deletes.store(writer.unlinked_committed, Relaxed);
+        // What the commit says of its lists (`next_header` wrote it).
+        self.unlinked_deletes.store(!committed.lists_clean, Relaxed);
         writer.reuse.rolled_back(committed.reused);
         *self.entry.lock() = (committed.entry, committed.max_level as usize);
         // Slots past the commit will be reused under other ids, and deleted ids come back: the

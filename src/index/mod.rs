@@ -184,7 +184,14 @@ impl Snap {
     /// The id of a slot visible in this state; None for deleted or damaged slots.
     #[inline]
     pub fn live_id(&self, slot: u32) -> Option<u64> {
-        live_id(&self.st, slot, self.del_visible, self.born_visible)
+        // The marker first: a reused slot's marker is stored after its new id (release), so a
+        // marker that makes the row visible comes with its id.
+        if !self.visible(slot) {
+            return None;
+        }
+        let h = self.st.header(slot);
+        let (id, upper, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[3].load(Relaxed));
+        (format::header_crc(id, upper, crcs as u32) == (crcs >> 32) as u32).then_some(id)
     }
 
     /// Whether a slot's row is visible in this state, by its marker alone: a walk's check of
@@ -215,8 +222,6 @@ struct Writer {
     /// commit (what a rollback returns to).
     unconsolidated: u64,
     unconsolidated_committed: u64,
-    /// `Index::unlinked_deletes` at the last commit (what a rollback returns to).
-    unlinked_committed: bool,
     /// A consolidation changed lists (or the entry point) since the last commit.
     relinked: bool,
     /// Free slots and those reused since the last commit (`reuse.rs`).
@@ -311,23 +316,6 @@ pub struct Index {
     clipped: AtomicU64,
     /// Things the caller should be told about once (a damaged header copy, a replayed log).
     pub warnings: Vec<String>,
-}
-
-/// The id of a slot that is live as of `del_visible` and `born_visible` (`Snap`) and whose
-/// header checks out; None for deleted or damaged slots.
-fn live_id(st: &Storage, slot: u32, del_visible: u64, born_visible: u64) -> Option<u64> {
-    let h = st.header(slot);
-    // The marker first: a reused slot's marker is stored after its new id (release), so a
-    // marker that makes the row visible comes with its id.
-    let del = h[2].load(Acquire);
-    if !format::read_marker(del, slot).visible(del_visible, born_visible) {
-        return None;
-    }
-    let (id, upper, crcs) = (h[0].load(Relaxed), h[1].load(Relaxed), h[3].load(Relaxed));
-    if format::header_crc(id, upper, crcs as u32) != (crcs >> 32) as u32 {
-        return None;
-    }
-    Some(id)
 }
 
 impl Drop for Index {

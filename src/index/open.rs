@@ -375,7 +375,7 @@ impl Index {
         let st_file_id = st.file.as_ref().map_or(0, redo::file_id);
         let snap = Snap::of(st, &h, !read_only);
         // Deleted nodes may be left in lists (`Snap::hides`).
-        let any_deleted = snap.hides;
+        let hides = snap.hides;
         let mut committed = h;
         let committed_seq = committed.seq;
         if memory {
@@ -405,7 +405,6 @@ impl Index {
                 // mostly empty slots among them): this handle counts its own deletes.
                 unconsolidated: 0,
                 unconsolidated_committed: 0,
-                unlinked_committed: any_deleted,
                 relinked: false,
                 reuse: reuse::Reuse::new(committed.reused),
                 quantizer: committed.quantizer,
@@ -426,7 +425,7 @@ impl Index {
             ids: Mutex::new(IdMap::default()),
             filters: Mutex::new(Default::default()),
             keep_changes: AtomicBool::new(false),
-            unlinked_deletes: AtomicBool::new(any_deleted),
+            unlinked_deletes: AtomicBool::new(hides),
             closed: AtomicBool::new(false),
             opened: std::time::Instant::now(),
             checked_path_ms: AtomicU64::new(0),
