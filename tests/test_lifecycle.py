@@ -232,7 +232,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 ids.append(pool.pop(data.draw(st.integers(0, len(pool) - 1))))
             else:
                 i = self.fresh_id(data)
-                while i in ids:
+                while i in ids or i in self.live:
                     i += 1
                 ids.append(i)
         if kind == "explicit":

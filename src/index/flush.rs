@@ -193,7 +193,7 @@ impl Index {
                 out.push((st.upper_offset(&next.regions, r, 1)?, level * g.upper_words * 4));
             }
         }
-        for &s in &u.marked {
+        for s in u.marked.ones().map(|s| s as u32) {
             out.push((st.slot_offsets(&next.regions, s)?.0, format::SLOT_HEADER));
         }
         // A reused slot's row is new: codes, vector, header and level-0 list.

@@ -5,9 +5,74 @@ use super::*;
 use crate::format::RESERVED_ID;
 use crate::graph::Graph;
 
+/// id -> slot: a vector indexed by id for ids below its length, a hash map for the rest. Ids
+/// are mostly dense (the default ids count up from 0), and a vector's lookup is one load where
+/// a hash map's is a hash and a probe, which a batch delete of thousands of ids pays for each.
+#[derive(Default)]
+pub(super) struct SlotsById {
+    /// Slot of each id below its length, `NONE` for ids not in the map.
+    dense: Vec<u32>,
+    sparse: FastMap<u64, u32>,
+    len: usize,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl SlotsById {
+    #[inline]
+    pub(super) fn get(&self, id: u64) -> Option<u32> {
+        if id < self.dense.len() as u64 {
+            Some(self.dense[id as usize]).filter(|&s| s != NONE)
+        } else {
+            self.sparse.get(&id).copied()
+        }
+    }
+
+    pub(super) fn insert(&mut self, id: u64, slot: u32) {
+        debug_assert_ne!(slot, NONE, "slots are below u32::MAX");
+        // The vector covers ids up to twice the map's size and 64Ki more (its 4 bytes per id
+        // then stay within a hash map's 16 and more per entry); it doubles as it grows.
+        let cover = 2 * (self.len as u64 + 1) + (1 << 16);
+        if id >= self.dense.len() as u64 && id < cover {
+            let grown = (id as usize + 1).max(2 * self.dense.len()).min(cover as usize);
+            self.dense.resize(grown, NONE);
+            // Ids the vector now covers leave the hash map.
+            let moved: Vec<(u64, u32)> = (self.sparse.iter())
+                .filter(|e| *e.0 < grown as u64)
+                .map(|(&i, &s)| (i, s))
+                .collect();
+            for (i, s) in moved {
+                self.sparse.remove(&i);
+                self.dense[i as usize] = s;
+            }
+        }
+        let before = if id < self.dense.len() as u64 {
+            std::mem::replace(&mut self.dense[id as usize], slot)
+        } else {
+            self.sparse.insert(id, slot).unwrap_or(NONE)
+        };
+        self.len += (before == NONE) as usize;
+    }
+
+    pub(super) fn remove(&mut self, id: u64) -> Option<u32> {
+        let before = if id < self.dense.len() as u64 {
+            Some(std::mem::replace(&mut self.dense[id as usize], NONE)).filter(|&s| s != NONE)
+        } else {
+            self.sparse.remove(&id)
+        };
+        self.len -= before.is_some() as usize;
+        before
+    }
+}
+
 impl Index {
     /// Run `f` on the id map, extended to cover `snap`'s slots.
-    pub(super) fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&FastMap<u64, u32>) -> R) -> R {
+    pub(super) fn with_ids<R>(&self, snap: &Snap, f: impl FnOnce(&SlotsById) -> R) -> R {
+        self.with_ids_mut(snap, |m| f(m))
+    }
+
+    /// `with_ids`, for the writer's changes to the map (a delete takes its ids out).
+    pub(super) fn with_ids_mut<R>(&self, snap: &Snap, f: impl FnOnce(&mut SlotsById) -> R) -> R {
         let mut m = self.ids.lock();
         let key = Arc::as_ptr(&snap.st) as usize;
         // A reader's snapshots of a file whose slots were reused each need their own map.
@@ -25,7 +90,7 @@ impl Index {
             }
             m.upto += 1;
         }
-        f(&m.map)
+        f(&mut m.map)
     }
 
     /// Forget the id map and the filters made from it: slots may now hold other ids.
@@ -35,7 +100,7 @@ impl Index {
     }
 
     pub(super) fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
-        self.with_ids(snap, |m| m.get(&id).copied())
+        self.with_ids(snap, |m| m.get(id))
             .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
     }
 
@@ -150,7 +215,7 @@ impl Index {
                 let taken = self.with_ids(snap, |m| {
                     ids.iter()
                         .find(|id| {
-                            m.get(id).is_some_and(|&s| {
+                            m.get(**id).is_some_and(|s| {
                                 (s as u64) < snap.slots && snap.live_id(s) == Some(**id)
                             })
                         })
@@ -194,4 +259,48 @@ pub(super) fn check_ids(ids: &[u64], n: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SlotsById;
+    use std::collections::HashMap;
+
+    /// Oracle: std's HashMap, through inserts, replacements and removes of ids dense (counting
+    /// up from 0, as default ids do), far above the map's size, and moving between the two.
+    #[test]
+    fn slots_by_id_agrees_with_a_hash_map() {
+        let (mut m, mut oracle) = (SlotsById::default(), HashMap::new());
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for step in 0..200_000u64 {
+            let r = next();
+            let id = match r % 4 {
+                0 => step / 2,             // dense, rising
+                1 => r >> 40,              // up to 2^24: dense once the map has grown
+                2 => u64::MAX - (r >> 50), // never dense
+                _ => *oracle.keys().next().unwrap_or(&0),
+            };
+            if next() % 3 == 0 {
+                assert_eq!(m.remove(id), oracle.remove(&id), "remove {id}");
+            } else {
+                let slot = (next() % 1_000_000) as u32;
+                m.insert(id, slot);
+                oracle.insert(id, slot);
+            }
+            if step % 997 == 0 {
+                for (&id, &s) in &oracle {
+                    assert_eq!(m.get(id), Some(s), "get {id}");
+                }
+                assert_eq!(m.len, oracle.len());
+            }
+            assert_eq!(m.get(id), oracle.get(&id).copied());
+        }
+        assert!(!m.dense.is_empty() && !m.sparse.is_empty(), "both parts were used");
+    }
 }

@@ -67,6 +67,7 @@ use crate::quant::Quantizer;
 use crate::storage::{Older, Pin, Storage};
 use crate::warm::Warm;
 use filter::{FastMap, FastSet};
+use fixedbitset::FixedBitSet;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -92,14 +93,39 @@ struct UndoState {
     /// Committed nodes whose lists the log already holds.
     saved: FastSet<u32>,
     /// Committed slots whose delete marker changed since the last commit (the log holds the
-    /// committed marker of each, recorded once).
-    marked: FastSet<u32>,
+    /// committed marker of each, recorded once): one bit per slot, as a batch delete of
+    /// thousands of rows checks and sets one each.
+    marked: FixedBitSet,
     /// Committed slots a batch reused since the last commit (their rows are new).
     reused: FastSet<u32>,
     /// Small commits since the last checkpoint (`commit::redo`).
     redo: RedoLog,
     /// The last commits' changes, for copies kept elsewhere (`changes.rs`).
     changes: changes::Chain,
+}
+
+impl UndoState {
+    /// Save the markers (slot, marker now) of the committed slots (below `committed_slots`)
+    /// among `markers` not saved since the last commit, with one write: the log then gives
+    /// back the committed marker whatever changes after.
+    fn save_markers(
+        &mut self,
+        base_seq: u64,
+        committed_slots: u64,
+        markers: impl Iterator<Item = (u32, u64)> + Clone,
+    ) -> Result<()> {
+        let marked = &self.marked;
+        let first =
+            markers.filter(|&(s, _)| (s as u64) < committed_slots && !marked.contains(s as usize));
+        let Some(top) = first.clone().map(|f| f.0 as usize).max() else { return Ok(()) };
+        self.log.record_markers(base_seq, first.clone())?;
+        let firsts: Vec<u32> = first.map(|f| f.0).collect();
+        self.marked.grow(top + 1);
+        for s in firsts {
+            self.marked.insert(s as usize);
+        }
+        Ok(())
+    }
 }
 
 /// id -> slot for live slots below `upto` of one storage, built on first use (opening stays
@@ -110,7 +136,7 @@ struct IdMap {
     /// In a reader of a file whose slots were reused: the commit the map was made for (a
     /// slot may hold another id in another commit, whatever the slot count).
     seq: u64,
-    map: FastMap<u64, u32>,
+    map: ids::SlotsById,
     upto: u64,
 }
 

@@ -416,7 +416,7 @@ impl Index {
             undo: Mutex::new(UndoState {
                 log: UndoLog::new(path),
                 saved: FastSet::default(),
-                marked: FastSet::default(),
+                marked: FixedBitSet::new(),
                 reused: FastSet::default(),
                 redo: RedoLog::new(path, st_file_id),
                 changes: changes::Chain::new(committed_seq),

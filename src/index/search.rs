@@ -233,7 +233,7 @@ impl Index {
     fn make_slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
         self.with_ids(snap, |m| {
             let set = |ids: &Ids| {
-                SlotSet::new(ids.iter().filter_map(|id| m.get(&id).copied()), ids.len(), snap.slots)
+                SlotSet::new(ids.iter().filter_map(|id| m.get(id)), ids.len(), snap.slots)
             };
             SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
         })

@@ -524,10 +524,7 @@ impl Index {
         let slots: Vec<u32> = taken.iter().map(|t| t.0).collect();
         self.before_modify(st, w.committed.slots, w.committed.seq, &slots)?;
         let mut u = self.undo.lock();
-        let first: Vec<(u32, u64)> =
-            taken.iter().filter(|t| !u.marked.contains(&t.0)).map(|t| (t.0, t.2)).collect();
-        u.log.record_markers(w.committed.seq, &first)?;
-        u.marked.extend(taken.iter().map(|t| t.0));
+        u.save_markers(w.committed.seq, w.committed.slots, taken.iter().map(|t| (t.0, t.2)))?;
         u.reused.extend(taken.iter().map(|t| t.0));
         Ok(taken)
     }
@@ -664,43 +661,28 @@ impl Index {
         snap: &Snap,
         ids: &[u64],
     ) -> Result<Vec<(u32, u64, u64)>> {
-        let found: Vec<(u32, u64)> = self
-            .with_ids(snap, |m| ids.iter().filter_map(|&id| Some((*m.get(&id)?, id))).collect());
         let st = &snap.st;
-        // The map's slot still holds the id, visible: (slot, its marker, id).
-        let holds = |&(s, id): &(u32, u64)| {
-            ((s as u64) < snap.slots && snap.live_id(s) == Some(id))
-                .then(|| (s, st.header(s)[2].load(Acquire), id))
-        };
-        let mut gone: Vec<(u32, u64, u64)> = found.iter().filter_map(holds).collect();
+        // Each id out of the map, with one lookup, if its slot holds it, visible: (slot, its
+        // marker, id). An id given twice is found once (the batch-delete record).
+        let gone: Vec<(u32, u64, u64)> = self.with_ids_mut(snap, |m| {
+            let mut gone = Vec::with_capacity(ids.len());
+            for &id in ids {
+                let Some(s) = m.remove(id) else { continue };
+                if (s as u64) < snap.slots && snap.live_id(s) == Some(id) {
+                    gone.push((s, st.header(s)[2].load(Acquire), id));
+                } else {
+                    m.insert(id, s);
+                }
+            }
+            gone
+        });
         if gone.is_empty() {
-            return Ok(Vec::new());
+            return Ok(gone);
         }
-        // Each row once (an id may be given twice): by a bitmap of the slots where that costs
-        // at most 32 bytes per row, else by sorting.
-        if gone.len() as u64 >= snap.slots / 256 {
-            let mut seen = vec![0u64; snap.slots.div_ceil(64) as usize];
-            gone.retain(|&(s, _, _)| {
-                let (word, bit) = (s as usize / 64, 1u64 << (s % 64));
-                let first = seen[word] & bit == 0;
-                seen[word] |= bit;
-                first
-            });
-        } else {
-            gone.sort_unstable();
-            gone.dedup();
-        }
-        let committed: Vec<(u32, u64)> = (gone.iter())
-            .filter(|g| (g.0 as u64) < w.committed.slots)
-            .map(|g| (g.0, g.1))
-            .collect();
-        if !committed.is_empty() {
-            let mut u = self.undo.lock();
-            // Once per commit: the log gives back the first, committed, marker.
-            let first: Vec<(u32, u64)> =
-                committed.into_iter().filter(|c| !u.marked.contains(&c.0)).collect();
-            u.log.record_markers(w.committed.seq, &first)?;
-            u.marked.extend(first.iter().map(|c| c.0));
+        let markers = gone.iter().map(|g| (g.0, g.1));
+        if let Err(e) = self.undo.lock().save_markers(w.committed.seq, w.committed.slots, markers) {
+            self.with_ids_mut(snap, |m| gone.iter().for_each(|g| m.insert(g.2, g.0)));
+            return Err(e);
         }
         let mut behind = HashMap::new();
         for &(s, old, _) in &gone {
@@ -710,11 +692,6 @@ impl Index {
         w.deletes += gone.len() as u64;
         w.unconsolidated += gone.len() as u64;
         self.unlinked_deletes.store(true, Relaxed);
-        let mut map = self.ids.lock();
-        for g in &gone {
-            map.map.remove(&g.2);
-        }
-        drop(map);
         // Slot filters made before hold the slots of these ids.
         self.filters.lock().clear();
         self.publish(Snap { live: w.live, ..Snap::clone_of(snap) });
