@@ -358,6 +358,46 @@ def test_writers_own_searches_see_its_adds_at_once_and_its_snapshot_pins(index_p
             assert len(reader) == 60
 
 
+def test_a_writers_snapshot_keeps_rows_deleted_after_it(index_path):
+    """Oracle: brute force over the rows live when the snapshot was taken. Rows deleted before
+    it (same commit cycle) stay hidden in it; rows deleted after it, flushed or not, consolidated
+    or not, stay in it (len, ids, get, in, exact search, filters), as does the vector an id had
+    before an upsert; the writer's own calls do not see them."""
+    data = vecs(300, seed=16)
+    with VectorIndex(index_path, D) as writer:
+        writer.add_batch(data)
+        writer.flush()
+        assert writer.delete_batch(np.arange(0, 20, dtype=np.uint64)) == 20  # before the pin
+        live = np.arange(20, 300)
+        with writer.snapshot() as snap:
+            assert writer.delete_batch(np.arange(20, 120, dtype=np.uint64)) == 100
+            assert writer.delete(150) is True
+            moved = vecs(1, seed=99)
+            assert writer.upsert(moved, np.array([200], dtype=np.uint64)) == 1
+            for when in ("deletes unflushed", "deletes flushed and consolidated"):
+                assert len(snap) == len(live), when
+                np.testing.assert_array_equal(np.sort(snap.ids()), live.astype(np.uint64), when)
+                assert 50 in snap and 150 in snap and 5 not in snap
+                np.testing.assert_array_equal(snap.get(50), data[50])
+                np.testing.assert_array_equal(snap.get(200), data[200])  # upserted after
+                np.testing.assert_array_equal(writer.get(200), moved[0])
+                assert snap.get(5) is None
+                for q in data[[21, 60, 150, 250]]:
+                    ids, dist = exact_search(snap, q, k=5)
+                    assert_exact_knn(ids, dist, data[live], live, q, 5, "euclidean")
+                allowed = np.arange(0, 60, dtype=np.uint64)
+                got, _ = snap.search_batch(data[[30, 40]], 3, allowed=allowed, ef=1000)
+                assert set(got.ravel().tolist()) <= set(range(20, 60)) and got.min() >= 20
+                assert 50 not in writer and writer.get(50) is None
+                assert len(writer) == len(live) - 101  # the upsert replaced a row
+                w_ids, _ = writer.search_batch(data[20:120], 1, ef=1000)
+                assert not set(w_ids.ravel().tolist()) & {*range(20, 120), 150}, "writer's view"
+                writer.flush()  # committed and consolidated: the snapshot keeps them still
+                writer.consolidate()
+        with writer.snapshot() as after:
+            assert len(after) == len(live) - 101 and 50 not in after
+
+
 # =========================================================================== f. file replacement
 REPLACE_CHILD = r"""
 import json, os, sys, time

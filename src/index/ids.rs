@@ -100,7 +100,9 @@ impl Index {
     }
 
     pub(super) fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
-        self.with_ids(snap, |m| m.get(id))
+        // A kept snapshot's row deleted after it comes first: the map may have the id's new row.
+        (snap.deleted_after().and_then(|k| k.slot_of(id)))
+            .or_else(|| self.with_ids(snap, |m| m.get(id)))
             .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
     }
 

@@ -177,6 +177,50 @@ pub struct Snap {
     /// reach while it lives. A writer's own snapshots hold one only when a caller keeps them
     /// (`Index::snapshot`).
     pub pin: Option<Arc<Pin>>,
+    /// A writer's snapshot that a caller keeps: the rows the writer deleted after it was
+    /// taken, which it still holds (their markers say deleted from the writer's next commit,
+    /// as do those of the deletes before it).
+    pub kept: Option<Arc<DeletedAfter>>,
+}
+
+/// Rows a writer deleted after one of its snapshots was taken (`Snap::kept`): by slot for
+/// `Snap::visible`, by id for lookups (the id map has let them go, or maps the id to the row
+/// an upsert gave it since). No slot of these is reused while the snapshot lives: its pin
+/// holds the commit they were live in.
+pub struct DeletedAfter {
+    /// The snapshot's storage: deletes in another (after a compaction) are not its rows.
+    storage: usize,
+    rows: RwLock<(FastSet<u32>, FastMap<u64, u32>)>,
+}
+
+impl DeletedAfter {
+    fn new(st: &Arc<Storage>) -> DeletedAfter {
+        DeletedAfter { storage: Arc::as_ptr(st) as usize, rows: Default::default() }
+    }
+
+    fn add(&self, st: &Arc<Storage>, gone: &[(u32, u64, u64)]) {
+        if Arc::as_ptr(st) as usize != self.storage {
+            return;
+        }
+        let mut rows = self.rows.write();
+        for &(s, _, id) in gone {
+            rows.0.insert(s);
+            rows.1.insert(id, s);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows.read().0.is_empty()
+    }
+
+    fn holds(&self, slot: u32) -> bool {
+        self.rows.read().0.contains(&slot)
+    }
+
+    /// The slot of `id` if it is one of these rows.
+    fn slot_of(&self, id: u64) -> Option<u32> {
+        self.rows.read().1.get(&id).copied()
+    }
 }
 
 impl Snap {
@@ -199,12 +243,14 @@ impl Snap {
             // should it fail here anyway, searches walk the vectors.
             quant: st_quant(h),
             pin: (!writer).then(|| st.pins.pin(h.seq)),
+            kept: None,
             st,
         }
     }
 
     fn clone_of(s: &Snap) -> Snap {
-        Snap { st: s.st.clone(), quant: s.quant.clone(), pin: s.pin.clone(), ..*s }
+        let (quant, pin, kept) = (s.quant.clone(), s.pin.clone(), s.kept.clone());
+        Snap { st: s.st.clone(), quant, pin, kept, ..*s }
     }
 
     /// The id of a slot visible in this state; None for deleted or damaged slots.
@@ -225,7 +271,14 @@ impl Snap {
     #[inline]
     pub fn visible(&self, slot: u32) -> bool {
         let word = self.st.header(slot)[2].load(Acquire);
-        word == 0 || format::read_marker(word, slot).visible(self.del_visible, self.born_visible)
+        word == 0
+            || format::read_marker(word, slot).visible(self.del_visible, self.born_visible)
+            || self.kept.as_ref().is_some_and(|k| k.holds(slot))
+    }
+
+    /// The rows deleted after this snapshot, when it is a kept writer snapshot with some.
+    fn deleted_after(&self) -> Option<&DeletedAfter> {
+        self.kept.as_deref().filter(|k| !k.is_empty())
     }
 }
 
@@ -324,6 +377,8 @@ pub struct Index {
     unlinked_deletes: AtomicBool,
     /// The slot filters of the last filters searched with (`filter::FilterCache`).
     filters: Mutex<filter::FilterCache>,
+    /// A writer's snapshots that callers keep, told of each delete (`Snap::kept`).
+    kept: Mutex<Vec<std::sync::Weak<DeletedAfter>>>,
     closed: AtomicBool,
     /// A reader: when it opened, and when (ms after that) it last checked whether the path
     /// now names another file; a header sequence seen on disk whose copy does not check out.
@@ -469,7 +524,13 @@ impl Index {
         if snap.pin.is_some() {
             return snap;
         }
-        Arc::new(Snap { pin: Some(snap.st.pins.pin(snap.seq)), ..Snap::clone_of(&snap) })
+        let kept = Arc::new(DeletedAfter::new(&snap.st));
+        let mut all = self.kept.lock();
+        all.retain(|k| k.strong_count() > 0);
+        all.push(Arc::downgrade(&kept));
+        drop(all);
+        let pin = Some(snap.st.pins.pin(snap.seq));
+        Arc::new(Snap { pin, kept: Some(kept), ..Snap::clone_of(&snap) })
     }
 
     /// Whether a snapshot of a commit before `seq` may still be searched: by this process or,

@@ -424,6 +424,7 @@ impl Index {
             savepoint: Mutex::new(None),
             ids: Mutex::new(IdMap::default()),
             filters: Mutex::new(Default::default()),
+            kept: Mutex::new(Vec::new()),
             keep_changes: AtomicBool::new(false),
             unlinked_deletes: AtomicBool::new(hides),
             closed: AtomicBool::new(false),

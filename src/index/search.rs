@@ -216,6 +216,10 @@ impl Index {
 
     /// `f` in slots of `snap`: made, or found as the last search with the same ids made it.
     pub(super) fn slot_filter(&self, snap: &Snap, f: &Filter) -> Arc<SlotFilter> {
+        if snap.deleted_after().is_some() {
+            // Its own: another snapshot of the same slots and commit holds fewer rows.
+            return Arc::new(self.make_slot_filter(snap, f));
+        }
         let generation = {
             let mut cache = self.filters.lock();
             if let Some(made) = cache.get(&snap.st, (snap.slots, snap.seq), f) {
@@ -231,10 +235,11 @@ impl Index {
     /// `f` in slots of `snap`, made here: a batch's per-query filters, each met once, would
     /// only push the kept ones out of the cache and wait on each other for its lock.
     fn make_slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
+        let after = snap.deleted_after();
         self.with_ids(snap, |m| {
-            let set = |ids: &Ids| {
-                SlotSet::new(ids.iter().filter_map(|id| m.get(id)), ids.len(), snap.slots)
-            };
+            // As in `slot_of`: a kept snapshot's rows deleted after it first.
+            let slot = |id| after.and_then(|k| k.slot_of(id)).or_else(|| m.get(id));
+            let set = |ids: &Ids| SlotSet::new(ids.iter().filter_map(slot), ids.len(), snap.slots);
             SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
         })
     }

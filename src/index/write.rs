@@ -684,6 +684,10 @@ impl Index {
             self.with_ids_mut(snap, |m| gone.iter().for_each(|g| m.insert(g.2, g.0)));
             return Err(e);
         }
+        // Kept snapshots first, so that none of them misses a row while its marker changes.
+        for kept in self.kept.lock().iter().filter_map(|k| k.upgrade()) {
+            kept.add(st, &gone);
+        }
         let mut behind = HashMap::new();
         for &(s, old, _) in &gone {
             st.header(s)[2].store(self.delete_word(w, st, s, old, &mut behind), Release);

@@ -319,8 +319,8 @@ pymethods_with_reads!(
     /// Pin the current state for several calls that must agree.
     ///
     /// A writer's snapshot holds its adds so far; a reader's, the newest flush. Searches on
-    /// it see the same vectors whatever is added or flushed meanwhile, for as long as the
-    /// object lives (or until its ``with`` block ends).
+    /// it see the same vectors whatever is added, deleted or flushed meanwhile, for as long
+    /// as the object lives (or until its ``with`` block ends).
     ///
     /// Returns
     /// -------
