@@ -1,20 +1,31 @@
-"""Churn: rounds of deleting a share of the live rows and adding as many, then search speed at
-equal recall against a fresh build of the same rows, and the file's size.
+"""Churn: rounds of replacing a share of the live rows, then search speed at equal recall
+against a fresh build of the same rows, and the file's size.
 
-Each round deletes `--share` of the live rows at random (`delete_batch`), adds as many rows
-drawn from those not live (`add_batch`, new ids) and flushes. After the rounds named by
+Each round changes `--share` of the live rows, chosen at random, and flushes:
+
+  --kind replace  deletes them (`delete_batch`) and adds as many rows drawn from those not
+                  live, under new ids (`add_batch`);
+  --kind upsert   gives them new vectors, drawn from the rows not live, under the same ids
+                  (`upsert`).
+
+The rows come from debian-minilm (`--data minilm`) or from generated clustered data
+(`--data clustered`, twice `--rows` rows of 384 dimensions). After the rounds named by
 `--measure`, the live rows are searched (one thread, `search_batch`, an ef sweep, recall@10
 against the brute force over the live rows) beside:
 
   fresh    chassis built from scratch on the same live rows;
-  hnswlib  the same churn on hnswlib (mark_deleted, add_items(replace_deleted=True)), and a
-           fresh hnswlib build (with --engines chassis,hnswlib).
+  hnswlib  the same churn on hnswlib (replace: mark_deleted, add_items(replace_deleted=True);
+           upsert: add_items with the ids present, which updates them), and a fresh hnswlib
+           build (with --engines chassis,hnswlib).
 
-Also timed once: deleting `--delete-n` ids in one `delete_batch` against as many `delete` calls.
+Also timed once: deleting `--delete-n` ids in one `delete_batch` against as many `delete` calls,
+each after a lookup has built the id map (the delete itself; the first delete's, which builds
+it, is recorded too). `--plot PATH` draws QPS at recall 0.95 and the file's size per round.
 
     python benchmarks/bench_churn.py
     python benchmarks/bench_churn.py --quick
     python benchmarks/bench_churn.py --rounds 10 --measure 1,5,10 --json
+    python benchmarks/bench_churn.py --kind upsert --rounds 10 --measure 1,5,10 --json
 """
 
 from __future__ import annotations
@@ -39,6 +50,9 @@ from toolkit import MINILM, Parser, add_json_option, csv, log, run_record, write
 def _parse(argv: list[str] | None = None):
     p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--minilm", default=str(MINILM), help="the debian-minilm folder")
+    p.add_argument("--data", choices=("minilm", "clustered"), default="minilm")
+    p.add_argument("--kind", choices=("replace", "upsert"), default="replace")
+    p.add_argument("--plot", help="write a PNG of QPS at recall 0.95 and file size per round")
     p.add_argument("--engines", default="chassis,hnswlib")
     p.add_argument("--share", type=float, default=0.2, help="rows deleted (and added) per round")
     p.add_argument("--efs", default="10,16,24,32,48,64,96,128")
@@ -118,20 +132,37 @@ def fresh_chassis(path: str, rows: np.ndarray, ids: np.ndarray, args) -> chassis
 
 def delete_timing(base: np.ndarray, n: int, args, folder: Path) -> dict[str, float]:
     """Seconds to delete `n` ids with one delete_batch, and with n delete calls (same index
-    built twice)."""
+    built each time), after a lookup has built the id map; and the one delete_batch's
+    seconds without that lookup first ("batch_first")."""
     out = {}
-    for how in ("batch", "single"):
+    for how in ("batch_first", "batch", "single"):
         idx = fresh_chassis(str(folder / f"delete-{how}.chassis"), base[: 2 * n], None, args)
         ids = np.random.default_rng(0).choice(2 * n, size=n, replace=False).astype(np.uint64)
+        if how != "batch_first":
+            assert 0 in idx  # builds the id map
         start = time.perf_counter()
-        if how == "batch":
-            assert idx.delete_batch(ids) == n
-        else:
+        if how == "single":
             for i in ids.tolist():
                 idx.delete(i)
+        else:
+            assert idx.delete_batch(ids) == n
         out[how] = time.perf_counter() - start
         idx.close()
     return out
+
+
+def load(args) -> tuple[np.ndarray, np.ndarray, str]:
+    """(rows, queries, name) of `--data`: rows enough for the live ones and their successors."""
+    if args.data == "clustered":
+        base, queries = datasets.clustered(2 * args.rows, 384, args.queries, seed=7)
+        return base, queries, f"clustered ({2 * args.rows:,} x 384, generated)"
+    data = datasets.load_npy_folder(args.minilm)
+    base = np.ascontiguousarray(data.base, dtype=np.float32)
+    return (
+        base,
+        np.ascontiguousarray(data.queries[: args.queries], dtype=np.float32),
+        "debian-minilm",
+    )
 
 
 HEADERS = [
@@ -194,9 +225,7 @@ def main() -> None:
     args = _parse()
     engines = csv(args.engines)
     efs = [int(e) for e in csv(args.efs)]
-    data = datasets.load_npy_folder(args.minilm)
-    base = np.ascontiguousarray(data.base, dtype=np.float32)
-    queries = np.ascontiguousarray(data.queries[: args.queries], dtype=np.float32)
+    base, queries, data_name = load(args)
     n = min(args.rows, len(base) // 2)
     measure = (
         {int(r) for r in csv(args.measure)}
@@ -209,7 +238,8 @@ def main() -> None:
         folder = Path(tmp)
         timing = delete_timing(base, min(args.delete_n, len(base) // 2), args, folder)
         log(
-            f"delete {args.delete_n:,} ids: batch {timing['batch']:.3f} s, single calls {timing['single']:.3f} s"
+            f"delete {args.delete_n:,} ids: batch {timing['batch']:.4f} s, single calls "
+            f"{timing['single']:.4f} s (first batch, building the id map: {timing['batch_first']:.4f} s)"
         )
         live = rng.choice(len(base), size=n, replace=False)  # rows of `base` live, by id order
         ids = np.arange(n, dtype=np.uint64)  # their ids
@@ -231,25 +261,38 @@ def main() -> None:
                 drop = rng.choice(len(ids), size=k, replace=False)
                 keep = np.ones(len(ids), dtype=bool)
                 keep[drop] = False
-                pool = np.setdiff1d(np.arange(len(base)), live[keep])
+                # Upserted rows take vectors no live row has; added rows, any not live after.
+                pool = np.setdiff1d(
+                    np.arange(len(base)), live if args.kind == "upsert" else live[keep]
+                )
                 new_rows = rng.choice(pool, size=k, replace=False)
-                new_ids = np.arange(next_id, next_id + k, dtype=np.uint64)
-                next_id += k
-                t0 = time.perf_counter()
-                idx.delete_batch(ids[drop])
-                t1 = time.perf_counter()
-                idx.add_batch(base[new_rows], new_ids, threads=args.threads)
-                t2 = time.perf_counter()
-                idx.flush()
-                t3 = time.perf_counter()
-                if hnsw is not None:
-                    for i in ids[drop].tolist():
-                        hnsw.mark_deleted(i)
-                    hnsw.add_items(
-                        base[new_rows], new_ids, num_threads=args.threads, replace_deleted=True
-                    )
-                live = np.concatenate([live[keep], new_rows])
-                ids = np.concatenate([ids[keep], new_ids])
+                if args.kind == "upsert":
+                    t0 = t1 = time.perf_counter()
+                    idx.upsert(base[new_rows], ids[drop], threads=args.threads)
+                    t2 = time.perf_counter()
+                    idx.flush()
+                    t3 = time.perf_counter()
+                    if hnsw is not None:
+                        hnsw.add_items(base[new_rows], ids[drop], num_threads=args.threads)
+                    live[drop] = new_rows
+                else:
+                    new_ids = np.arange(next_id, next_id + k, dtype=np.uint64)
+                    next_id += k
+                    t0 = time.perf_counter()
+                    idx.delete_batch(ids[drop])
+                    t1 = time.perf_counter()
+                    idx.add_batch(base[new_rows], new_ids, threads=args.threads)
+                    t2 = time.perf_counter()
+                    idx.flush()
+                    t3 = time.perf_counter()
+                    if hnsw is not None:
+                        for i in ids[drop].tolist():
+                            hnsw.mark_deleted(i)
+                        hnsw.add_items(
+                            base[new_rows], new_ids, num_threads=args.threads, replace_deleted=True
+                        )
+                    live = np.concatenate([live[keep], new_rows])
+                    ids = np.concatenate([ids[keep], new_ids])
                 times = {"delete_s": t1 - t0, "add_s": t2 - t1, "flush_s": t3 - t2}
             else:
                 times = {}
@@ -288,17 +331,65 @@ def main() -> None:
             rounds.append(entry)
         idx.close()
     headers, rows = summary(rounds)
+    how = "upserted" if args.kind == "upsert" else "replaced"
     print(
-        f"\ndebian-minilm, {n:,} live rows, {args.share:.0%} replaced per round; QPS at recall 0.95, one thread"
+        f"\n{data_name}, {n:,} live rows, {args.share:.0%} {how} per round; QPS at recall 0.95, one thread"
     )
     print(
-        f"delete {args.delete_n:,} ids: one delete_batch {timing['batch']:.3f} s, "
-        f"single calls {timing['single']:.3f} s ({timing['single'] / timing['batch']:.0f}x)"
+        f"delete {args.delete_n:,} ids: one delete_batch {timing['batch'] * 1e3:.2f} ms, "
+        f"single calls {timing['single'] * 1e3:.2f} ms ({timing['single'] / timing['batch']:.0f}x)"
     )
     print(table(headers, rows))
     versions = {e: _version(e) for e in ("chassis-index", *engines) if e != "chassis"}
     record = run_record(args, versions=versions, delete_timing=timing, rounds=rounds)
     write_results(args.json, "bench_churn", record)
+    if args.plot:
+        plot(args.plot, rounds, f"{data_name}, {n:,} live rows, {args.share:.0%} {how} a round")
+
+
+def plot(path: str, rounds: list[dict[str, Any]], title: str) -> None:
+    """QPS at recall 0.95 per measured round for each index, and the file's allocated size per
+    round beside the fresh build's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    measured = [e for e in rounds if "chassis" in e]
+    for name, style in (
+        ("chassis", "-o"),
+        ("fresh", "--o"),
+        ("hnswlib", "-s"),
+        ("hnswlib_fresh", "--s"),
+    ):
+        pts = [
+            (e["round"], qps_at_targets(e[name], (0.95,))["0.95"].get("qps"))
+            for e in measured
+            if name in e
+        ]
+        pts = [(r, q) for r, q in pts if q]
+        if pts:
+            left.plot(*zip(*pts), style, label=name.replace("_", " "))
+    left.set(xlabel="round", ylabel="QPS at recall@10 = 0.95 (one thread)", ylim=(0, None))
+    left.legend(fontsize=8)
+    right.plot(
+        [e["round"] for e in rounds],
+        [e["file_bytes"] / 2**20 for e in rounds],
+        "-o",
+        label="chassis",
+    )
+    fresh = [
+        (e["round"], e["fresh_file_bytes"] / 2**20) for e in measured if "fresh_file_bytes" in e
+    ]
+    if fresh:
+        right.plot(*zip(*fresh), "x", markersize=9, label="fresh build")
+    right.set(xlabel="round", ylabel="allocated file size (MiB)", ylim=(0, None))
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
 
 
 def _version(dist: str) -> str | None:

@@ -589,17 +589,37 @@ def _filters_docs(run: Run) -> list[str]:
 def _churn_docs(run: Run) -> list[str]:
     args, timing = run.doc["args"], run.doc["delete_timing"]
     live = run.doc["rounds"][0]["live"]
+    data = (
+        f"clustered generated data ({2 * args['rows']:,} x 384)"
+        if args.get("data") == "clustered"
+        else "debian-minilm"
+    )
+    if args.get("kind") == "upsert":
+        churn = (
+            f"{args['share']:.0%} of them given new vectors under the same ids per round "
+            "(`upsert`, `flush`)"
+        )
+        peer = "hnswlib under the same churn (`add_items` with the ids present)"
+    else:
+        churn = (
+            f"{args['share']:.0%} of them deleted and as many added per round "
+            "(`delete_batch`, `add_batch`, `flush`)"
+        )
+        peer = "hnswlib under the same churn (`mark_deleted`, `replace_deleted=True`)"
+    first = (
+        f", the first one building the id map {timing['batch_first'] * 1e3:.1f} ms"
+        if "batch_first" in timing
+        else ""
+    )
     out = [""]
     out += _wrap(
-        f"debian-minilm, {live:,} live rows, {args['share']:.0%} of them deleted and as many "
-        f"added per round (`delete_batch`, `add_batch`, `flush`); QPS at recall@10 = 0.95 on one "
-        "thread beside a fresh build of the same rows and hnswlib under the same churn "
-        "(`mark_deleted`, `replace_deleted=True`) and its fresh build; the widest gap between "
+        f"{data}, {live:,} live rows, {churn}; QPS at recall@10 = 0.95 on one thread beside a "
+        f"fresh build of the same rows and {peer} and its fresh build; the widest gap between "
         "the fresh build's recall and the churned index's over the ef sweep, at that ef; "
         "allocated file sizes. "
         f"Deleting {args['delete_n']:,} ids: one `delete_batch` {timing['batch'] * 1e3:.1f} ms, "
         f"{args['delete_n']:,} `delete` calls {timing['single'] * 1e3:.1f} ms "
-        f"({timing['single'] / timing['batch']:.0f}x)."
+        f"({timing['single'] / timing['batch']:.0f}x){first}."
     )
     out.append("")
     headers, rows = bench_churn.summary(run.doc["rounds"])
