@@ -23,6 +23,8 @@
 //! |                                | their old rows lay                                       |
 //! | `CHASSIS_RELINK_KEEP`          | `0`: a consolidation weighs a list's live entries anew   |
 //! |                                | with the candidates, instead of keeping them             |
+//! | `CHASSIS_RELINK_FILL`          | `0`: a consolidated list keeps only what the heuristic  |
+//! |                                | lets in, not as many entries as it had                   |
 //! | `CHASSIS_PREFETCH_PAGES`       | `0`: no `WILLNEED` advice short of memory (also read as |
 //! |                                | `CHASSIS_NAME_PAGES`, its old name)                      |
 //! | `CHASSIS_REDO`                 | `0`: commits go through the index file, no redo log      |
@@ -48,6 +50,7 @@ pub struct Tuning {
     pub reuse_slots: Option<bool>,
     pub reuse_locality: Option<bool>,
     pub relink_keep: Option<bool>,
+    pub relink_fill: Option<bool>,
     pub prefetch_pages: Option<bool>,
     pub redo: Option<bool>,
     pub boot_id: Option<Vec<u8>>,
@@ -88,6 +91,7 @@ impl Tuning {
             reuse_slots: off("CHASSIS_REUSE_SLOTS"),
             reuse_locality: off("CHASSIS_REUSE_LOCALITY"),
             relink_keep: off("CHASSIS_RELINK_KEEP"),
+            relink_fill: off("CHASSIS_RELINK_FILL"),
             prefetch_pages: off("CHASSIS_PREFETCH_PAGES").or_else(|| off("CHASSIS_NAME_PAGES")),
             redo: off("CHASSIS_REDO"),
             boot_id: var("CHASSIS_BOOT_ID").map(|v| v.into_encoded_bytes()),
@@ -128,6 +132,7 @@ mod tests {
             ("CHASSIS_REUSE_SLOTS", "0"),
             ("CHASSIS_REUSE_LOCALITY", "0"),
             ("CHASSIS_RELINK_KEEP", "0"),
+            ("CHASSIS_RELINK_FILL", "0"),
         ]);
         assert_eq!(t.kernel.as_deref(), Some("avx2"));
         assert_eq!(t.half_copy, Some(false));
@@ -137,6 +142,7 @@ mod tests {
         assert_eq!((t.defer_link, t.redo), (Some(false), Some(true)));
         assert_eq!((t.consolidate, t.reuse_slots), (Some(false), Some(false)));
         assert_eq!((t.reuse_locality, t.relink_keep), (Some(false), Some(false)));
+        assert_eq!(t.relink_fill, Some(false));
     }
 
     #[test]

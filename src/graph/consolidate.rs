@@ -70,8 +70,23 @@ impl<'a> Graph<'a> {
             return Some(self.select(&stay, cap, sc).iter().map(|c| c.1).collect());
         }
         let fixed = stay.len();
-        stay.extend(weighed);
+        stay.extend(weighed.iter().copied());
         let keep = (fixed + lost).min(cap);
-        Some(self.select_after(&stay, fixed, keep, sc).iter().map(|c| c.1).collect())
+        let mut out: Vec<u32> =
+            self.select_after(&stay, fixed, keep, sc).iter().map(|c| c.1).collect();
+        if crate::tuning::get().relink_fill.unwrap_or(true) {
+            // As many entries as before, the nearest candidates the heuristic passed over
+            // next (HNSW's "keep pruned connections"): on clustered data the heuristic lets
+            // few in beside the entries that stay, and lists thinned round after round.
+            for &(_, c) in &weighed {
+                if out.len() >= keep {
+                    break;
+                }
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+        Some(out)
     }
 }

@@ -16,6 +16,15 @@ use rayon::prelude::*;
 const DUE_SHARE: u64 = 16;
 const DUE_MIN: u64 = 64;
 
+/// The state a consolidation changed, as it was before (`Index::unconsolidate`).
+pub(super) struct Relinked {
+    lists: HashMap<u32, Vec<u32>>,
+    entry: (u32, usize),
+    unconsolidated: u64,
+    relinked: bool,
+    reuse: reuse::Reuse,
+}
+
 impl Index {
     /// Consolidate every delete so far (see the module). Returns how many live nodes were
     /// re-linked. A no-op, cheap, when no live list holds a deleted node.
@@ -43,21 +52,45 @@ impl Index {
     }
 
     /// Before a batch links: consolidate when due, so that the batch links among live nodes.
-    /// (Not inside `add_rows`: an upsert whose add fails restores its deletes, which must
-    /// still have their links then.)
+    /// Returns what to put back should the caller need the lists as they were (an upsert
+    /// whose add fails brings its deleted rows back, with their links), when it ran.
     pub(super) fn consolidate_if_due(
         &self,
         w: &mut Writer,
         threads: Option<usize>,
         ctl: &Control,
-    ) -> Result<()> {
+    ) -> Result<Option<Relinked>> {
         let on = crate::tuning::get().consolidate.unwrap_or(true);
-        if on && w.poisoned.is_none() && self.consolidation_due(w) {
-            self.consolidate_locked(w, threads, ctl)?;
-            // The progress shown is the batch's own rows.
-            ctl.done.store(0, Relaxed);
+        if !(on && w.poisoned.is_none() && self.consolidation_due(w)) {
+            return Ok(None);
         }
-        Ok(())
+        let mut before = Relinked {
+            lists: HashMap::new(),
+            entry: *self.entry.lock(),
+            unconsolidated: w.unconsolidated,
+            relinked: w.relinked,
+            reuse: w.reuse.clone(),
+        };
+        self.consolidate_keeping(w, threads, ctl, Some(&mut before.lists))?;
+        // The progress shown is the batch's own rows.
+        ctl.done.store(0, Relaxed);
+        Ok(Some(before))
+    }
+
+    /// Undo a consolidation (`consolidate_if_due`): its lists, entry point and bookkeeping as
+    /// they were. Only while nothing else changed lists since.
+    pub(super) fn unconsolidate(&self, w: &mut Writer, before: Relinked) {
+        let snap = self.view.read().clone();
+        for (slot, words) in &before.lists {
+            lists::restore_lists(&snap.st, *slot, words);
+        }
+        *self.entry.lock() = before.entry;
+        w.unconsolidated = before.unconsolidated;
+        w.relinked = before.relinked;
+        w.reuse = before.reuse;
+        self.unlinked_deletes.store(true, Relaxed);
+        let (entry, max_level) = before.entry;
+        self.publish(Snap { entry, max_level, ..Snap::clone_of(&snap) });
     }
 
     /// `consolidate` under the writer lock.
@@ -66,6 +99,17 @@ impl Index {
         w: &mut Writer,
         threads: Option<usize>,
         ctl: &Control,
+    ) -> Result<u64> {
+        self.consolidate_keeping(w, threads, ctl, None)
+    }
+
+    /// `consolidate_locked`, giving the lists it changed as they were before to `keep`.
+    fn consolidate_keeping(
+        &self,
+        w: &mut Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+        keep: Option<&mut HashMap<u32, Vec<u32>>>,
     ) -> Result<u64> {
         let snap = self.view.read().clone();
         let st = &*snap.st;
@@ -113,6 +157,9 @@ impl Index {
             }
             *self.entry.lock() = entry_saved;
             return Err(e);
+        }
+        if let Some(keep) = keep {
+            *keep = sp.saved;
         }
         let (entry, max_level) = *self.entry.lock();
         // No deleted node is left in a list (the entry point aside, as when none is live).
@@ -183,5 +230,57 @@ impl Index {
             }
         }
         Linker { gone: Some(gone), ..self.linker(st, w, snap.quant.as_deref(), None) }.repair(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `unconsolidate` (an upsert whose add failed) against its oracle: every list, the entry
+    //! point and the counts as they were before the deletes and the consolidation it undoes.
+    use super::*;
+
+    fn lists_now(idx: &Index) -> Vec<Vec<u32>> {
+        let snap = idx.snap();
+        let st = &*snap.st;
+        (0..snap.slots as u32)
+            .flat_map(|s| (0..=lists::level_of(st, s)).map(move |layer| (s, layer)))
+            .map(|(s, layer)| {
+                let list = lists::list_of(st, s, layer).unwrap_or(&[]);
+                list.iter().map(|e| e.load(Relaxed)).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_undone_consolidation_leaves_every_list_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let idx = Index::open(&dir.path().join("u.chassis"), Some(8), None, Mode::Write).unwrap();
+        let mut x = 7u64;
+        let rows: Vec<f32> = (0..2000 * 8)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (x >> 40) as f32 / (1u64 << 24) as f32
+            })
+            .collect();
+        idx.add_batch(&rows, 2000, None, None, &Control::default()).unwrap();
+        idx.flush().unwrap();
+        let (before, entry) = (lists_now(&idx), *idx.entry.lock());
+        let mut w = idx.writer.lock();
+        let snap = idx.view.read().clone();
+        let ids: Vec<u64> = (0..2000).step_by(3).collect();
+        let gone = idx.delete_in(&mut w, &snap, &ids).unwrap();
+        assert_eq!(gone.len(), ids.len());
+        let undo = idx.consolidate_if_due(&mut w, None, &Control::default()).unwrap();
+        drop(w);
+        assert_ne!(lists_now(&idx), before, "the consolidation changed lists");
+        let mut w = idx.writer.lock();
+        idx.unconsolidate(&mut w, undo.expect("a third of the rows deleted: due"));
+        idx.restore_deleted(&mut w, &gone);
+        assert_eq!(w.unconsolidated, 0);
+        drop(w);
+        assert!(lists_now(&idx) == before, "a list differs from before the consolidation");
+        assert_eq!(*idx.entry.lock(), entry);
+        assert_eq!(idx.len(), 2000);
+        assert!(ids.iter().all(|&id| idx.contains(id).unwrap()));
     }
 }

@@ -15,7 +15,7 @@ use crate::storage::Older;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The writer's free slots and what it reused since the last commit.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct Reuse {
     /// Free slots, each with the commit that freed it.
     free: BTreeMap<u32, u64>,

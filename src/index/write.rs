@@ -622,14 +622,26 @@ impl Index {
         if let Some(poison) = &w.poisoned {
             return Err(self.poisoned_error(poison));
         }
-        // Earlier deletes only: a failed add brings this call's deleted rows back, and they
-        // must still have their links.
-        self.consolidate_if_due(&mut w, threads, ctl)?;
         let snap = self.view.read().clone();
         let gone = self.delete_in(&mut w, &snap, ids)?;
+        // This call's deletes consolidated with the earlier ones (when due) before the add
+        // links, as `delete_batch` then `add_batch` do: rows linked beside deleted nodes had
+        // their lists patched by the next consolidation instead of chosen, and recall per ef
+        // drifted under upsert churn (the consolidation record). Kept undoable: if the add
+        // fails, the deleted rows come back with their links.
+        let relinked = match self.consolidate_if_due(&mut w, threads, ctl) {
+            Ok(r) => r,
+            Err(e) => {
+                self.restore_deleted(&mut w, &gone);
+                return Err(e);
+            }
+        };
         match self.add_rows(&mut w, Rows::Values(data), n, Some(ids), threads, ctl) {
             Ok(_) => Ok(gone.len() as u64),
             Err(e) => {
+                if let Some(before) = relinked {
+                    self.unconsolidate(&mut w, before);
+                }
                 self.restore_deleted(&mut w, &gone);
                 Err(e)
             }
@@ -704,7 +716,7 @@ impl Index {
 
     /// Undo `delete_in` in memory (an upsert whose add failed): the markers as they were, the
     /// ids mapped again. Their undo records stay; they restore the same values.
-    fn restore_deleted(&self, w: &mut Writer, gone: &[(u32, u64, u64)]) {
+    pub(super) fn restore_deleted(&self, w: &mut Writer, gone: &[(u32, u64, u64)]) {
         if gone.is_empty() {
             return;
         }
