@@ -74,7 +74,10 @@ RUNS: dict[str, str] = {
     "2026-12-05-bench_filters-inlined-vm.json": "docs",
     "2026-12-06-bench_speed-zen2-blocks-vm.json": "readme",
     "2026-12-06-bench_scale-peers-zen2-vm.json": "readme",
-    "2026-12-06-bench_churn-keep-lists-zen2-vm.json": "docs",
+    "2026-12-06-bench_churn-replace-minilm-zen2-vm.json": "docs",
+    "2026-12-06-bench_churn-upsert-minilm-zen2-vm.json": "docs",
+    "2026-12-06-bench_churn-replace-clustered-zen2-vm.json": "docs",
+    "2026-12-06-bench_churn-upsert-clustered-zen2-vm.json": "docs",
 }
 
 RESULTS = HERE / "results"
