@@ -372,7 +372,8 @@ def test_a_writers_snapshot_keeps_rows_deleted_after_it(index_path):
         with writer.snapshot() as snap:
             assert writer.delete_batch(np.arange(20, 120, dtype=np.uint64)) == 100
             assert writer.delete(150) is True
-            moved = vecs(1, seed=99)
+            assert writer.upsert(vecs(1, seed=98), np.array([200], dtype=np.uint64)) == 1
+            moved = vecs(1, seed=99)  # the same id twice: the snapshot keeps its first row
             assert writer.upsert(moved, np.array([200], dtype=np.uint64)) == 1
             for when in ("deletes unflushed", "deletes flushed and consolidated"):
                 assert len(snap) == len(live), when

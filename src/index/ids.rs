@@ -33,8 +33,11 @@ impl SlotsById {
         // The vector covers ids up to twice the map's size and 64Ki more (its 4 bytes per id
         // then stay within a hash map's 16 and more per entry); it doubles as it grows.
         let cover = 2 * (self.len as u64 + 1) + (1 << 16);
-        if id >= self.dense.len() as u64 && id < cover {
-            let grown = (id as usize + 1).max(2 * self.dense.len()).min(cover as usize);
+        // Grown only to twice its length or more (each growth moves ids out of the hash
+        // map, a pass over it): ids dense but inserted out of order wait there till then.
+        let grown = || (id as usize + 1).max(2 * self.dense.len()).min(cover as usize);
+        if id >= self.dense.len() as u64 && id < cover && grown() >= 2 * self.dense.len() {
+            let grown = grown();
             self.dense.resize(grown, NONE);
             // Ids the vector now covers leave the hash map.
             let moved: Vec<(u64, u32)> = (self.sparse.iter())
@@ -100,10 +103,11 @@ impl Index {
     }
 
     pub(super) fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
-        // A kept snapshot's row deleted after it comes first: the map may have the id's new row.
-        (snap.deleted_after().and_then(|k| k.slot_of(id)))
-            .or_else(|| self.with_ids(snap, |m| m.get(id)))
-            .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
+        let holds = |s: &u32| (*s as u64) < snap.slots && snap.live_id(*s) == Some(id);
+        // Then, in a kept snapshot, its rows deleted since (the map has let them go, or has
+        // the id's new row).
+        (self.with_ids(snap, |m| m.get(id)).filter(holds))
+            .or_else(|| snap.deleted_after()?.slot_of(id).filter(holds))
     }
 
     pub fn contains(&self, id: u64) -> Result<bool> {

@@ -188,14 +188,17 @@ pub struct Snap {
 /// an upsert gave it since). No slot of these is reused while the snapshot lives: its pin
 /// holds the commit they were live in.
 pub struct DeletedAfter {
-    /// The snapshot's storage: deletes in another (after a compaction) are not its rows.
+    /// The snapshot's storage and slots: deletes in another storage (after a compaction), or
+    /// of rows stored after it (an id upserted twice), are not of its rows.
     storage: usize,
+    slots: u64,
     rows: RwLock<(FastSet<u32>, FastMap<u64, u32>)>,
 }
 
 impl DeletedAfter {
-    fn new(st: &Arc<Storage>) -> DeletedAfter {
-        DeletedAfter { storage: Arc::as_ptr(st) as usize, rows: Default::default() }
+    fn new(snap: &Snap) -> DeletedAfter {
+        let storage = Arc::as_ptr(&snap.st) as usize;
+        DeletedAfter { storage, slots: snap.slots, rows: Default::default() }
     }
 
     fn add(&self, st: &Arc<Storage>, gone: &[(u32, u64, u64)]) {
@@ -203,9 +206,10 @@ impl DeletedAfter {
             return;
         }
         let mut rows = self.rows.write();
-        for &(s, _, id) in gone {
+        // (No slot below `slots` takes a new row while the snapshot lives: `slots_to_reuse`.)
+        for &(s, _, id) in gone.iter().filter(|g| (g.0 as u64) < self.slots) {
             rows.0.insert(s);
-            rows.1.insert(id, s);
+            rows.1.entry(id).or_insert(s);
         }
     }
 
@@ -520,12 +524,14 @@ impl Index {
     /// The state searches use now, held for a caller that keeps it (a `Snapshot`): no writer
     /// reuses a slot it can reach until it is dropped.
     pub fn snapshot(&self) -> Arc<Snap> {
-        let snap = self.snap();
-        if snap.pin.is_some() {
-            return snap;
+        if self.read_only {
+            return self.snap();
         }
-        let kept = Arc::new(DeletedAfter::new(&snap.st));
+        // Under the lock a delete holds from its first change to its publication: the state
+        // taken is from before a delete that this snapshot is then told of, or after one.
         let mut all = self.kept.lock();
+        let snap = self.snap();
+        let kept = Arc::new(DeletedAfter::new(&snap));
         all.retain(|k| k.strong_count() > 0);
         all.push(Arc::downgrade(&kept));
         drop(all);

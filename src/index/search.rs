@@ -237,8 +237,14 @@ impl Index {
     fn make_slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
         let after = snap.deleted_after();
         self.with_ids(snap, |m| {
-            // As in `slot_of`: a kept snapshot's rows deleted after it first.
-            let slot = |id| after.and_then(|k| k.slot_of(id)).or_else(|| m.get(id));
+            // As in `slot_of`: the map's slot if it holds the id here, else a kept snapshot's
+            // row deleted since.
+            let slot = |id| match after {
+                None => m.get(id),
+                Some(k) => (m.get(id))
+                    .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
+                    .or_else(|| k.slot_of(id)),
+            };
             let set = |ids: &Ids| SlotSet::new(ids.iter().filter_map(slot), ids.len(), snap.slots);
             SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
         })

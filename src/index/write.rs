@@ -622,6 +622,13 @@ impl Index {
         if let Some(poison) = &w.poisoned {
             return Err(self.poisoned_error(poison));
         }
+        // With a tail not linked yet, the add may link it before it fails, and the lists
+        // could not be put back as they were: then only the earlier deletes are consolidated,
+        // before this call's.
+        let tail = w.linked < w.slots;
+        if tail {
+            self.consolidate_if_due(&mut w, threads, ctl)?;
+        }
         let snap = self.view.read().clone();
         let gone = self.delete_in(&mut w, &snap, ids)?;
         // This call's deletes consolidated with the earlier ones (when due) before the add
@@ -629,12 +636,12 @@ impl Index {
         // their lists patched by the next consolidation instead of chosen, and recall per ef
         // drifted under upsert churn (the consolidation record). Kept undoable: if the add
         // fails, the deleted rows come back with their links.
-        let relinked = match self.consolidate_if_due(&mut w, threads, ctl) {
-            Ok(r) => r,
-            Err(e) => {
+        let relinked = match (!tail).then(|| self.consolidate_if_due(&mut w, threads, ctl)) {
+            Some(Err(e)) => {
                 self.restore_deleted(&mut w, &gone);
                 return Err(e);
             }
+            r => r.and_then(|r| r.ok()).flatten(),
         };
         match self.add_rows(&mut w, Rows::Values(data), n, Some(ids), threads, ctl) {
             Ok(_) => Ok(gone.len() as u64),
@@ -674,18 +681,24 @@ impl Index {
         ids: &[u64],
     ) -> Result<Vec<(u32, u64, u64)>> {
         let st = &snap.st;
-        // Each id out of the map, with one lookup, if its slot holds it, visible: (slot, its
-        // marker, id). An id given twice is found once (the batch-delete record).
+        // Held until the deletes are published, so that a snapshot taken meanwhile is either
+        // told of them or taken after (`Index::snapshot`).
+        let kept = self.kept.lock();
+        // Each id whose slot holds it, visible: (slot, its marker, id), then out of the map;
+        // an id given twice leaves it once (the batch-delete record). Kept snapshots are told
+        // before the map lets go of their rows (a lookup of theirs tries the map first).
         let gone: Vec<(u32, u64, u64)> = self.with_ids_mut(snap, |m| {
             let mut gone = Vec::with_capacity(ids.len());
             for &id in ids {
-                let Some(s) = m.remove(id) else { continue };
+                let Some(s) = m.get(id) else { continue };
                 if (s as u64) < snap.slots && snap.live_id(s) == Some(id) {
                     gone.push((s, st.header(s)[2].load(Acquire), id));
-                } else {
-                    m.insert(id, s);
                 }
             }
+            for k in kept.iter().filter_map(|k| k.upgrade()) {
+                k.add(st, &gone);
+            }
+            gone.retain(|g| m.remove(g.2).is_some());
             gone
         });
         if gone.is_empty() {
@@ -694,11 +707,9 @@ impl Index {
         let markers = gone.iter().map(|g| (g.0, g.1));
         if let Err(e) = self.undo.lock().save_markers(w.committed.seq, w.committed.slots, markers) {
             self.with_ids_mut(snap, |m| gone.iter().for_each(|g| m.insert(g.2, g.0)));
+            // A filter made while the ids were out of the map lacks them.
+            self.filters.lock().clear();
             return Err(e);
-        }
-        // Kept snapshots first, so that none of them misses a row while its marker changes.
-        for kept in self.kept.lock().iter().filter_map(|k| k.upgrade()) {
-            kept.add(st, &gone);
         }
         let mut behind = HashMap::new();
         for &(s, old, _) in &gone {
@@ -711,6 +722,7 @@ impl Index {
         // Slot filters made before hold the slots of these ids.
         self.filters.lock().clear();
         self.publish(Snap { live: w.live, ..Snap::clone_of(snap) });
+        drop(kept);
         Ok(gone)
     }
 
