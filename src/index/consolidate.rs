@@ -52,32 +52,53 @@ impl Index {
     }
 
     /// Before a batch links: consolidate when due, so that the batch links among live nodes.
-    /// Returns what to put back should the caller need the lists as they were (an upsert
-    /// whose add fails brings its deleted rows back, with their links), when it ran.
     pub(super) fn consolidate_if_due(
         &self,
         w: &mut Writer,
         threads: Option<usize>,
         ctl: &Control,
+    ) -> Result<()> {
+        self.consolidate_when_due(w, threads, ctl, false).map(drop)
+    }
+
+    /// `consolidate_if_due`, returning what to put back, when it ran, should the caller need
+    /// the lists as they were (an upsert whose add fails brings its deleted rows back, with
+    /// their links: `unconsolidate`).
+    pub(super) fn consolidate_if_due_undoably(
+        &self,
+        w: &mut Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+    ) -> Result<Option<Relinked>> {
+        self.consolidate_when_due(w, threads, ctl, true)
+    }
+
+    fn consolidate_when_due(
+        &self,
+        w: &mut Writer,
+        threads: Option<usize>,
+        ctl: &Control,
+        undoable: bool,
     ) -> Result<Option<Relinked>> {
         let on = crate::tuning::get().consolidate.unwrap_or(true);
         if !(on && w.poisoned.is_none() && self.consolidation_due(w)) {
             return Ok(None);
         }
-        let mut before = Relinked {
+        // Only when asked: the free slots' copy costs as many entries as there are.
+        let mut before = undoable.then(|| Relinked {
             lists: HashMap::new(),
             entry: *self.entry.lock(),
             unconsolidated: w.unconsolidated,
             relinked: w.relinked,
             reuse: w.reuse.clone(),
-        };
-        self.consolidate_keeping(w, threads, ctl, Some(&mut before.lists))?;
+        });
+        self.consolidate_keeping(w, threads, ctl, before.as_mut().map(|b| &mut b.lists))?;
         // The progress shown is the batch's own rows.
         ctl.done.store(0, Relaxed);
-        Ok(Some(before))
+        Ok(before)
     }
 
-    /// Undo a consolidation (`consolidate_if_due`): its lists, entry point and bookkeeping as
+    /// Undo a consolidation (`consolidate_if_due_undoably`): its lists, entry point and bookkeeping as
     /// they were. Only while nothing else changed lists since.
     pub(super) fn unconsolidate(&self, w: &mut Writer, before: Relinked) {
         let snap = self.view.read().clone();
@@ -270,7 +291,7 @@ mod tests {
         let ids: Vec<u64> = (0..2000).step_by(3).collect();
         let gone = idx.delete_in(&mut w, &snap, &ids).unwrap();
         assert_eq!(gone.len(), ids.len());
-        let undo = idx.consolidate_if_due(&mut w, None, &Control::default()).unwrap();
+        let undo = idx.consolidate_if_due_undoably(&mut w, None, &Control::default()).unwrap();
         drop(w);
         assert_ne!(lists_now(&idx), before, "the consolidation changed lists");
         let mut w = idx.writer.lock();

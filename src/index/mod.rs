@@ -114,14 +114,16 @@ impl UndoState {
         committed_slots: u64,
         markers: impl Iterator<Item = (u32, u64)> + Clone,
     ) -> Result<()> {
+        let committed = |&(s, _): &(u32, u64)| (s as u64) < committed_slots;
         let marked = &self.marked;
-        let first =
-            markers.filter(|&(s, _)| (s as u64) < committed_slots && !marked.contains(s as usize));
-        let Some(top) = first.clone().map(|f| f.0 as usize).max() else { return Ok(()) };
-        self.log.record_markers(base_seq, first.clone())?;
-        let firsts: Vec<u32> = first.map(|f| f.0).collect();
-        self.marked.grow(top + 1);
-        for s in firsts {
+        let first = markers.clone().filter(committed).filter(|m| !marked.contains(m.0 as usize));
+        if first.clone().next().is_none() {
+            return Ok(());
+        }
+        self.log.record_markers(base_seq, first)?;
+        // Every committed slot given is saved now (setting a bit set already changes nothing).
+        self.marked.grow(committed_slots as usize);
+        for (s, _) in markers.filter(committed) {
             self.marked.insert(s as usize);
         }
         Ok(())

@@ -636,12 +636,16 @@ impl Index {
         // their lists patched by the next consolidation instead of chosen, and recall per ef
         // drifted under upsert churn (the consolidation record). Kept undoable: if the add
         // fails, the deleted rows come back with their links.
-        let relinked = match (!tail).then(|| self.consolidate_if_due(&mut w, threads, ctl)) {
-            Some(Err(e)) => {
-                self.restore_deleted(&mut w, &gone);
-                return Err(e);
+        let relinked = if tail {
+            None
+        } else {
+            match self.consolidate_if_due_undoably(&mut w, threads, ctl) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.restore_deleted(&mut w, &gone);
+                    return Err(e);
+                }
             }
-            r => r.and_then(|r| r.ok()).flatten(),
         };
         match self.add_rows(&mut w, Rows::Values(data), n, Some(ids), threads, ctl) {
             Ok(_) => Ok(gone.len() as u64),
