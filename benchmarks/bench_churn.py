@@ -20,7 +20,9 @@ against the brute force over the live rows) beside:
 
 Also timed once: deleting `--delete-n` ids in one `delete_batch` against as many `delete` calls,
 each after a lookup has built the id map (the delete itself; the first delete's, which builds
-it, is recorded too). `--plot PATH` draws QPS at recall 0.95 and the file's size per round.
+it, is recorded too): once as the first writes after a build's commit, once after a first
+batch of deletes and its flush. `--plot PATH` draws QPS at recall 0.95 and the file's size
+per round.
 
     python benchmarks/bench_churn.py
     python benchmarks/bench_churn.py --quick
@@ -133,15 +135,24 @@ def fresh_chassis(path: str, rows: np.ndarray, ids: np.ndarray, args) -> chassis
 def delete_timing(base: np.ndarray, n: int, args, folder: Path) -> dict[str, float]:
     """Seconds to delete `n` ids with one delete_batch, and with n delete calls (same index
     built each time), after a lookup has built the id map; and the one delete_batch's
-    seconds without that lookup first ("batch_first")."""
+    seconds without that lookup first ("batch_first"). These are the first writes after a
+    build's commit. "steady_batch" and "steady_single": the same on 3n rows after a first
+    batch of n deletes and its flush, as each round of a pipeline after the first."""
     out = {}
-    for how in ("batch_first", "batch", "single"):
-        idx = fresh_chassis(str(folder / f"delete-{how}.chassis"), base[: 2 * n], None, args)
-        ids = np.random.default_rng(0).choice(2 * n, size=n, replace=False).astype(np.uint64)
+    for how in ("batch_first", "batch", "single", "steady_batch", "steady_single"):
+        steady = how.startswith("steady")
+        rows = 3 * n if steady else 2 * n
+        idx = fresh_chassis(str(folder / f"delete-{how}.chassis"), base[:rows], None, args)
+        ids = np.random.default_rng(0).choice(rows, size=2 * n if steady else n, replace=False)
+        ids = ids.astype(np.uint64)
         if how != "batch_first":
             assert 0 in idx  # builds the id map
+        if steady:
+            assert idx.delete_batch(ids[:n]) == n
+            idx.flush()
+            ids = ids[n:]
         start = time.perf_counter()
-        if how == "single":
+        if how.endswith("single"):
             for i in ids.tolist():
                 idx.delete(i)
         else:
@@ -236,10 +247,11 @@ def main() -> None:
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="chassis-churn-") as tmp:
         folder = Path(tmp)
-        timing = delete_timing(base, min(args.delete_n, len(base) // 2), args, folder)
+        timing = delete_timing(base, min(args.delete_n, len(base) // 3), args, folder)
         log(
             f"delete {args.delete_n:,} ids: batch {timing['batch']:.4f} s, single calls "
-            f"{timing['single']:.4f} s (first batch, building the id map: {timing['batch_first']:.4f} s)"
+            f"{timing['single']:.4f} s (first batch, building the id map: {timing['batch_first']:.4f} s;"
+            f" after a batch and a flush: {timing['steady_batch']:.4f} s and {timing['steady_single']:.4f} s)"
         )
         live = rng.choice(len(base), size=n, replace=False)  # rows of `base` live, by id order
         ids = np.arange(n, dtype=np.uint64)  # their ids
@@ -337,7 +349,9 @@ def main() -> None:
     )
     print(
         f"delete {args.delete_n:,} ids: one delete_batch {timing['batch'] * 1e3:.2f} ms, "
-        f"single calls {timing['single'] * 1e3:.2f} ms ({timing['single'] / timing['batch']:.0f}x)"
+        f"single calls {timing['single'] * 1e3:.2f} ms ({timing['single'] / timing['batch']:.0f}x); "
+        f"after a batch and a flush {timing['steady_batch'] * 1e3:.2f} ms and "
+        f"{timing['steady_single'] * 1e3:.2f} ms ({timing['steady_single'] / timing['steady_batch']:.0f}x)"
     )
     print(table(headers, rows))
     versions = {e: _version(e) for e in ("chassis-index", *engines) if e != "chassis"}

@@ -74,7 +74,7 @@ RUNS: dict[str, str] = {
     "2026-12-05-bench_filters-inlined-vm.json": "docs",
     "2026-12-06-bench_speed-zen2-blocks-vm.json": "readme",
     "2026-12-06-bench_scale-peers-zen2-vm.json": "readme",
-    "2026-12-06-bench_churn-replace-minilm-zen2-vm.json": "docs",
+    "2026-12-06-bench_churn-replace-minilm-steady-zen2-vm.json": "docs",
     "2026-12-06-bench_churn-upsert-minilm-zen2-vm.json": "docs",
     "2026-12-06-bench_churn-replace-clustered-zen2-vm.json": "docs",
     "2026-12-06-bench_churn-upsert-clustered-zen2-vm.json": "docs",
@@ -614,6 +614,13 @@ def _churn_docs(run: Run) -> list[str]:
         if "batch_first" in timing
         else ""
     )
+    if "steady_batch" in timing:
+        first += (
+            f"; on {3 * args['delete_n']:,} rows after a first batch and its flush, as in every "
+            f"round after the first: {timing['steady_batch'] * 1e3:.2f} ms against "
+            f"{timing['steady_single'] * 1e3:.1f} ms "
+            f"({timing['steady_single'] / timing['steady_batch']:.0f}x)"
+        )
     out = [""]
     out += _wrap(
         f"{data}, {live:,} live rows, {churn}; QPS at recall@10 = 0.95 on one thread beside a "
