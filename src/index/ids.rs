@@ -103,11 +103,8 @@ impl Index {
     }
 
     pub(super) fn slot_of(&self, snap: &Snap, id: u64) -> Option<u32> {
-        let holds = |s: &u32| (*s as u64) < snap.slots && snap.live_id(*s) == Some(id);
-        // Then, in a kept snapshot, its rows deleted since (the map has let them go, or has
-        // the id's new row).
-        (self.with_ids(snap, |m| m.get(id)).filter(holds))
-            .or_else(|| snap.deleted_after()?.slot_of(id).filter(holds))
+        self.with_ids(snap, |m| mapped_slot(snap, m, id))
+            .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
     }
 
     pub fn contains(&self, id: u64) -> Result<bool> {
@@ -265,6 +262,18 @@ pub(super) fn check_ids(ids: &[u64], n: usize) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Where `snap` has `id`, as the map `m` says, unchecked (the caller checks the slot holds it,
+/// or passes it to a search that does). In a kept snapshot, the map's slot only if it holds
+/// the id there, else its row deleted since (the map has let it go, or has the id's new row).
+pub(super) fn mapped_slot(snap: &Snap, m: &SlotsById, id: u64) -> Option<u32> {
+    match snap.deleted_after() {
+        None => m.get(id),
+        Some(k) => (m.get(id))
+            .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
+            .or_else(|| k.slot_of(id)),
+    }
 }
 
 #[cfg(test)]

@@ -235,16 +235,8 @@ impl Index {
     /// `f` in slots of `snap`, made here: a batch's per-query filters, each met once, would
     /// only push the kept ones out of the cache and wait on each other for its lock.
     fn make_slot_filter(&self, snap: &Snap, f: &Filter) -> SlotFilter {
-        let after = snap.deleted_after();
         self.with_ids(snap, |m| {
-            // As in `slot_of`: the map's slot if it holds the id here, else a kept snapshot's
-            // row deleted since.
-            let slot = |id| match after {
-                None => m.get(id),
-                Some(k) => (m.get(id))
-                    .filter(|&s| (s as u64) < snap.slots && snap.live_id(s) == Some(id))
-                    .or_else(|| k.slot_of(id)),
-            };
+            let slot = |id| ids::mapped_slot(snap, m, id);
             let set = |ids: &Ids| SlotSet::new(ids.iter().filter_map(slot), ids.len(), snap.slots);
             SlotFilter::new(f.allowed.as_ref().map(set), set(&f.excluded))
         })
