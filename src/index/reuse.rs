@@ -159,7 +159,7 @@ impl Index {
         st: &Storage,
         slot: u32,
         old: u64,
-        behind: &mut HashMap<u64, bool>,
+        behind: &mut FastMap<u64, bool>,
     ) -> u64 {
         let next = w.committed.seq + 1;
         match format::read_marker(old, slot) {

@@ -692,10 +692,18 @@ impl Index {
         // an id given twice leaves it once (the batch-delete record). Kept snapshots are told
         // before the map lets go of their rows (a lookup of theirs tries the map first).
         let gone: Vec<(u32, u64, u64)> = self.with_ids_mut(snap, |m| {
-            let mut gone = Vec::with_capacity(ids.len());
-            for &id in ids {
-                let Some(s) = m.get(id) else { continue };
-                if (s as u64) < snap.slots && snap.live_id(s) == Some(id) {
+            // The slots first, then their headers, each fetched `AHEAD` reads early: a batch's
+            // headers are random reads, and waiting for each was most of a delete's time.
+            const AHEAD: usize = 16;
+            let found: Vec<(u32, u64)> = (ids.iter())
+                .filter_map(|&id| m.get(id).filter(|&s| (s as u64) < snap.slots).map(|s| (s, id)))
+                .collect();
+            let mut gone = Vec::with_capacity(found.len());
+            for (i, &(s, id)) in found.iter().enumerate() {
+                if let Some(&(next, _)) = found.get(i + AHEAD) {
+                    crate::cpu::prefetch(st.header(next).as_ptr().cast(), 1, true);
+                }
+                if snap.live_id(s) == Some(id) {
                     gone.push((s, st.header(s)[2].load(Acquire), id));
                 }
             }
@@ -715,7 +723,7 @@ impl Index {
             self.filters.lock().clear();
             return Err(e);
         }
-        let mut behind = HashMap::new();
+        let mut behind = FastMap::default();
         for &(s, old, _) in &gone {
             st.header(s)[2].store(self.delete_word(w, st, s, old, &mut behind), Release);
         }
