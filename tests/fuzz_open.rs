@@ -222,14 +222,13 @@ fn regressions_stay_fixed() {
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&kept)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "chassis"))
-                .collect()
-        })
-        .unwrap_or_default();
+        .expect("tests/data/fuzz-regressions")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "chassis"))
+        .collect();
     files.sort();
+    assert!(!files.is_empty(), "no inputs in {}: the test would check nothing", kept.display());
     for path in &files {
         let file = dir.path().join("input.chassis");
         for mode in ["read", "write"] {

@@ -435,3 +435,26 @@ fn reader_follows_flushes() {
         .all(|h| h.id < 10));
     assert_eq!(r.get(4999).unwrap().unwrap(), data[4999 * d..].to_vec());
 }
+
+#[test]
+fn offsets_and_references_past_the_end_are_refused_not_wrapped() {
+    // A file offset near u64::MAX, whose sum with a length wraps, and a heap reference asked
+    // for layer 0 (whose layer - 1 wraps): each is outside everything mapped. Oracle: an
+    // error or `None`, never bytes from somewhere else (the checks are sums that do not wrap).
+    let d = 8;
+    let data = rand_vecs(64, d, 3);
+    let dir = tempfile::tempdir().unwrap();
+    let file = Index::open(&dir.path().join("a.chassis"), Some(d), None, Mode::Write).unwrap();
+    let mem = Index::memory(d, None).unwrap();
+    for idx in [&file, &mem] {
+        idx.add_batch(&data, 64, None, None, &Control::default()).unwrap();
+        let st = idx.snap().st.clone();
+        let mut buf = [0u8; 16];
+        for off in [u64::MAX - 7, u64::MAX - 15, u64::MAX] {
+            assert!(st.read_written(&mut buf, off).is_err(), "offset {off}");
+            assert!(st.read_at(&mut buf, off).is_err(), "offset {off}");
+        }
+        assert!(st.upper_checked(chassis::format::heap_ref(0, 0), 0).is_none());
+        assert!(st.upper_checked(u64::MAX, 1).is_none());
+    }
+}

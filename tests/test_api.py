@@ -21,6 +21,7 @@ import chassis
 import numpy as np
 import pytest
 from chassis import (
+    ArgumentTypeError,
     ChassisError,
     DimensionMismatchError,
     IdInUseError,
@@ -503,6 +504,9 @@ def test_unknown_option_names_the_valid_ones():
         {"metric": ""},
         {"precision": "double"},
         {"precision": "quarter"},
+        # Past any int the core reads: refused as out of range, not an OverflowError.
+        {"ef_search": 2**70},
+        {"max_connections": 2**64},
     ],
     ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()),
 )
@@ -521,6 +525,16 @@ def test_invalid_option_values_are_refused_by_validate_and_on_use(kwargs, tmp_pa
             check()
         assert isinstance(e.value, ValueError)
     assert not path.exists()
+
+
+def test_integer_options_take_numpy_integers_and_refuse_bools():
+    o = IndexOptions(max_connections=np.int64(8), ef_search=np.uint16(60))
+    assert (o.max_connections, o.ef_search) == (8, 60)
+    assert type(o.max_connections) is int  # made a Python int once, on purpose
+    with VectorIndex(None, 4, o) as index:
+        assert (index.options.max_connections, index.options.ef_search) == (8, 60)
+    with pytest.raises(ArgumentTypeError):
+        IndexOptions(ef_search=True).validate()
 
 
 def test_invalid_metric_message_names_the_value():
@@ -581,6 +595,8 @@ def test_search_result_behaviour():
     assert r != SearchResult(3, 0.25)
     assert hash(r) == hash(SearchResult(3, 0.5))
     assert len({r, SearchResult(3, 0.5), SearchResult(4, 1.0)}) == 2
+    # Equal to its tuple, so hashed as it (Python's rule for objects that compare equal).
+    assert hash(r) == hash((3, 0.5)) and (3, 0.5) in {r} and r in {(3, 0.5)}
     assert "3" in repr(r) and "0.5" in repr(r)
     big = SearchResult(MAX_ID, 1.0)
     assert big.id == MAX_ID

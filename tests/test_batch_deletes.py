@@ -6,7 +6,6 @@ fresh process after a flush, and after a child killed (SIGKILL) with deletes not
 
 from __future__ import annotations
 
-import os
 import signal
 
 import chassis
@@ -139,9 +138,37 @@ def test_readers_refuse_batch_writes(filled, index_path):
     assert len(idx) == N
 
 
-def test_delete_batch_refuses_ids_no_index_can_hold(filled):
+@pytest.mark.parametrize(
+    "ids",
+    [[1, -3], [1, 2**64 - 1], [1, 2**64], np.array([1, -3])],
+    ids=["negative", "reserved", "past_u64", "negative_array"],
+)
+def test_delete_batch_refuses_ids_no_index_can_hold(filled, index_path, ids):
+    # Oracle: the file reopened in a fresh process after a flush still holds every row.
     idx, _ = filled
     with pytest.raises(chassis.InvalidArgumentError):
-        idx.delete_batch([1, -3])
-    assert len(idx) == N
-    assert os.path.exists(idx.path)
+        idx.delete_batch(ids)
+    assert len(idx) == N and 1 in idx and idx.deleted_count() == 0
+    idx.flush()
+    proc = run_python(
+        "import chassis, sys; r = chassis.IndexReader(sys.argv[1]); print(len(r), 1 in r)",
+        index_path,
+    )
+    assert_child_ok(proc, "reopen")
+    assert proc.stdout.split() == [str(N), "True"]
+
+
+@pytest.mark.parametrize(
+    "ids", [[True, 3], (3, np.True_), {True, 3}], ids=["list", "tuple_numpy_bool", "set"]
+)
+def test_a_boolean_among_the_ids_is_refused_not_read_as_one(filled, ids):
+    # NumPy would read [True, 3] as [1, 3]: id 1 deleted, which the caller never named.
+    # Oracle: id 1 still there, and nothing deleted.
+    idx, _ = filled
+    with pytest.raises(chassis.ArgumentTypeError, match="a boolean") as e:
+        idx.delete_batch(ids)
+    assert isinstance(e.value, TypeError)
+    assert 1 in idx and 3 in idx and idx.deleted_count() == 0
+    with pytest.raises(chassis.ArgumentTypeError):
+        idx.upsert(vecs(2, D), [True, 3])
+    assert idx.deleted_count() == 0

@@ -160,11 +160,18 @@ def test_consolidation_is_durable_at_flush_and_undone_by_rollback(filled, index_
 
 
 def test_readers_refuse_to_consolidate(filled, index_path):
+    # Oracles: the file's bytes before and after the refused call, and the writer, which still
+    # finds the deletes to consolidate.
+    idx, _ = filled
+    assert idx.delete_batch(np.arange(0, N, 7)) > 0
+    idx.flush()
+    before = Path(index_path).read_bytes()
     reader = chassis.VectorIndex(index_path, read_only=True)
     with pytest.raises(chassis.ReadOnlyError):
         reader.consolidate()
-    assert reader.unconsolidated_count() == 0
     reader.close()
+    assert Path(index_path).read_bytes() == before
+    assert idx.consolidate() > 0
 
 
 CHILD = r"""

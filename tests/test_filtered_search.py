@@ -14,7 +14,14 @@ import types
 import chassis
 import numpy as np
 import pytest
-from conftest import assert_child_ok, brute_force_knn, clustered_data, recall_at_k, run_python
+from conftest import (
+    NO_ID,
+    assert_child_ok,
+    brute_force_knn,
+    clustered_data,
+    recall_at_k,
+    run_python,
+)
 
 STORAGES = {
     "full": {},
@@ -145,15 +152,44 @@ def test_a_mask_of_every_id_is_no_filter(big):
 
 
 def test_per_query_filters_in_a_batch_answer_as_one_search_each(big):
-    """Oracle: each query searched alone with its own filter (same plan, same answer)."""
+    """Oracles: each query searched alone with its own filter (same plan, same answer), and
+    the brute force over each query's allowed rows (every result allowed; the scans exact)."""
     idx, data, queries = big
     rng = np.random.default_rng(9)
     shares = [0.001, 0.05, 0.2, 0.7] * (len(queries) // 4)
     masks = [rng.random(len(data)) < s for s in shares]
     ids, dists = idx.search_batch(queries[: len(masks)], 10, allowed=masks, ef=32)
+    ids = np.asarray(ids)
     for i, mask in enumerate(masks):
         alone = idx.search(queries[i], 10, allowed=mask, ef=32)
-        assert [h.id for h in alone] == np.asarray(ids)[i][: len(alone)].tolist(), i
+        assert [h.id for h in alone] == ids[i][: len(alone)].tolist(), i
+        rows = np.flatnonzero(mask)
+        truth, _ = brute_force_knn(data[rows], queries[i : i + 1], 10, "euclidean", ids=rows)
+        found = ids[i][ids[i] != NO_ID].astype(np.int64)
+        assert len(found) == min(10, len(rows)) and mask[found].all(), i
+        if shares[i] == 0.001:  # 40 rows: the scan, exact
+            assert sorted(found.tolist()) == sorted(truth[0][: len(found)].tolist()), i
+    # Every query's recall against its own brute force, together.
+    truths = [
+        brute_force_knn(
+            data[np.flatnonzero(m)], queries[i : i + 1], 10, "euclidean", ids=np.flatnonzero(m)
+        )[0][0]
+        for i, m in enumerate(masks)
+    ]
+    assert recall_at_k(ids, np.asarray(truths)) >= 0.9
+
+
+def test_a_list_of_booleans_is_a_mask(big):
+    """A Python list (or tuple) of bools filters as the same NumPy mask does (oracle), and
+    a list mixing bools and ints is refused rather than read as ints."""
+    idx, data, queries = big
+    mask = np.random.default_rng(3).random(len(data)) < 0.01
+    want = idx.search_batch(queries, 10, allowed=mask, ef=16)
+    for given in (mask.tolist(), tuple(mask.tolist())):
+        got = idx.search_batch(queries, 10, allowed=given, ef=16)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    with pytest.raises(chassis.ArgumentTypeError, match="a boolean"):
+        idx.search(queries[0], 10, allowed=[True, 3])
 
 
 def test_per_query_filters_as_a_sparse_matrix_answer_as_a_list_of_them(big):

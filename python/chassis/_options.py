@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 from typing import Any
 
 from chassis import _chassis
@@ -213,12 +214,25 @@ class IndexOptions:
         """
         for name in ("max_connections", "ef_construction", "ef_search"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
+            # Any integer type (NumPy's too, as `k` takes them), never a bool.
+            try:
+                n = None if isinstance(v, bool) else operator.index(v)
+            except TypeError:
+                n = None
+            if n is None:
                 raise _fail(
                     _chassis.ArgumentTypeError,
                     f"{name}={v!r} is not an int",
                     f"pass an int for {name}",
                 )
+            if not -(2**63) <= n < 2**63:
+                # Past any range the core checks (and past what it could read as a number).
+                raise _fail(
+                    _chassis.InvalidArgumentError,
+                    f"{name}={n} is out of range",
+                    f"pass a smaller {name}",
+                )
+            setattr(self, name, n)
         for name, table in (("metric", _METRICS), ("precision", _PRECISIONS)):
             v = getattr(self, name)
             if not isinstance(v, str):

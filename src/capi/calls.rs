@@ -221,6 +221,18 @@ pub extern "C" fn chassis_status_name(status: i32) -> *const c_char {
     s.as_ptr() as *const c_char
 }
 
+/// A struct's `size` given to its `_init`: room for the size field at least, checked before
+/// anything is written (the caller owns only `size` bytes).
+fn init_size<T: Versioned>(size: usize, what: &str) -> Result<()> {
+    if size < size_of::<usize>() {
+        return Err(Error::invalid(
+            format!("{what}: size {size} is too small for a struct"),
+            format!("pass sizeof({})", T::WHAT),
+        ));
+    }
+    Ok(())
+}
+
 /// Fill `options` (of `size` bytes, `sizeof(chassis_options)`) with the defaults.
 ///
 /// # Safety
@@ -228,8 +240,10 @@ pub extern "C" fn chassis_status_name(status: i32) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn chassis_options_init(options: *mut COptions, size: usize) -> i32 {
     guard(|| {
-        // SAFETY: `options` holds `size` writable bytes (the caller's promise); its size
-        // field is set first so that `write_sized` writes just those.
+        init_size::<COptions>(size, "options")?;
+        // SAFETY: `options` holds `size` writable bytes (the caller's promise), at least its
+        // size field (checked above); that field is set first so that `write_sized` writes
+        // just those bytes.
         unsafe {
             *out(options as *mut usize, "options")? = size;
             write_sized(options, &COptions::defaults(), "options")
@@ -247,6 +261,7 @@ pub unsafe extern "C" fn chassis_search_params_init(
     size: usize,
 ) -> i32 {
     guard(|| {
+        init_size::<CSearchParams>(size, "params")?;
         // SAFETY: as in chassis_options_init.
         unsafe {
             *out(params as *mut usize, "params")? = size;

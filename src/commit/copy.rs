@@ -151,7 +151,11 @@ pub fn copy_commit(st: &Storage, h: &Header, tmp: &Path, ctl: &Control) -> Resul
 /// order, are cut into one contiguous stretch per thread of the pool and each thread reads its
 /// own (first touch places each stretch on its thread's node). Otherwise this thread reads all.
 /// Cancellable between 8 MiB pieces.
-pub fn copy_ranges(
+///
+/// # Safety
+/// `mem` belongs to an index being loaded: nothing else reads or writes it meanwhile, and
+/// `ranges` do not overlap (each thread's stretch is its own).
+pub unsafe fn copy_ranges(
     mem: &Storage,
     file: &File,
     path: &Path,
@@ -173,7 +177,9 @@ pub fn copy_ranges(
                         return Err(Error::interrupted());
                     }
                     let n = (b - at).min(PIECE);
-                    mem.fill_from(file, path, off + (at - pos), n as usize)?;
+                    // SAFETY: this stretch is this thread's alone, in a store nobody else
+                    // sees (the function's contract).
+                    unsafe { mem.fill_from(file, path, off + (at - pos), n as usize)? };
                     ctl.done.fetch_add(n, Relaxed);
                     at += n;
                 }

@@ -529,13 +529,6 @@ impl<'a> Graph<'a> {
         self
     }
 
-    /// This graph with another kernel for the same stored rows, whose queries hold `qlen`
-    /// f32 slots (for measuring kernels; the kernel must fit what `vector_ptr` points to).
-    pub fn with_kernel(mut self, one: Kernel, four: Kernel4, qlen: usize) -> Self {
-        (self.kernel, self.kernel4, self.qlen) = (one, four, qlen);
-        self
-    }
-
     /// A slot's vector as this graph reads it (the copy's row, or the stored vector).
     #[inline(always)]
     fn vector_ptr(&self, slot: u32) -> *const u8 {

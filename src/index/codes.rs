@@ -118,7 +118,9 @@ impl Index {
                     &mut b.codes,
                 );
                 clipped.fetch_add(c as u64, Relaxed);
-                st.write_code(s, &b.codes);
+                // SAFETY: training, under the writer lock: no snapshot in use walks the codes
+                // yet, and each slot is written by one thread of this loop.
+                unsafe { st.write_code(s, &b.codes) };
             },
         );
         if ctl.cancelled() {

@@ -514,13 +514,18 @@ impl Index {
             let ranges = copy::commit_ranges(&mem, &h);
             let balanced = eff.placement == Placement::Balanced && h.slots as usize >= BALANCED_MIN;
             with_threads(threads, || {
-                copy::copy_ranges(&mem, &file, path, &ranges, balanced, ctl)
+                // SAFETY: `mem` was made just above and nothing else holds it yet; a
+                // commit's ranges do not overlap.
+                unsafe { copy::copy_ranges(&mem, &file, path, &ranges, balanced, ctl) }
             })??;
             let records = UndoLog::read(path, h.seq)?;
             if Self::newest_seq_on_disk(&snap.st) != h.seq {
                 continue; // a flush ran meanwhile: the log may be gone; copy again
             }
-            copy::apply_records(&mem, &h, &records, |bytes, at| mem.write_at(bytes, at))?;
+            // SAFETY: `mem` is still this call's alone, and the records are applied one at a time.
+            copy::apply_records(&mem, &h, &records, |bytes, at| unsafe {
+                mem.write_at(bytes, at)
+            })?;
             return Ok(Self::assemble(
                 Path::new(""),
                 eff,

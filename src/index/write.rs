@@ -450,12 +450,15 @@ impl Index {
                 Rows::Values(data) => self.encode(&data[i * d..(i + 1) * d], &mut bufs.bytes),
                 Rows::Stored(b) => &b[i * vb..(i + 1) * vb],
             };
-            st.write_vector(slot, bytes);
+            // SAFETY: the batch's slots are reserved and not published, and each row `j` is
+            // written by one thread.
+            unsafe { st.write_vector(slot, bytes) };
             if let (Some(q), false) = (&plan.snap.quant, codes_only) {
                 let c =
                     encode_stored(q, bytes, self.precision(), &mut bufs.values, &mut bufs.codes);
                 clipped.fetch_add(c as u64, Relaxed);
-                st.write_code(slot, &bufs.codes);
+                // SAFETY: as for the vector just above.
+                unsafe { st.write_code(slot, &bufs.codes) };
             }
             let (id, upper) = (plan.ids[i], room.uppers[j]);
             let vcrc = format::vector_crc(bytes);

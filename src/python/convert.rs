@@ -174,6 +174,27 @@ fn set_ids<'py>(n: usize, items: impl Iterator<Item = Bound<'py, PyAny>>) -> Opt
     Some(out)
 }
 
+/// The first boolean (Python's or NumPy's) of a list or tuple, with its position.
+fn bool_item<'py>(
+    seq: &Bound<'py, PyAny>,
+    np: &Bound<'py, PyAny>,
+) -> PyResult<Option<(usize, Bound<'py, PyAny>)>> {
+    let items = if let Ok(l) = seq.cast::<pyo3::types::PyList>() {
+        l.iter().collect::<Vec<_>>()
+    } else if let Ok(t) = seq.cast::<pyo3::types::PyTuple>() {
+        t.iter().collect()
+    } else {
+        return Ok(None);
+    };
+    let np_bool = np.getattr("bool_")?;
+    for (i, item) in items.into_iter().enumerate() {
+        if item.is_instance_of::<PyBool>() || item.is_instance(&np_bool)? {
+            return Ok(Some((i, item)));
+        }
+    }
+    Ok(None)
+}
+
 /// Ids for a batch: any sequence or array of non-negative integers.
 pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     let py = obj.py();
@@ -211,6 +232,17 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
             format!("ids have shape {:?}; expected one axis", u.shape()),
             "pass one id per vector",
         ));
+    }
+    // NumPy reads a list mixing booleans and ints as ints (`[True, 3]` as `[1, 3]`): an id
+    // 1 the caller never wrote. Such a list is refused, as a boolean id alone is.
+    if matches!(u.dtype().kind(), b'u' | b'i') {
+        if let Some((i, item)) = bool_item(&seq, np)? {
+            return Err(type_error(
+                py,
+                format!("ids include {} (position {i}), a boolean", item.repr()?),
+                "pass integer ids only",
+            ));
+        }
     }
     match u.dtype().kind() {
         b'u' => {}
@@ -274,6 +306,20 @@ pub fn ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 /// (`mask[id]` true: the id is in the set), copied as it is (a contiguous one in one copy of
 /// its bytes; see `Ids`).
 pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Ids> {
+    // A list or tuple of booleans is a mask too, as its array is (one whose first item is a
+    // boolean is read as an array once; a list of ints is not converted twice).
+    let listed =
+        obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<pyo3::types::PyTuple>();
+    let np = numpy(obj.py())?;
+    if listed && obj.len()? > 0 && {
+        let first = obj.get_item(0)?;
+        first.is_instance_of::<PyBool>() || first.is_instance(&np.getattr("bool_")?)?
+    } {
+        let a = np.call_method1("asarray", (obj,))?;
+        if a.cast::<PyUntypedArray>().is_ok_and(|u| u.dtype().kind() == b'b') {
+            return filter_ids_arg(&a);
+        }
+    }
     if let Ok(u) = obj.cast::<PyUntypedArray>() {
         if u.dtype().kind() == b'b' {
             if u.ndim() != 1 {

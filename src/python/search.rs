@@ -71,8 +71,13 @@ impl SearchResult {
             .map(|(i, d)| i == self.id && d == self.distance)
             .unwrap_or(false)
     }
-    fn __hash__(&self) -> u64 {
-        self.id ^ self.distance.to_bits().rotate_left(17)
+    /// The hash of the tuple `(id, distance)`, which compares equal to it.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        PyTuple::new(
+            py,
+            [self.id.into_pyobject(py)?.into_any(), self.distance.into_pyobject(py)?.into_any()],
+        )?
+        .hash()
     }
 }
 

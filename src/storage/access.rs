@@ -77,12 +77,17 @@ impl Storage {
         unsafe { std::slice::from_raw_parts(self.code_ptr(slot), self.geo.code_len) }
     }
 
-    /// Write a slot's codes: an unpublished slot, or any slot while no snapshot in use walks
-    /// the codes (training; see `code_bytes`). Not for a codes-only index, whose codes are its
-    /// vectors (`write_vector`).
-    pub fn write_code(&self, slot: u32, codes: &[u8]) {
+    /// Write a slot's codes. Not for a codes-only index, whose codes are its vectors
+    /// (`write_vector`).
+    ///
+    /// # Safety
+    /// Nothing reads or writes the slot's codes meanwhile, and no `&[u8]` of them
+    /// (`code_bytes`) is alive: the slot is not published yet, or no snapshot in use walks the
+    /// codes (training).
+    pub unsafe fn write_code(&self, slot: u32, codes: &[u8]) {
         assert!(self.writable && codes.len() == self.geo.code_len && self.geo.code_stride > 0);
-        // SAFETY: writable mapping, in bounds; nobody reads these bytes meanwhile (above).
+        // SAFETY: writable mapping, in bounds (`code_ptr` checks the slot); nothing reads these
+        // bytes meanwhile (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 codes.as_ptr(),
@@ -92,11 +97,15 @@ impl Storage {
         }
     }
 
-    /// Write a slot's vector. Only for unpublished slots (see `vector_bytes`).
-    pub fn write_vector(&self, slot: u32, bytes: &[u8]) {
+    /// Write a slot's vector.
+    ///
+    /// # Safety
+    /// The slot is not published: nothing reads or writes its vector meanwhile, and no
+    /// `&[u8]` of it (`vector_bytes`) is alive.
+    pub unsafe fn write_vector(&self, slot: u32, bytes: &[u8]) {
         assert!(self.writable && bytes.len() == self.geo.vec_bytes);
-        // SAFETY: writable mapping, in bounds; the slot is not yet published so nobody in this
-        // process reads it concurrently.
+        // SAFETY: writable mapping, in bounds (`vector_ptr` checks the slot); nobody reads the
+        // slot meanwhile (the caller's contract).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
@@ -141,13 +150,15 @@ impl Storage {
     #[inline(always)]
     pub fn upper_checked(&self, r: u64, layer: usize) -> Option<&[AtomicU32]> {
         let (chunk, off) = format::heap_ref_parts(r);
-        let words = self.geo.upper_words;
-        let start = off + ((layer - 1) * words * 4) as u64;
+        let bytes = (self.geo.upper_words * 4) as u64;
+        // Checked sums: a damaged reference or layer 0 is outside the heap, not a wrap.
+        let start = off.checked_add((layer.checked_sub(1)? as u64).checked_mul(bytes)?)?;
         let h = self.heaps.get(chunk)?.get()?;
-        if start + (words * 4) as u64 > h.len || !start.is_multiple_of(4) {
+        if start.checked_add(bytes)? > h.len || !start.is_multiple_of(4) {
             return None;
         }
-        // SAFETY: bounds and alignment checked just above.
+        let words = self.geo.upper_words;
+        // SAFETY: bounds (without overflow) and alignment checked just above.
         Some(unsafe {
             std::slice::from_raw_parts(
                 h.map.as_ptr().add(start as usize) as *const AtomicU32,

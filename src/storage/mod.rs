@@ -146,7 +146,9 @@ struct Alloc {
 // mutation only happens through atomics (lists, slot headers) or to slots not yet published.
 // Mappings are only added (never removed) while the Storage lives.
 unsafe impl Send for Storage {}
-// SAFETY: as for Send: shared references only read plain bytes or use atomics.
+// SAFETY: as for Send: shared references read plain bytes or use atomics; the few writes of
+// plain bytes through `&self` (`write_vector`, `write_code`, `fill_from`, `write_at`) are
+// `unsafe fn`s whose callers promise that nothing else touches those bytes meanwhile.
 unsafe impl Sync for Storage {}
 
 impl Storage {

@@ -330,7 +330,11 @@ impl Storage {
                 RegionKind::Heap => heap += 1,
                 RegionKind::Quantizer => {}
             }
-            if offset >= r.offset && offset + len as u64 <= r.offset + r.len {
+            // Without a sum that could wrap: an offset near u64::MAX is outside every region.
+            let inside = offset >= r.offset
+                && len as u64 <= r.len
+                && offset - r.offset <= r.len - len as u64;
+            if inside {
                 let base = match r.kind {
                     RegionKind::Segment => self.segments[k].get()?.map.as_ptr(),
                     RegionKind::Heap => self.heaps[k].get()?.map.as_ptr(),
@@ -383,24 +387,38 @@ impl Storage {
     /// Fill an in-memory store's bytes at a file offset from `file` (loading an index into
     /// memory): pread straight into the store, so the thread that calls this is the one whose
     /// first touch places the pages (the NUMA note's balanced placement).
-    pub fn fill_from(&self, file: &File, path: &Path, offset: u64, len: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// Nothing else reads or writes these bytes meanwhile: the store belongs to an index being
+    /// loaded, which nobody else can see yet, and the ranges of concurrent calls are disjoint.
+    pub unsafe fn fill_from(
+        &self,
+        file: &File,
+        path: &Path,
+        offset: u64,
+        len: usize,
+    ) -> Result<()> {
         assert!(self.is_memory());
         let p = self.region_bytes(offset, len).ok_or_else(|| {
             Error::corrupt(format!("{}: offset {offset} is outside the index", path.display()))
         })?;
-        // SAFETY: `p..p+len` lies inside a store of an index nobody else can see yet (it is
-        // being loaded), and stores of distinct calls do not overlap.
+        // SAFETY: `p..p+len` lies inside a mapped store (`region_bytes`); nothing else touches
+        // it meanwhile (the caller's contract).
         let dst = unsafe { std::slice::from_raw_parts_mut(p, len) };
         os::read_exact_at(file, dst, offset).map_err(|e| Error::io(e, "reading", path))
     }
 
     /// Write bytes at a file offset of an in-memory store (patching a loaded copy).
-    pub fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
+    ///
+    /// # Safety
+    /// As `fill_from`: nothing else reads or writes these bytes meanwhile.
+    pub unsafe fn write_at(&self, bytes: &[u8], offset: u64) -> Result<()> {
         assert!(self.is_memory());
         let p = self
             .region_bytes(offset, bytes.len())
             .ok_or_else(|| Error::corrupt(format!("offset {offset} is outside the index")))?;
-        // SAFETY: as in `fill_from`.
+        // SAFETY: inside a mapped store (`region_bytes`); nothing else touches it (the caller's
+        // contract).
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
         Ok(())
     }

@@ -67,6 +67,8 @@ impl Storage {
     /// writer calls it, for a batch of at least `SHADOW_MIN` rows of a file on Linux; with no
     /// memory for it, the lists are written in place (and the guard does nothing).
     pub fn shadow_lists(&self, from: u64, to: u64) -> ShadowLists<'_> {
+        // The range is one word, start and count in 32 bits each (`shadow_l0` trusts it).
+        assert!(from <= to && to <= u64::from(u32::MAX), "slots {from}..{to} for a shadow");
         let n = to - from;
         if !cfg!(target_os = "linux") || self.is_memory() || n < SHADOW_MIN || !enabled() {
             return ShadowLists(None);

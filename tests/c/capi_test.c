@@ -305,6 +305,14 @@ static int everything(const char *dir) {
     EXPECT(o.max_connections == 16 && o.ef_construction == 200 && o.ef_search == 50);
     EXPECT(o.huge_pages == CHASSIS_HUGE_PAGES_AUTO && o.warm == 0);
     STATUS(CHASSIS_INVALID_ARGUMENT, chassis_options_init(NULL, sizeof o));
+    {
+        /* A size too small for the size field: refused before a byte is written. */
+        uint64_t four[2] = {0xabababababababab, 0xabababababababab};
+        STATUS(CHASSIS_INVALID_ARGUMENT, chassis_options_init((chassis_options *)(void *)four, 4));
+        STATUS(CHASSIS_INVALID_ARGUMENT,
+               chassis_search_params_init((chassis_search_params *)(void *)four, 4));
+        EXPECT(four[0] == 0xabababababababab && four[1] == 0xabababababababab);
+    }
     STATUS(CHASSIS_INVALID_ARGUMENT, chassis_get_cpu_info(NULL));
 
     /* Create, add a batch, flush */

@@ -115,10 +115,11 @@ pymethods_with_reads!(
     ) -> PyResult<VectorIndex> {
         let (p, fspath) = path_arg(py, path)?;
         let opts = options_from(py, options)?;
+        // Checked either way: a bad count is refused whether or not it would be used.
+        let threads = opt_count(threads, "threads", 1024)?;
         if !in_memory {
             return Self::open_file(py, &p, fspath, None, opts, Mode::Write);
         }
-        let threads = opt_count(threads, "threads", 1024)?;
         Self::load_into_memory(py, &p, opts, threads, progress)
     }
 
