@@ -11,6 +11,7 @@ test_api_inputs.py.
 
 from __future__ import annotations
 
+import errno
 import gc
 import io
 import os
@@ -186,6 +187,11 @@ def test_contains(index_path):
         assert -1 not in index
         assert NO_ID not in index
         assert np.uint64(42) in index
+        # As for a set of ints: what is not an integer is not in it (no error).
+        for other in ("42", 42.5, None, b"42", [42]):
+            assert other not in index, other
+    with pytest.raises(IndexClosedError):
+        42 in index  # noqa: B015 (the check is the raise)
 
 
 def test_numpy_integer_ids_are_accepted(index_path):
@@ -627,6 +633,8 @@ def test_missing_file_with_dimensions_none_is_index_not_found(index_path):
     with pytest.raises(IndexNotFoundError) as e:
         VectorIndex(index_path)
     assert isinstance(e.value, FileNotFoundError)
+    assert e.value.errno == errno.ENOENT  # as open() would say; the message stays ours
+    assert str(e.value).startswith("no index at ")
     assert_has_help(e.value)
     assert not os.path.exists(index_path)
 

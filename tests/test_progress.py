@@ -124,3 +124,25 @@ for name in "bc":
     assert proc.returncode == 0, proc.stderr
     assert "b 3000" in proc.stdout and "c 3000" in proc.stdout, proc.stdout
     assert "backing up: 100%" in proc.stderr and "saving: 100%" in proc.stderr, proc.stderr
+
+
+def test_train_counts_the_stored_vectors_it_encodes():
+    """`train(progress=True)` counts the stored vectors it encodes (the oracle: its bar's total
+    is the index's rows, and it reaches 100%), and the codes are walked afterwards."""
+    proc = run_python(
+        """
+import sys
+sys.modules["tqdm"] = None
+import numpy as np
+import chassis
+base = np.random.default_rng(0).random((2500, 16), dtype=np.float32)
+with chassis.VectorIndex(None, 16, chassis.IndexOptions(quantization="int8")) as index:
+    index.add_batch(base[:700])
+    assert not index.trained
+    index.train(base[:300], progress=True)
+    print("trained", index.trained)
+"""
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "trained True" in proc.stdout, proc.stdout
+    assert "training: 700/700" in proc.stderr and "(100%" in proc.stderr, proc.stderr

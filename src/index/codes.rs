@@ -121,6 +121,7 @@ impl Index {
                 // SAFETY: training, under the writer lock: no snapshot in use walks the codes
                 // yet, and each slot is written by one thread of this loop.
                 unsafe { st.write_code(s, &b.codes) };
+                ctl.done.fetch_add(1, Relaxed);
             },
         );
         if ctl.cancelled() {

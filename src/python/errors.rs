@@ -112,6 +112,21 @@ pub fn to_py(e: Error) -> PyErr {
     })
 }
 
+/// `to_py` for an error opening a file: a missing file's `IndexNotFoundError` also gets
+/// `errno` ENOENT, as Python's own `FileNotFoundError` has it. Set as an attribute, so that
+/// the message reads as `to_py`'s (`filename` would make `str()` Python's "[Errno 2] ...",
+/// without the message; the message names the path).
+pub fn to_py_open(py: Python<'_>, e: Error) -> PyErr {
+    let missing = e.kind == ErrorKind::IndexNotFound && e.errno.is_none();
+    let err = to_py(e);
+    if missing {
+        if let Ok(n) = py.import("errno").and_then(|m| m.getattr("ENOENT")) {
+            let _ = err.value(py).setattr("errno", n);
+        }
+    }
+    err
+}
+
 /// An error of a class that exists only on the Python side (ArgumentTypeError).
 pub fn named(py: Python<'_>, name: &str, message: String, help: &str) -> PyErr {
     let msg = format!("{message}\nhelp: {help}");

@@ -141,8 +141,12 @@ macro_rules! pymethods_with_reads {
                 py: ::pyo3::Python<'_>,
                 id: &::pyo3::Bound<'_, ::pyo3::PyAny>,
             ) -> ::pyo3::PyResult<bool> {
-                let id = $crate::python::convert::int_arg(id, "id")?;
-                self.view()?.contains(py, id)
+                let view = self.view()?;
+                // As for a set of ints: anything that is not an integer is not in it.
+                match $crate::python::convert::int_arg(id, "id") {
+                    Ok(id) => view.contains(py, id),
+                    Err(_) => Ok(false),
+                }
             }
 
             fn __len__(&self, py: ::pyo3::Python<'_>) -> ::pyo3::PyResult<usize> {

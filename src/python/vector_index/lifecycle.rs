@@ -77,7 +77,8 @@ impl VectorIndex {
         opts: Option<Options>,
         mode: Mode,
     ) -> PyResult<Self> {
-        let idx = py.detach(|| Index::open(path, dims, opts.as_ref(), mode)).map_err(to_py)?;
+        let idx = (py.detach(|| Index::open(path, dims, opts.as_ref(), mode)))
+            .map_err(|e| errors::to_py_open(py, e))?;
         Self::wrap(py, idx, fspath.unbind(), mode == Mode::Read)
     }
 

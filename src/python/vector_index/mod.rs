@@ -280,16 +280,17 @@ pymethods_with_reads!(
     }
 
     #[doc = include_str!("../doc/train.md")]
-    #[pyo3(signature = (sample, *, threads = None))]
+    #[pyo3(signature = (sample, *, threads = None, progress = false))]
     fn train(
         &self,
         py: Python<'_>,
         sample: &Bound<'_, PyAny>,
         threads: Option<&Bound<'_, PyAny>>,
+        progress: bool,
     ) -> PyResult<()> {
         let arr = f32_array(sample, 2, "sample")?;
         let threads = opt_count(threads, "threads", 1024)?;
-        self.train_on(py, &arr, threads)
+        self.train_on(py, &arr, threads, progress)
     }
 
     /// The application's own integer (0 to 2**64-1), committed by the next flush.

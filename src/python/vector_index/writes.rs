@@ -52,18 +52,20 @@ impl VectorIndex {
     }
 
     /// `train`: the quantizer learned from the rows of `sample`, then the stored vectors
-    /// encoded on `threads` (on a helper thread: Ctrl-C stops it).
+    /// encoded on `threads` (on a helper thread: Ctrl-C stops it; the bar counts them).
     pub(super) fn train_on(
         &self,
         py: Python<'_>,
         sample: &Bound<'_, PyArrayDyn<f32>>,
         threads: Option<usize>,
+        progress: bool,
     ) -> PyResult<()> {
         let n = sample.shape()[0];
         // SAFETY: as in `search::do_search`.
         let data = unsafe { sample.as_slice() }?;
         let idx = self.index()?;
-        run::run_long(py, n as u64, Count::VectorsThreaded, false, "training", |ctl| {
+        let stored = idx.snap().slots;
+        run::run_long(py, stored, Count::VectorsThreaded, progress, "training", |ctl| {
             idx.train(data, n, threads, ctl)
         })
     }
