@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from chassis import IndexOptions, IndexReader, VectorIndex
 from conftest import (
+    assert_child_ok,
     assert_has_help,
     brute_force_knn,
     child_env,
@@ -109,10 +110,30 @@ def test_training_waits_for_1000_rows_and_a_sample_can_come_first(tmp_path, data
     index.add(data[999])
     assert index.trained, "learned at the 1,000th row"
     index.flush()
+    want_ids, want_dists = index.search_batch(queries, K, ef=64)
     index.close()
-    # a reader in a fresh process opens the learned quantizer with the file
-    reader = IndexReader(tmp_path / "a.chassis")
-    assert reader.trained
+    # a reader in a fresh process opens the learned quantizer with the file: it walks the
+    # codes (trained) and answers as the writer did, with exact distances (the brute force)
+    np.save(tmp_path / "q.npy", queries)
+    proc = run_python(
+        "import sys, numpy as np, chassis\n"
+        "r = chassis.IndexReader(sys.argv[1])\n"
+        "ids, dists = r.search_batch(np.load(sys.argv[2]), int(sys.argv[3]), ef=64)\n"
+        "np.save(sys.argv[4], np.asarray(ids)); np.save(sys.argv[5], np.asarray(dists))\n"
+        "print(r.trained)",
+        str(tmp_path / "a.chassis"),
+        str(tmp_path / "q.npy"),
+        str(K),
+        str(tmp_path / "ids.npy"),
+        str(tmp_path / "dists.npy"),
+    )
+    assert_child_ok(proc, "a reader of the trained file")
+    assert proc.stdout.split() == ["True"]
+    got_ids, got_dists = np.load(tmp_path / "ids.npy"), np.load(tmp_path / "dists.npy")
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(
+        got_dists, exact_distances(data[:1000], got_ids, queries, "euclidean"), rtol=1e-4, atol=1e-4
+    )
 
     # train() from a sample before any add: each add is encoded as it is written
     early = VectorIndex(tmp_path / "b.chassis", DIMS, options("euclidean", "int8"))

@@ -215,11 +215,24 @@ def test_tail_rows_deleted_filtered_rolled_back_and_compacted(tmp_path):
     assert [h.id for h in got][0] == BASE + 4
     got = ix.search(xs[BASE + 4], k=2, excluded=[BASE + 4])
     assert BASE + 4 not in [h.id for h in got]
-    # A rollback drops the unflushed adds of the tail and keeps the flushed ones.
-    ix.add(data(1, 6)[0])
+    # A rollback drops the unflushed adds of the tail and keeps the flushed ones. Oracles:
+    # the rolled-back vector is not found (its own nearest is another row), and after the
+    # next flush a fresh process sees the same rows.
+    extra = data(1, 6)[0]
+    new_id = ix.add(extra)
     ix.rollback()
     assert len(ix) == BASE + 9 and header_state(path)[2] == BASE
+    assert new_id not in ix
+    assert ix.search(extra, k=1, ef=64)[0].id != new_id
     ix.flush()
+    proc = run_python(
+        "import sys, chassis; r = chassis.IndexReader(sys.argv[1]);"
+        " print(len(r), int(sys.argv[2]) in r)",
+        str(path),
+        str(new_id),
+    )
+    assert_child_ok(proc, "reopening after the rollback")
+    assert proc.stdout.split() == [str(BASE + 9), "False"]
     ix.compact()
     assert len(ix) == BASE + 9
     want = [i for i in range(BASE, BASE + 10) if i != BASE + 3]

@@ -228,6 +228,11 @@ mod tests {
         let mut r = rng(11);
         let data: Vec<f32> = (0..n * d).map(|_| r() * 1e6).collect();
         let idx = Index::memory(d, None).unwrap();
+        // The rule takes this batch onto the copy (unless CHASSIS_HALF_COPY=0 says never).
+        assert!(
+            pays(&idx.snap().st.geo, n as u64, n as u64) || forced() == Some(false),
+            "the batch would not be linked on the copy: the test would check the plain path"
+        );
         let ids = idx.add_batch(&data, n, None, Some(2), &Control::default()).unwrap();
         let queries: Vec<Vec<f32>> = (0..50)
             .map(|i| data[i * 37 * d..][..d].iter().map(|x| x + r() * 1e5).collect())
