@@ -125,8 +125,18 @@ pub fn run_long<T: Send>(
     match (out, interrupt) {
         // The signal handler's own exception (KeyboardInterrupt, or what it raised).
         (Err(_), Some(e)) => Err(e),
-        // The work was done before it saw the cancel: its result stands.
-        (Ok(v), _) => Ok(v),
+        // The work was done before it saw the cancel: its result stands, and a Ctrl-C is
+        // raised again for Python to raise just after this call returns (as after any call),
+        // not swallowed.
+        (Ok(v), Some(e)) => {
+            if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                // SAFETY: called with the GIL held (`py`); it only sets a flag the
+                // interpreter checks.
+                unsafe { pyo3::ffi::PyErr_SetInterrupt() };
+            }
+            Ok(v)
+        }
+        (Ok(v), None) => Ok(v),
         (Err(e), None) => Err(to_py(e)),
     }
 }
