@@ -22,6 +22,7 @@ from pathlib import Path
 
 import chassis
 import pytest
+from conftest import assert_child_ok, run_python
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -156,3 +157,19 @@ def test_importing_chassis_keeps_the_gil_disabled() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", "importing chassis enabled the GIL"
+
+
+def test_bench_and_datasets_are_reached_from_the_package_on_first_use() -> None:
+    # As the README writes them (`chassis.bench.run()`), after a plain `import chassis`, which
+    # does not import them itself. Oracle: a fresh interpreter's sys.modules.
+    proc = run_python(
+        "import sys, chassis\n"
+        "print('chassis.bench' in sys.modules, 'chassis.datasets' in sys.modules)\n"
+        "print(callable(chassis.bench.run), callable(chassis.datasets.ground_truth))\n"
+        "try:\n"
+        "    chassis.no_such_thing\n"
+        "except AttributeError as e:\n"
+        "    print(type(e).__name__)\n"
+    )
+    assert_child_ok(proc, "chassis.bench")
+    assert proc.stdout.split() == ["False", "False", "True", "True", "AttributeError"]

@@ -37,3 +37,12 @@ __all__ = [
     "search_plans",
 ]
 __all__ += exceptions.__all__
+
+
+def __getattr__(name: str) -> object:
+    # `chassis.bench` and `chassis.datasets` on first use: `import chassis` stays light.
+    if name in ("bench", "datasets"):
+        import importlib
+
+        return importlib.import_module(f"chassis.{name}")
+    raise AttributeError(f"module 'chassis' has no attribute {name!r}")
