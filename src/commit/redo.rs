@@ -465,11 +465,12 @@ pub fn recover(index: &Path, file: &File) -> Result<Recovered> {
                         cur.resize(bytes.len(), 0);
                         os::read_exact_at(file, &mut cur, *offset)
                             .map_err(|e| Error::io(e, "reading", index))?;
-                        if cur != *bytes {
-                            differs = true;
-                            os::write_all_at(file, bytes, *offset)
-                                .map_err(|e| Error::io(e, "writing", index))?;
-                        }
+                        differs |= cur != *bytes;
+                        // Written even when the page cache already holds the bytes: after a
+                        // failed sync the kernel keeps them in pages it marked clean, which the
+                        // sync below would not write (the log is at most 2 MiB).
+                        os::write_all_at(file, bytes, *offset)
+                            .map_err(|e| Error::io(e, "writing", index))?;
                     }
                     out.applied += (differs && Some(written) != boot()) as usize;
                 }

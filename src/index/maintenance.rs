@@ -158,7 +158,14 @@ impl Index {
         }
         // The old file made durable and its redo log gone before the new file replaces it: a
         // log is never left beside a file it does not belong to.
-        commit::checkpoint(&snap.st, &mut self.undo.lock().redo)?;
+        if let Err(e) = commit::checkpoint(&snap.st, &mut self.undo.lock().redo) {
+            // A failed sync may leave pages marked clean that never reached the disk, and a
+            // later sync would succeed without them: nothing more is written (the redo log,
+            // kept, has them for the next open).
+            w.poisoned =
+                Some(Poison { message: e.message.clone(), errno: e.errno, header_may_land: false });
+            return Err(e);
+        }
         let tmp = copy::tmp_sibling(&self.path, "compacting");
         let cleanup = || {
             let _ = std::fs::remove_file(&tmp);
@@ -181,13 +188,29 @@ impl Index {
                 return Err(e);
             }
         };
+        // The old file's undo log goes first, its removal durable: everything is committed (the
+        // flush above), and the log names no file, only a sequence the new file may reach too.
+        self.undo.lock().log.remove();
+        if let Err(e) = os::sync_dir(&self.path) {
+            drop(new);
+            cleanup();
+            return Err(Error::io(e, "syncing the folder of", &self.path));
+        }
         if let Err(e) = std::fs::rename(&tmp, &self.path) {
             drop(new);
             cleanup();
             return Err(Error::io(e, "renaming the compacted file over", &self.path));
         }
-        let _ = os::sync_dir(&self.path);
+        // The new name made durable: else a power loss could bring back the old file, and
+        // the flushes made to the new one would be lost with it.
+        let named =
+            os::sync_dir(&self.path).map_err(|e| Error::io(e, "syncing the folder of", &self.path));
         self.adopt(&mut w, new, &snap);
+        if let Err(e) = named {
+            w.poisoned =
+                Some(Poison { message: e.message.clone(), errno: e.errno, header_may_land: true });
+            return Err(e);
+        }
         let _ = std::fs::remove_file(undo_path(&tmp));
         Ok(())
     }

@@ -189,7 +189,9 @@ impl Index {
         let _ = std::fs::remove_file(&tmp);
         match linked {
             Ok(()) => {
-                let _ = os::sync_dir(path);
+                // The name durable before any flush is promised through it (the file stays:
+                // it is an empty index, which opening again takes).
+                os::sync_dir(path).map_err(|e| Error::io(e, "syncing the folder of", path))?;
                 Ok(Some(f))
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),

@@ -522,8 +522,14 @@ impl Storage {
             let offset = align_up(Self::end_of_regions(&a), REGION_ALIGN);
             self.add_region(&mut a, RegionKind::Heap, offset, len)?;
             if let Some(file) = &self.file {
-                os::preallocate(file, offset, len)
-                    .map_err(|e| Error::io(e, "allocating space in", &self.path))?;
+                if let Err(e) = os::preallocate(file, offset, len) {
+                    // Not backed: the next allocation in the chunk asks for its blocks again
+                    // (below) rather than writing into a hole of a full disk.
+                    if let Some(b) = a.heap_blocks.last_mut() {
+                        *b = 0;
+                    }
+                    return Err(Error::io(e, "allocating space in", &self.path));
+                }
             }
         }
         let (chunk, used) = Self::heap_state_of(&a).unwrap();
