@@ -574,6 +574,16 @@ def test_batch_deletes_and_upserts_go_to_the_shards_of_their_ids(cluster, tmp_pa
     assert np.array_equal(got, truth)
     with pytest.raises(chassis.InvalidArgumentError):
         index.upsert(new[:2], [-1, 3])
+    # A boolean among the ids is refused, not read as 1 (id 1 was replaced above: still there),
+    # and is not an id for `in`; a list of booleans is a mask, as for a VectorIndex.
+    with pytest.raises(chassis.ArgumentTypeError):
+        index.delete_batch([True, 5])
+    with pytest.raises(chassis.ArgumentTypeError):
+        index.search_batch(queries, 5, allowed=[True, 5])
+    assert 1 in index and True not in index and len(index) == 1050
+    mask = [i % 2 == 1 for i in range(1200)]
+    got, _ = index.search_batch(queries, 5, allowed=mask, ef=1200)
+    assert (got % 2 == 1).all()
     index.close()
 
 

@@ -187,8 +187,8 @@ def test_contains(index_path):
         assert -1 not in index
         assert NO_ID not in index
         assert np.uint64(42) in index
-        # As for a set of ints: what is not an integer is not in it (no error).
-        for other in ("42", 42.5, None, b"42", [42]):
+        # What is not an id is not in it (an answer, no error).
+        for other in ("42", 42.5, None, b"42", [42], True):
             assert other not in index, other
     with pytest.raises(IndexClosedError):
         42 in index  # noqa: B015 (the check is the raise)

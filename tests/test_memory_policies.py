@@ -468,7 +468,7 @@ def test_warm_option_starts_at_open_and_asking_again_does_not_restart(big_index)
 @pytest.mark.slow
 @ON_LINUX
 @pytest.mark.parametrize("how", ["close", "drop"])
-def test_stopping_a_warm_returns_promptly(big_index, how):
+def test_stopping_a_warm_stops_its_reading(big_index, how):
     path, written = big_index["path"], big_index["written"]
     r, ms = start_warm_caught_running(path)
     assert ms["warm_done_bytes"] < ms["warm_total_bytes"] == written

@@ -691,7 +691,13 @@ class _Reads:
         return int(sum(self._get(refs, "len", None)))
 
     def __contains__(self, id: object) -> bool:
-        if not isinstance(id, int | np.integer) or id < 0 or id >= 2**64 - 1:
+        # What is not an id (a bool among them) is not in it, as for `VectorIndex`.
+        if (
+            isinstance(id, bool | np.bool_)
+            or not isinstance(id, int | np.integer)
+            or id < 0
+            or id >= 2**64 - 1
+        ):
             return False
         s = self._shards[int(shard_of([id], len(self._shards))[0])]
         ref = self._point_reader(s).contains.remote(int(id))
@@ -1646,6 +1652,14 @@ def _filter_ids(ids: Any) -> np.ndarray:
     `VectorIndex`."""
     if isinstance(ids, (set, frozenset)):
         ids = list(ids)
+    if isinstance(ids, list | tuple) and ids and isinstance(ids[0], bool | np.bool_):
+        ids = np.asarray(ids)  # a mask, if every item is a boolean (else refused below)
+        if ids.dtype != np.bool_:
+            raise chassis.ArgumentTypeError(
+                "ids mix booleans and integers\nhelp: pass integer ids, or a boolean mask"
+            )
+    else:
+        _bool_among(ids)
     try:
         a = np.asarray(ids)
     except ValueError:
@@ -1802,8 +1816,20 @@ def _checked_rows(vectors: Any, dimensions: int) -> np.ndarray:
     return v
 
 
+def _bool_among(ids: Any) -> None:
+    """Refuse a list or tuple holding a boolean among ints, as `VectorIndex` does: NumPy
+    would read `[True, 3]` as `[1, 3]`."""
+    if isinstance(ids, list | tuple):
+        for i, x in enumerate(ids):
+            if type(x) is not int and isinstance(x, bool | np.bool_):
+                raise chassis.ArgumentTypeError(
+                    f"ids include {x!r} (position {i}), a boolean\nhelp: pass integer ids only"
+                )
+
+
 def _checked_ids(ids: Any, n: int, distinct: bool = True) -> np.ndarray:
     """`ids` as n uint64 ids (distinct ones unless told), or the error a `VectorIndex` gives."""
+    _bool_among(ids)
     arr = np.asarray(ids)
     if arr.shape != (n,) or not (
         np.issubdtype(arr.dtype, np.integer) and (len(arr) == 0 or arr.min() >= 0)

@@ -104,6 +104,8 @@ impl Index {
             return Ok((offset, q));
         }
         let clipped = AtomicU64::new(0);
+        // `train`'s progress counts the rows encoded; an add that trains counts its own rows.
+        let counting = sample.is_some();
         (0..slots as u32).into_par_iter().with_min_len(256).for_each_init(
             RowBufs::default,
             |b, s| {
@@ -121,7 +123,9 @@ impl Index {
                 // SAFETY: training, under the writer lock: no snapshot in use walks the codes
                 // yet, and each slot is written by one thread of this loop.
                 unsafe { st.write_code(s, &b.codes) };
-                ctl.done.fetch_add(1, Relaxed);
+                if counting {
+                    ctl.done.fetch_add(1, Relaxed);
+                }
             },
         );
         if ctl.cancelled() {

@@ -123,7 +123,9 @@ impl Index {
 
     /// Rewrite the index without its deleted vectors, with a rebuilt graph and the same ids,
     /// into a new file renamed over the old one (readers elsewhere follow by themselves).
-    /// Flushes first. Cancelled or failed, it leaves the original untouched.
+    /// Flushes first. Cancelled or failed, it leaves the original untouched; only a failed
+    /// sync of the folder after the rename leaves the compacted file in place, with the
+    /// writer poisoned (a reopen finds one of the two files, each whole).
     pub fn compact(&self, threads: Option<usize>, ctl: &Control) -> Result<()> {
         self.writable()?;
         let mut w = self.writer.lock();
@@ -191,10 +193,18 @@ impl Index {
         // The old file's undo log goes first, its removal durable: everything is committed (the
         // flush above), and the log names no file, only a sequence the new file may reach too.
         self.undo.lock().log.remove();
-        if let Err(e) = os::sync_dir(&self.path) {
+        let old_log = undo_path(&self.path);
+        let gone = match std::fs::remove_file(&old_log) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io(e, "removing", &old_log))
+            }
+            _ => os::sync_dir(&self.path)
+                .map_err(|e| Error::io(e, "syncing the folder of", &self.path)),
+        };
+        if let Err(e) = gone {
             drop(new);
             cleanup();
-            return Err(Error::io(e, "syncing the folder of", &self.path));
+            return Err(e);
         }
         if let Err(e) = std::fs::rename(&tmp, &self.path) {
             drop(new);
@@ -206,12 +216,14 @@ impl Index {
         let named =
             os::sync_dir(&self.path).map_err(|e| Error::io(e, "syncing the folder of", &self.path));
         self.adopt(&mut w, new, &snap);
+        let _ = std::fs::remove_file(undo_path(&tmp));
         if let Err(e) = named {
+            // The compacted file is in place, but its name may not survive a power loss: no
+            // flush may be promised through it.
             w.poisoned =
                 Some(Poison { message: e.message.clone(), errno: e.errno, header_may_land: true });
             return Err(e);
         }
-        let _ = std::fs::remove_file(undo_path(&tmp));
         Ok(())
     }
 

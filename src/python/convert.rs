@@ -179,20 +179,25 @@ fn bool_item<'py>(
     seq: &Bound<'py, PyAny>,
     np: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(usize, Bound<'py, PyAny>)>> {
-    let items = if let Ok(l) = seq.cast::<pyo3::types::PyList>() {
-        l.iter().collect::<Vec<_>>()
-    } else if let Ok(t) = seq.cast::<pyo3::types::PyTuple>() {
-        t.iter().collect()
-    } else {
-        return Ok(None);
-    };
     let np_bool = np.getattr("bool_")?;
-    for (i, item) in items.into_iter().enumerate() {
-        if item.is_instance_of::<PyBool>() || item.is_instance(&np_bool)? {
-            return Ok(Some((i, item)));
+    // A plain int is the common item, and the cheapest to pass over.
+    let find = |items: &mut dyn Iterator<Item = Bound<'py, PyAny>>| -> PyResult<_> {
+        for (i, item) in items.enumerate() {
+            if !item.is_exact_instance_of::<PyInt>()
+                && (item.is_instance_of::<PyBool>() || item.is_instance(&np_bool)?)
+            {
+                return Ok(Some((i, item)));
+            }
         }
+        Ok(None)
+    };
+    if let Ok(l) = seq.cast::<pyo3::types::PyList>() {
+        find(&mut l.iter())
+    } else if let Ok(t) = seq.cast::<pyo3::types::PyTuple>() {
+        find(&mut t.iter())
+    } else {
+        Ok(None)
     }
-    Ok(None)
 }
 
 /// Ids for a batch: any sequence or array of non-negative integers.

@@ -101,30 +101,27 @@ pub fn to_py(e: Error) -> PyErr {
         if e.kind == ErrorKind::Interrupted {
             return PyKeyboardInterrupt::new_err(e.to_string());
         }
-        match class_of(py, e.kind) {
+        let err = match class_of(py, e.kind) {
             Some(t) => match e.errno {
                 // OSError subclasses get (errno, strerror) so that .errno works.
                 Some(n) if e.kind == ErrorKind::Io => PyErr::from_type(t, (n, e.to_string())),
                 _ => PyErr::from_type(t, e.to_string()),
             },
             None => ChassisError::new_err(e.to_string()),
+        };
+        // A missing file's `errno` is ENOENT, as Python's own FileNotFoundError has it; set as
+        // an attribute so that the message reads as ours (with `strerror` unset, `str()` is it).
+        if e.kind == ErrorKind::IndexNotFound {
+            let n = match e.errno {
+                Some(n) => Ok(pyo3::types::PyInt::new(py, n).into_any()),
+                None => py.import("errno").and_then(|m| m.getattr("ENOENT")),
+            };
+            if let Ok(n) = n {
+                let _ = err.value(py).setattr("errno", n);
+            }
         }
+        err
     })
-}
-
-/// `to_py` for an error opening a file: a missing file's `IndexNotFoundError` also gets
-/// `errno` ENOENT, as Python's own `FileNotFoundError` has it. Set as an attribute, so that
-/// the message reads as `to_py`'s (`filename` would make `str()` Python's "[Errno 2] ...",
-/// without the message; the message names the path).
-pub fn to_py_open(py: Python<'_>, e: Error) -> PyErr {
-    let missing = e.kind == ErrorKind::IndexNotFound && e.errno.is_none();
-    let err = to_py(e);
-    if missing {
-        if let Ok(n) = py.import("errno").and_then(|m| m.getattr("ENOENT")) {
-            let _ = err.value(py).setattr("errno", n);
-        }
-    }
-    err
 }
 
 /// An error of a class that exists only on the Python side (ArgumentTypeError).

@@ -142,10 +142,16 @@ macro_rules! pymethods_with_reads {
                 id: &::pyo3::Bound<'_, ::pyo3::PyAny>,
             ) -> ::pyo3::PyResult<bool> {
                 let view = self.view()?;
-                // As for a set of ints: anything that is not an integer is not in it.
+                // What is not an id (a float, a str, a bool) is not in it: an answer, not an
+                // error. Any other error (one an `__index__` raised) goes through.
                 match $crate::python::convert::int_arg(id, "id") {
                     Ok(id) => view.contains(py, id),
-                    Err(_) => Ok(false),
+                    Err(e) if e.is_instance_of::<::pyo3::exceptions::PyTypeError>(py)
+                        || e.is_instance_of::<::pyo3::exceptions::PyValueError>(py) =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
                 }
             }
 

@@ -129,7 +129,15 @@ pub fn run_long<T: Send>(
         // raised again for Python to raise just after this call returns (as after any call),
         // not swallowed.
         (Ok(v), Some(e)) => {
-            if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+            // Only under Python's own SIGINT handler, which raising again cannot surprise (a
+            // handler of the caller's would run twice for one key press).
+            let default = (|| -> PyResult<bool> {
+                let signal = py.import("signal")?;
+                let now = signal.call_method1("getsignal", (signal.getattr("SIGINT")?,))?;
+                Ok(now.is(&signal.getattr("default_int_handler")?))
+            })()
+            .unwrap_or(false);
+            if default && e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
                 // SAFETY: called with the GIL held (`py`); it only sets a flag the
                 // interpreter checks.
                 unsafe { pyo3::ffi::PyErr_SetInterrupt() };

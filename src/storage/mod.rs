@@ -146,9 +146,11 @@ struct Alloc {
 // mutation only happens through atomics (lists, slot headers) or to slots not yet published.
 // Mappings are only added (never removed) while the Storage lives.
 unsafe impl Send for Storage {}
-// SAFETY: as for Send: shared references read plain bytes or use atomics; the few writes of
-// plain bytes through `&self` (`write_vector`, `write_code`, `fill_from`, `write_at`) are
-// `unsafe fn`s whose callers promise that nothing else touches those bytes meanwhile.
+// SAFETY: as for Send: shared references read plain bytes or use atomics. Plain bytes are
+// written through `&self` only where nothing else reads them meanwhile: the `unsafe fn`s
+// `write_vector`, `write_code`, `fill_from` and `write_at`, whose callers promise it, and
+// this module's own writes of a quantizer region before it is published and of a shadow's
+// lists as it ends (under the writer lock, after the batch's threads are done).
 unsafe impl Sync for Storage {}
 
 impl Storage {

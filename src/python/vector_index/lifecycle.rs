@@ -77,8 +77,7 @@ impl VectorIndex {
         opts: Option<Options>,
         mode: Mode,
     ) -> PyResult<Self> {
-        let idx = (py.detach(|| Index::open(path, dims, opts.as_ref(), mode)))
-            .map_err(|e| errors::to_py_open(py, e))?;
+        let idx = py.detach(|| Index::open(path, dims, opts.as_ref(), mode)).map_err(to_py)?;
         Self::wrap(py, idx, fspath.unbind(), mode == Mode::Read)
     }
 
