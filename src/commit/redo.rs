@@ -468,7 +468,7 @@ pub fn recover(index: &Path, file: &File) -> Result<Recovered> {
                         differs |= cur != *bytes;
                         // Written even when the page cache already holds the bytes: after a
                         // failed sync the kernel keeps them in pages it marked clean, which the
-                        // sync below would not write (the log is at most 2 MiB).
+                        // sync below would not write (a log is at most `CAPACITY`).
                         os::write_all_at(file, bytes, *offset)
                             .map_err(|e| Error::io(e, "writing", index))?;
                     }

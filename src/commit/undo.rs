@@ -181,9 +181,19 @@ impl UndoLog {
 
     /// Remove the file (on close, or after a replay).
     pub fn remove(&mut self) {
+        let _ = self.try_remove();
+    }
+
+    /// `remove`, saying whether the file is gone (a log that was not there is).
+    pub fn try_remove(&mut self) -> Result<()> {
         self.file = None;
         self.cursor = 0;
-        let _ = std::fs::remove_file(&self.path);
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io(e, "removing", &self.path))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The valid records of the log at `index`'s undo path if it restores to `base_seq`;

@@ -125,11 +125,7 @@ impl Index {
         };
         if let Err(failed) = result {
             // What the disk holds is one of two commits now: write nothing more.
-            let poison = Poison {
-                message: failed.error.message.clone(),
-                errno: failed.error.errno,
-                header_may_land: failed.header_may_land,
-            };
+            let poison = Poison::of(&failed.error, failed.header_may_land);
             let error = Error {
                 help: format!(
                     "close the index and open it again: {}; check the disk ({})",

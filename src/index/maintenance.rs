@@ -164,8 +164,7 @@ impl Index {
             // A failed sync may leave pages marked clean that never reached the disk, and a
             // later sync would succeed without them: nothing more is written (the redo log,
             // kept, has them for the next open).
-            w.poisoned =
-                Some(Poison { message: e.message.clone(), errno: e.errno, header_may_land: false });
+            w.poisoned = Some(Poison::of(&e, false));
             return Err(e);
         }
         let tmp = copy::tmp_sibling(&self.path, "compacting");
@@ -192,15 +191,9 @@ impl Index {
         };
         // The old file's undo log goes first, its removal durable: everything is committed (the
         // flush above), and the log names no file, only a sequence the new file may reach too.
-        self.undo.lock().log.remove();
-        let old_log = undo_path(&self.path);
-        let gone = match std::fs::remove_file(&old_log) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(Error::io(e, "removing", &old_log))
-            }
-            _ => os::sync_dir(&self.path)
-                .map_err(|e| Error::io(e, "syncing the folder of", &self.path)),
-        };
+        let gone = self.undo.lock().log.try_remove().and_then(|()| {
+            os::sync_dir(&self.path).map_err(|e| Error::io(e, "syncing the folder of", &self.path))
+        });
         if let Err(e) = gone {
             drop(new);
             cleanup();
@@ -220,8 +213,7 @@ impl Index {
         if let Err(e) = named {
             // The compacted file is in place, but its name may not survive a power loss: no
             // flush may be promised through it.
-            w.poisoned =
-                Some(Poison { message: e.message.clone(), errno: e.errno, header_may_land: true });
+            w.poisoned = Some(Poison::of(&e, true));
             return Err(e);
         }
         Ok(())

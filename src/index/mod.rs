@@ -346,6 +346,11 @@ struct Poison {
 }
 
 impl Poison {
+    /// The poison of a failed write or sync `e`.
+    fn of(e: &Error, header_may_land: bool) -> Self {
+        Poison { message: e.message.clone(), errno: e.errno, header_may_land }
+    }
+
     /// What a reopen finds, in words.
     fn reopens_as(&self) -> &'static str {
         if self.header_may_land {

@@ -174,18 +174,22 @@ fn set_ids<'py>(n: usize, items: impl Iterator<Item = Bound<'py, PyAny>>) -> Opt
     Some(out)
 }
 
-/// The first boolean (Python's or NumPy's) of a list or tuple, with its position.
+/// Whether `item` is a boolean, Python's or NumPy's (`np_bool`: `numpy.bool_`). A plain int,
+/// the common item, is the cheapest to pass over.
+fn is_bool(item: &Bound<'_, PyAny>, np_bool: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(!item.is_exact_instance_of::<PyInt>()
+        && (item.is_instance_of::<PyBool>() || item.is_instance(np_bool)?))
+}
+
+/// The first boolean of a list or tuple, with its position.
 fn bool_item<'py>(
     seq: &Bound<'py, PyAny>,
     np: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(usize, Bound<'py, PyAny>)>> {
     let np_bool = np.getattr("bool_")?;
-    // A plain int is the common item, and the cheapest to pass over.
     let find = |items: &mut dyn Iterator<Item = Bound<'py, PyAny>>| -> PyResult<_> {
         for (i, item) in items.enumerate() {
-            if !item.is_exact_instance_of::<PyInt>()
-                && (item.is_instance_of::<PyBool>() || item.is_instance(&np_bool)?)
-            {
+            if is_bool(&item, &np_bool)? {
                 return Ok(Some((i, item)));
             }
         }
@@ -316,10 +320,7 @@ pub fn filter_ids_arg(obj: &Bound<'_, PyAny>) -> PyResult<Ids> {
     let listed =
         obj.is_instance_of::<pyo3::types::PyList>() || obj.is_instance_of::<pyo3::types::PyTuple>();
     let np = numpy(obj.py())?;
-    if listed && obj.len()? > 0 && {
-        let first = obj.get_item(0)?;
-        first.is_instance_of::<PyBool>() || first.is_instance(&np.getattr("bool_")?)?
-    } {
+    if listed && obj.len()? > 0 && is_bool(&obj.get_item(0)?, &np.getattr("bool_")?)? {
         let a = np.call_method1("asarray", (obj,))?;
         if a.cast::<PyUntypedArray>().is_ok_and(|u| u.dtype().kind() == b'b') {
             return filter_ids_arg(&a);
