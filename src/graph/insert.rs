@@ -86,6 +86,14 @@ impl<'a> Graph<'a> {
             (sc.kept_prep, sc.prep_b, sc.vec_b) = (kp, prep, buf);
             return kept;
         }
+        // Each kept node is the query of its comparisons and each candidate weighed is the row
+        // read: on half-precision rows a kept node is decoded once, when first compared, not
+        // every candidate weighed. The distances are those of the other way round, bitwise:
+        // each kernel squares a difference or multiplies a pair, the same values in the same
+        // lanes.
+        let mut kv = std::mem::take(&mut sc.kept_prep);
+        kv.clear();
+        let dims = self.dims;
         for (i, &(d, c)) in cands.iter().enumerate() {
             if kept.len() >= m {
                 break;
@@ -93,16 +101,30 @@ impl<'a> Graph<'a> {
             if let Some(&(_, next)) = cands.get(i + SELECT_AHEAD) {
                 self.prefetch_vector(next);
             }
-            if i < fixed {
-                kept.push((d, c));
-                continue;
+            let mut keep = true;
+            if i >= fixed {
+                for (j, &(_, r)) in kept.iter().enumerate() {
+                    let q = if self.half {
+                        // kept nodes are decoded in order: `j` is the first not yet decoded
+                        if kv.len() < (j + 1) * dims {
+                            kv.extend_from_slice(self.vector_f32(r, &mut buf));
+                        }
+                        &kv[j * dims..(j + 1) * dims]
+                    } else {
+                        self.st.vector_f32(r)
+                    };
+                    // as `all(dist >= d)` had it: a NaN distance rejects
+                    keep = self.dist(q, c) >= d;
+                    if !keep {
+                        break;
+                    }
+                }
             }
-            let cv = self.vector_f32(c, &mut buf);
-            if kept.iter().all(|&(_, r)| self.dist(cv, r) >= d) {
+            if keep {
                 kept.push((d, c));
             }
         }
-        sc.vec_b = buf;
+        (sc.kept_prep, sc.vec_b) = (kv, buf);
         kept
     }
 

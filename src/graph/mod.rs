@@ -138,10 +138,11 @@ pub struct Scratch {
     /// A decoded stored vector (f16 storage) for node-to-node distances.
     vec_a: Vec<f32>,
     vec_b: Vec<f32>,
-    /// Linking on codes: a node's vector made ready for the codes, and the kept neighbors'
-    /// (see `select`), `qlen` values each.
+    /// Linking on codes: a node's vector made ready for the codes.
     prep: Prepared,
     prep_b: Prepared,
+    /// The kept neighbors as the queries of `select`'s comparisons: made ready for the codes
+    /// (`qlen` values each), or decoded from half-precision rows (`dims` each).
     kept_prep: Vec<f32>,
     /// Distances computed by the current search (see `counters`).
     dists: u64,

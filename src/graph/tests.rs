@@ -353,3 +353,48 @@ fn two_hops_find_the_allowed_nearest_and_a_budget_stops_them() {
     let stopped = tight.knn(&q, k, ef, snap.entry, snap.max_level, snap.slots as u32, &allow, None);
     assert!(stopped.is_none(), "a budget of 50 distances did not stop a walk at ef {ef}");
 }
+
+/// The neighbor heuristic on half-precision rows (a half copy), which measures each candidate
+/// from the kept nodes, keeps exactly what the textbook rule keeps: a candidate stays when its
+/// own decoded vector is at least its distance `d` from every node kept before it (measured
+/// the other way round, from the candidate). Oracle: that rule written out with `dist`, on
+/// random candidate lists, with and without entries kept as they are, under each metric.
+#[test]
+fn select_on_half_rows_keeps_what_the_textbook_rule_keeps() {
+    let (d, n) = (40usize, 3000usize);
+    let (idx, mut r) = random_index(d, n, 0x51e1_ec7e_u64, 2);
+    let snap = idx.snap();
+    let copy = HalfCopy::new(&snap.st, snap.slots as u32).expect("a half copy");
+    let mut sc = Scratch::new();
+    for metric in [format::Metric::Euclidean, format::Metric::InnerProduct] {
+        let g = Graph::on_copy(&snap.st, metric, snap.slots as u32, &copy);
+        assert!(g.half, "the copy's rows are half precision");
+        let (mut buf, mut kept_some) = (Vec::new(), 0);
+        for round in 0..60 {
+            let q: Vec<f32> = (0..d).map(|_| r()).collect();
+            let mut cands: Vec<(f32, u32)> = (0..120)
+                .map(|i| ((round * 977 + i * 31) % n) as u32)
+                .map(|s| (g.dist(&q, s), s))
+                .collect();
+            cands.sort_by(|a, b| a.0.total_cmp(&b.0));
+            cands.dedup_by_key(|c| c.1);
+            for (fixed, m) in [(0usize, 8usize), (0, 32), (5, 16)] {
+                let got = g.select_after(&cands, fixed, m, &mut sc);
+                let mut want: Vec<(f32, u32)> = Vec::new();
+                for (i, &(dc, c)) in cands.iter().enumerate() {
+                    if want.len() >= m {
+                        break;
+                    }
+                    let cv = g.vector_f32(c, &mut buf).to_vec();
+                    if i < fixed || want.iter().all(|&(_, k)| g.dist(&cv, k) >= dc) {
+                        want.push((dc, c));
+                    }
+                }
+                assert_eq!(got, want, "{metric:?}, fixed {fixed}, m {m}");
+                // some candidate was rejected: the kept are not the list's first ones
+                kept_some += (got[..] != cands[..got.len()]) as usize;
+            }
+        }
+        assert!(kept_some > 0, "{metric:?}: the rule never rejected a candidate");
+    }
+}
