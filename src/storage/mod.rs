@@ -29,7 +29,9 @@
 //! - Mutation: lists, slot headers and markers are atomics, changed under the writer's stripe
 //!   locks; a vector is written only before its slot is published, never after. A writer in
 //!   another process writes only slots past its committed count, which readers use for
-//!   routing at most: a torn read there gives a wrong distance, never unsafety.
+//!   routing at most: a torn read there gives a wrong distance, never unsafety. A reader's
+//!   mappings are read-only: what it reads through atomics it reads with relaxed loads (the
+//!   only atomic access Rust allows on read-only memory), ordered by fences where needed.
 //! - Loads past a file's end would raise SIGBUS (on Windows, a writable mapping would grow the
 //!   file and a read-only one fail): a region is mapped only after the file was checked (or
 //!   grown) to cover it. Another program may shrink it afterwards: `os::Watch` then catches
@@ -718,16 +720,17 @@ impl Storage {
             let off = copy * HEADER_COPY_SIZE;
             let (magic, seq) = match &self.header_view {
                 // SAFETY: the view covers both header copies (the file is at least that long
-                // from creation on); offsets 0 and 16 of a copy are 8-byte aligned; a torn read
-                // of a copy being written is caught by the checksum when the copy is decoded.
+                // from creation on); offsets 0 and 16 of a copy are 8-byte aligned; the view is
+                // read-only, so the loads are relaxed (the only atomic access Rust allows on
+                // read-only memory), the fence after them ordering what the caller reads next;
+                // a torn read of a copy being written is caught by the checksum when the copy
+                // is decoded.
                 Some(m) => unsafe {
                     let p = m.as_ptr().add(off);
-                    (
-                        (*(p.add(format::at::MAGIC) as *const AtomicU64))
-                            .load(Acquire)
-                            .to_le_bytes(),
-                        (*(p.add(format::at::SEQ) as *const AtomicU64)).load(Acquire),
-                    )
+                    let magic = (*(p.add(format::at::MAGIC) as *const AtomicU64)).load(Relaxed);
+                    let seq = (*(p.add(format::at::SEQ) as *const AtomicU64)).load(Relaxed);
+                    std::sync::atomic::fence(Acquire);
+                    (magic.to_le_bytes(), seq)
                 },
                 None => {
                     let mut b = [0u8; 24];
