@@ -743,6 +743,40 @@ pub(crate) mod tests {
         }
     }
 
+    /// Swapping the query and the stored vector gives bitwise the same distance, for stored
+    /// vectors of either precision and a query that is the other's values as f32 (the neighbor
+    /// heuristic relies on it: `Graph::select_after` measures a candidate from the kept nodes).
+    /// Oracle: the kernel itself, the other way round.
+    #[test]
+    fn every_kernel_is_symmetric_bitwise() {
+        for k in available() {
+            for n in (0..=70).chain([127, 128, 129, 383, 384, 385, 1537]) {
+                let (a, b) = (data(n, 31 + n as u64), data(n, 3100 + n as u64));
+                let half = |v: &[f32]| -> (Vec<u16>, Vec<f32>) {
+                    let h: Vec<u16> = v.iter().map(|x| half::f16::from_f32(*x).to_bits()).collect();
+                    let f = h.iter().map(|b| half::f16::from_bits(*b).to_f32()).collect();
+                    (h, f)
+                };
+                let ((ah, af), (bh, bf)) = (half(&a), half(&b));
+                // (kernel, name, first query, its row, second query, its row)
+                type Case<'a> = (Kernel, &'a str, &'a [f32], *const u8, &'a [f32], *const u8);
+                let cases: [Case; 4] = [
+                    (k.l2_f32, "l2_f32", &a, b.as_ptr() as _, &b, a.as_ptr() as _),
+                    (k.dot_f32, "dot_f32", &a, b.as_ptr() as _, &b, a.as_ptr() as _),
+                    (k.l2_f16, "l2_f16", &af, bh.as_ptr() as _, &bf, ah.as_ptr() as _),
+                    (k.dot_f16, "dot_f16", &af, bh.as_ptr() as _, &bf, ah.as_ptr() as _),
+                ];
+                for (kernel, name, q1, v1, q2, v2) in cases {
+                    // SAFETY: queries of n f32s, stored vectors of n elements of the kernel's
+                    // type; the set comes from `available()`.
+                    let (one, other) =
+                        unsafe { (kernel(q1.as_ptr(), v1, n), kernel(q2.as_ptr(), v2, n)) };
+                    assert_eq!(one.to_bits(), other.to_bits(), "{} {name} n={n}", k.level);
+                }
+            }
+        }
+    }
+
     #[test]
     fn normalize_refuses_zero_and_makes_unit_vectors() {
         let mut z = vec![0.0f32; 5];

@@ -86,11 +86,13 @@ impl<'a> Graph<'a> {
             (sc.kept_prep, sc.prep_b, sc.vec_b) = (kp, prep, buf);
             return kept;
         }
-        // Each kept node is the query of its comparisons and each candidate weighed is the row
-        // read: on half-precision rows a kept node is decoded once, when first compared, not
-        // every candidate weighed. The distances are those of the other way round, bitwise:
-        // each kernel squares a difference or multiplies a pair, the same values in the same
-        // lanes.
+        // On half-precision rows each kept node is the query of its comparisons, decoded once
+        // when first compared, and each candidate weighed is the row read: only the kept nodes
+        // are decoded, not every candidate. The distances are those of the other way round,
+        // bitwise: each kernel squares a difference or multiplies a pair, the same values in
+        // the same lanes (`every_kernel_is_symmetric_bitwise`). Full-precision rows are read
+        // in place, the candidate as the query.
+        debug_assert!(!self.stored_codes, "a graph on codes is for searching, not linking");
         let mut kv = std::mem::take(&mut sc.kept_prep);
         kv.clear();
         let dims = self.dims;
@@ -101,25 +103,20 @@ impl<'a> Graph<'a> {
             if let Some(&(_, next)) = cands.get(i + SELECT_AHEAD) {
                 self.prefetch_vector(next);
             }
-            let mut keep = true;
-            if i >= fixed {
-                for (j, &(_, r)) in kept.iter().enumerate() {
-                    let q = if self.half {
-                        // kept nodes are decoded in order: `j` is the first not yet decoded
-                        if kv.len() < (j + 1) * dims {
-                            kv.extend_from_slice(self.vector_f32(r, &mut buf));
-                        }
-                        &kv[j * dims..(j + 1) * dims]
-                    } else {
-                        self.st.vector_f32(r)
-                    };
-                    // as `all(dist >= d)` had it: a NaN distance rejects
-                    keep = self.dist(q, c) >= d;
-                    if !keep {
-                        break;
+            let keep = if i < fixed {
+                true
+            } else if self.half {
+                kept.iter().enumerate().all(|(j, &(_, r))| {
+                    // kept nodes are decoded in order: `j` is the first not yet decoded
+                    if kv.len() < (j + 1) * dims {
+                        kv.extend_from_slice(self.vector_f32(r, &mut buf));
                     }
-                }
-            }
+                    self.dist(&kv[j * dims..(j + 1) * dims], c) >= d
+                })
+            } else {
+                let cv = self.st.vector_f32(c);
+                kept.iter().all(|&(_, r)| self.dist(cv, r) >= d)
+            };
             if keep {
                 kept.push((d, c));
             }

@@ -131,13 +131,13 @@ impl Index {
     pub(super) fn lists_ok(&self, st: &Storage, s: u32, n: u32, pauses: &AtomicU32) -> bool {
         let once = || {
             let l0 = st.l0(s);
-            let head = l0[0].load(Acquire);
+            let head = crate::storage::acquire_u32(&l0[0]);
             let level = lists::level_of(st, s);
             if (head & 0xffff) as usize > l0.len() - 2 || level > MAX_LEVEL {
                 return false;
             }
             let ok = |list: &[AtomicU32], layer: usize| {
-                let head = list[0].load(Acquire);
+                let head = crate::storage::acquire_u32(&list[0]);
                 let cnt = (head & 0xffff) as usize;
                 if cnt > list.len() - 2 {
                     return false;

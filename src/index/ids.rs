@@ -163,7 +163,10 @@ impl Index {
     pub(super) fn live_in_order(snap: &Snap) -> Vec<(u32, u64)> {
         // Rows of a file whose slots were reused came by commit (rows from before the first
         // reuse have none, and came first), then as below (`reuse.rs`).
-        let born = |s: u32| match format::read_marker(snap.st.header(s)[2].load(Acquire), s) {
+        let born = |s: u32| match format::read_marker(
+            crate::storage::acquire_u64(&snap.st.header(s)[2]),
+            s,
+        ) {
             format::Marker::Born(b) => b,
             _ => 0,
         };

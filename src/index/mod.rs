@@ -276,7 +276,7 @@ impl Snap {
     /// the nodes it meets, whose hits then go through `live_id` (which checks their headers).
     #[inline]
     pub fn visible(&self, slot: u32) -> bool {
-        let word = self.st.header(slot)[2].load(Acquire);
+        let word = crate::storage::acquire_u64(&self.st.header(slot)[2]);
         word == 0
             || format::read_marker(word, slot).visible(self.del_visible, self.born_visible)
             || self.kept.as_ref().is_some_and(|k| k.holds(slot))

@@ -7,7 +7,7 @@
 
 use super::Storage;
 use crate::format::{self, list_crc, NO_UPPER};
-use std::sync::atomic::{fence, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU32, Ordering::*};
 
 /// Write a list: entries first, then its checksum, then the head word (count, and the level
 /// and the locality bit, kept from the old head, for layer 0) with release ordering, so a
@@ -27,14 +27,10 @@ pub fn write_list(list: &[AtomicU32], slot: u32, layer: usize, entries: &[u32], 
 }
 
 /// Number of entries of a list, clamped to its capacity (a damaged count cannot overrun).
-///
-/// The head is loaded relaxed, then an acquire fence pairs with `write_list`'s release: a
-/// reader's mapping is read-only, where Rust allows relaxed atomic loads and nothing more.
+/// Its head is read as a reader may (`super::acquire_u32`), pairing with `write_list`'s release.
 #[inline(always)]
 pub fn list_len(list: &[AtomicU32]) -> usize {
-    let head = list[0].load(Relaxed);
-    fence(Acquire);
-    ((head & 0xffff) as usize).min(list.len() - 2)
+    ((super::acquire_u32(&list[0]) & 0xffff) as usize).min(list.len() - 2)
 }
 
 /// The entries a list holds (`list_len` of them, after its head and checksum words).

@@ -50,6 +50,24 @@ pub use ranges::{SequentialScan, Written};
 pub use rows::{ChunkRows, RowTable};
 pub use shadow::{ShadowLists, SHADOW_MIN};
 
+/// A word of the mapped file read with acquire ordering, as a reader may: a relaxed load (the
+/// only atomic access Rust allows on read-only memory, which a reader's mappings are), then an
+/// acquire fence, which pairs with the writer's release store as an acquire load would.
+#[inline(always)]
+pub fn acquire_u32(word: &AtomicU32) -> u32 {
+    let v = word.load(Relaxed);
+    std::sync::atomic::fence(Acquire);
+    v
+}
+
+/// As [`acquire_u32`], for a 64-bit word (a slot header's marker).
+#[inline(always)]
+pub fn acquire_u64(word: &AtomicU64) -> u64 {
+    let v = word.load(Relaxed);
+    std::sync::atomic::fence(Acquire);
+    v
+}
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{
     self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK,
@@ -61,7 +79,7 @@ use parking_lot::Mutex;
 use std::any::Any;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, OnceLock};
 
 /// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
