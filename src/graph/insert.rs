@@ -53,7 +53,6 @@ impl<'a> Graph<'a> {
         sc: &mut Scratch,
     ) -> Vec<(f32, u32)> {
         let mut kept: Vec<(f32, u32)> = Vec::with_capacity(m);
-        let mut buf = std::mem::take(&mut sc.vec_b);
         for &(_, c) in cands.iter().take(SELECT_AHEAD) {
             self.prefetch_vector(c);
         }
@@ -61,6 +60,7 @@ impl<'a> Graph<'a> {
             // On codes the comparison runs the other way: each kept node's vector, made ready
             // once when it is kept, against the candidate's code (the candidate's own vector
             // would have to be made ready for every candidate weighed).
+            let mut buf = std::mem::take(&mut sc.vec_b);
             let mut kp = std::mem::take(&mut sc.kept_prep);
             let mut prep = std::mem::take(&mut sc.prep_b);
             kp.clear();
@@ -109,7 +109,8 @@ impl<'a> Graph<'a> {
                 kept.iter().enumerate().all(|(j, &(_, r))| {
                     // kept nodes are decoded in order: `j` is the first not yet decoded
                     if kv.len() < (j + 1) * dims {
-                        kv.extend_from_slice(self.vector_f32(r, &mut buf));
+                        kv.resize((j + 1) * dims, 0.0);
+                        self.decode_half_row(r, &mut kv[j * dims..]);
                     }
                     self.dist(&kv[j * dims..(j + 1) * dims], c) >= d
                 })
@@ -121,7 +122,7 @@ impl<'a> Graph<'a> {
                 kept.push((d, c));
             }
         }
-        (sc.kept_prep, sc.vec_b) = (kv, buf);
+        sc.kept_prep = kv;
         kept
     }
 

@@ -135,7 +135,8 @@ pub struct Scratch {
     round: Vec<u32>,
     /// Nodes whose distances the current descent computed, as packed keys (see `Start`).
     seen: Vec<u64>,
-    /// A decoded stored vector (f16 storage) for node-to-node distances.
+    /// Decoded stored vectors (f16 storage) for node-to-node distances: a node's own
+    /// (`vec_a`), and a kept neighbor's before it is made ready for the codes (`vec_b`).
     vec_a: Vec<f32>,
     vec_b: Vec<f32>,
     /// Linking on codes: a node's vector made ready for the codes.
@@ -600,13 +601,20 @@ impl<'a> Graph<'a> {
         if !self.half {
             return self.st.vector_f32(slot);
         }
+        buf.resize(self.dims, 0.0);
+        self.decode_half_row(slot, buf);
+        buf
+    }
+
+    /// A slot's half-precision row as this graph reads it (the copy's, or the stored vector of
+    /// a half-precision index), decoded into `out` (`dims` long).
+    pub(super) fn decode_half_row(&self, slot: u32, out: &mut [f32]) {
+        debug_assert!(self.half, "a graph on half-precision rows");
         let bytes = match self.copy {
             Some(c) => c.row(slot),
             None => self.st.vector_bytes(slot),
         };
-        buf.resize(self.dims, 0.0);
-        format::decode_vector(bytes, format::Precision::Half, buf);
-        buf
+        format::decode_vector(bytes, format::Precision::Half, out);
     }
 
     /// Every line of a level-0 record (136 bytes at M=16 lie across three lines wherever they

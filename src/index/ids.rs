@@ -163,12 +163,12 @@ impl Index {
     pub(super) fn live_in_order(snap: &Snap) -> Vec<(u32, u64)> {
         // Rows of a file whose slots were reused came by commit (rows from before the first
         // reuse have none, and came first), then as below (`reuse.rs`).
-        let born = |s: u32| match format::read_marker(
-            crate::storage::acquire_u64(&snap.st.header(s)[2]),
-            s,
-        ) {
-            format::Marker::Born(b) => b,
-            _ => 0,
+        let born = |s: u32| {
+            let marker = crate::storage::acquire_u64(&snap.st.header(s)[2]);
+            match format::read_marker(marker, s) {
+                format::Marker::Born(b) => b,
+                _ => 0,
+            }
         };
         let mut live: Vec<(u64, u32, u64)> = (0..snap.slots as u32)
             .filter_map(|s| snap.live_id(s).map(|id| (born(s), s, id)))

@@ -50,6 +50,20 @@ pub use ranges::{SequentialScan, Written};
 pub use rows::{ChunkRows, RowTable};
 pub use shadow::{ShadowLists, SHADOW_MIN};
 
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{
+    self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK,
+    HEADER_COPY_SIZE, HUGE_PAGE, MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
+};
+use crate::os;
+use memmap2::{MmapOptions, MmapRaw};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, OnceLock};
+
 /// A word of the mapped file read with acquire ordering, as a reader may: a relaxed load (the
 /// only atomic access Rust allows on read-only memory, which a reader's mappings are), then an
 /// acquire fence, which pairs with the writer's release store as an acquire load would.
@@ -67,20 +81,6 @@ pub fn acquire_u64(word: &AtomicU64) -> u64 {
     std::sync::atomic::fence(Acquire);
     v
 }
-
-use crate::error::{Error, ErrorKind, Result};
-use crate::format::{
-    self, align_up, Geometry, Header, RegionEntry, RegionKind, SegmentLayout, FIRST_HEAP_CHUNK,
-    HEADER_COPY_SIZE, HUGE_PAGE, MAX_HEAP_CHUNK, MAX_REGIONS, REGION_ALIGN, SLOT_HEADER,
-};
-use crate::os;
-use memmap2::{MmapOptions, MmapRaw};
-use parking_lot::Mutex;
-use std::any::Any;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, OnceLock};
 
 /// A mapped segment of `layout.slots` slots. Mapped at a 2 MiB-aligned address when its file
 /// offset is 2 MiB-aligned, so that its vectors can sit on huge pages (ADR-0016).
@@ -739,16 +739,12 @@ impl Storage {
             let (magic, seq) = match &self.header_view {
                 // SAFETY: the view covers both header copies (the file is at least that long
                 // from creation on); offsets 0 and 16 of a copy are 8-byte aligned; the view is
-                // read-only, so the loads are relaxed (the only atomic access Rust allows on
-                // read-only memory), the fence after them ordering what the caller reads next;
-                // a torn read of a copy being written is caught by the checksum when the copy
-                // is decoded.
+                // read-only, so the words are read as a reader may (`acquire_u64`); a torn read
+                // of a copy being written is caught by the checksum when the copy is decoded.
                 Some(m) => unsafe {
                     let p = m.as_ptr().add(off);
-                    let magic = (*(p.add(format::at::MAGIC) as *const AtomicU64)).load(Relaxed);
-                    let seq = (*(p.add(format::at::SEQ) as *const AtomicU64)).load(Relaxed);
-                    std::sync::atomic::fence(Acquire);
-                    (magic.to_le_bytes(), seq)
+                    let word = |at: usize| acquire_u64(&*(p.add(at) as *const AtomicU64));
+                    (word(format::at::MAGIC).to_le_bytes(), word(format::at::SEQ))
                 },
                 None => {
                     let mut b = [0u8; 24];
