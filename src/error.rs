@@ -26,6 +26,20 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Whether Python raises this kind as an `OSError` (`src/python/errors.rs`), which has a
+    /// `filename`.
+    pub fn is_os_error(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::IndexNotFound
+                | ErrorKind::IndexLocked
+                | ErrorKind::CorruptIndex
+                | ErrorKind::IndexFull
+                | ErrorKind::InvalidPath
+                | ErrorKind::Io
+        )
+    }
+
     /// The integer code of this kind: the `code` of its Python exception class and the status
     /// a C call returns (`include/chassis.h`). 12 is the base class (`ChassisError`,
     /// `CHASSIS_ERROR`: a fault inside the library); 0 is success in C. Interrupted has no
@@ -61,13 +75,21 @@ pub struct Error {
     pub help: String,
     /// The OS error number (errno; see `os::errno`), when the error came from a system call.
     pub errno: Option<i32>,
+    /// The file the error is about, when there is one (Python's `OSError.filename`).
+    pub path: Option<std::path::PathBuf>,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>, help: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), help: help.into(), errno: None }
+        Error { kind, message: message.into(), help: help.into(), errno: None, path: None }
+    }
+
+    /// The same error, about the file at `path`.
+    pub fn at(mut self, path: &std::path::Path) -> Self {
+        self.path = Some(path.to_path_buf());
+        self
     }
 
     pub fn invalid(message: impl Into<String>, help: impl Into<String>) -> Self {
@@ -102,6 +124,7 @@ impl Error {
             message: format!("{what} {}: {err}", path.display()),
             help: help.to_string(),
             errno,
+            path: Some(path.to_path_buf()),
         }
     }
 

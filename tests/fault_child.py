@@ -50,6 +50,7 @@ def main() -> None:
                 "type": type(error).__name__,
                 "chassis": isinstance(error, chassis.ChassisError),
                 "errno": getattr(error, "errno", None),
+                "filename": getattr(error, "filename", None),
                 "message": str(error),
             }
         )

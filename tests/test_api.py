@@ -635,6 +635,7 @@ def test_missing_file_with_dimensions_none_is_index_not_found(index_path):
     assert isinstance(e.value, FileNotFoundError)
     assert e.value.errno == errno.ENOENT  # as open() would say; the message stays ours
     assert str(e.value).startswith("no index at ")
+    assert e.value.filename == index_path  # as open() would say
     assert_has_help(e.value)
     assert not os.path.exists(index_path)
 
@@ -704,6 +705,8 @@ def test_path_in_missing_directory_is_an_os_error(tmp_path):
         VectorIndex(path, D)
     assert isinstance(e.value, OSError)
     assert isinstance(e.value, (InvalidPathError, IndexNotFoundError))
+    assert e.value.filename == str(path)
+    assert_has_help(e.value)  # the message, not "[Errno None] None: ..."
     assert not path.parent.exists()
 
 
@@ -716,6 +719,8 @@ def test_second_writer_in_same_process_is_locked_out(index_path):
         with pytest.raises(IndexLockedError) as e:
             VectorIndex(index_path, D)
         assert isinstance(e.value, OSError)
+        assert e.value.filename == index_path
+        assert str(e.value).startswith(f"{index_path} is open for writing elsewhere")
         assert_has_help(e.value)
         with pytest.raises(IndexLockedError):
             VectorIndex(index_path)

@@ -295,7 +295,7 @@ for mode in ("reader", "writer"):
         try:
             ix = chassis.IndexReader(path) if mode == "reader" else chassis.VectorIndex(path)
         except Exception as e:
-            r["open_error"] = [type(e).__name__, str(e)]
+            r["open_error"] = [type(e).__name__, str(e), getattr(e, "filename", None)]
     r["warnings"] = [[x.category.__name__, str(x.message)] for x in w]
     result[mode] = r
     if ix is None:
@@ -646,6 +646,9 @@ def test_damaged_file(pristine, tmp_path, name):
             assert r["open_error"][0] == case.error, (
                 f"{what}: {r['open_error']}, expected {case.error}"
             )
+            if case.error == "CorruptIndexError":  # an OSError: it names the file
+                assert r["open_error"][2] == str(path), f"{what}: filename {r['open_error'][2]}"
+                assert not r["open_error"][1].startswith("[Errno"), f"{what}: {r['open_error']}"
             continue
         assert "open_error" not in r, f"{what}: could not open: {r.get('open_error')}"
         runtime = [m for cat, m in r["warnings"] if cat == "RuntimeWarning"]

@@ -10,7 +10,7 @@ and with EIO once followed by a SIGKILL at the next point ("kill").
 
 Oracle, for every run, in this process and without the shim:
 - the child ends by itself (no crash, no hang), and every error it saw is a Chassis error; a
-  StorageError carries an errno;
+  StorageError carries an errno and the file it is about (`filename`), and its message is ours;
 - the index reopens as exactly one flush, for a reader opened first (which applies the dead
   writer's logs itself) and then for the next writer alike: its ids are those of the last
   flush that returned, or those of the flushing call that failed (when the failure came after
@@ -168,6 +168,8 @@ def judge(record: dict, errno: int, what: str, killed_ok: bool = False) -> None:
         assert e["chassis"], f"{what}: {e['step']} raised a non-Chassis {e['type']}: {e['message']}"
         if e["type"] == "StorageError":
             assert e["errno"] is not None, f"{what}: {e['step']}: StorageError without errno"
+            assert e["filename"], f"{what}: {e['step']}: StorageError without filename"
+            assert "None" not in e["message"].splitlines()[0], f"{what}: {e['message']}"
 
 
 def test_every_io_call_of_the_core_is_a_failure_point_the_life_meets(shim, tmp_path):

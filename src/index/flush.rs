@@ -55,6 +55,7 @@ impl Index {
             ),
             help: format!("close the index and open it again: {}", poison.reopens_as()),
             errno: poison.errno,
+            path: Some(self.path.clone()),
         }
     }
 

@@ -155,6 +155,7 @@ impl Index {
                     ),
                     help: "free disk space, then retry; the index is unchanged".into(),
                     errno: Some(os::ENOSPC),
+                    path: Some(self.path.clone()),
                 });
             }
         }

@@ -22,6 +22,18 @@ impl Index {
         opts: Option<&Options>,
         mode: Mode,
     ) -> Result<Index> {
+        // An error about the file names it (Python's `OSError.filename`), unless it names
+        // another file already (a log, a temporary sibling).
+        Self::open_inner(path, dims, opts, mode)
+            .map_err(|e| if e.path.is_none() && e.kind.is_os_error() { e.at(path) } else { e })
+    }
+
+    fn open_inner(
+        path: &Path,
+        dims: Option<usize>,
+        opts: Option<&Options>,
+        mode: Mode,
+    ) -> Result<Index> {
         let normalized = opts.map(Options::normalized).transpose()?;
         let opts = normalized.as_ref();
         if let Some(d) = dims {
@@ -39,7 +51,8 @@ impl Index {
                 ErrorKind::InvalidPath,
                 format!("{} is a directory", path.display()),
                 "pass a file path inside it, such as \"vectors.chassis\"",
-            ));
+            )
+            .at(path));
         }
         let mut file = None;
         if !path.exists() {
@@ -48,14 +61,16 @@ impl Index {
                     ErrorKind::IndexNotFound,
                     format!("no index at {}", path.display()),
                     "check the path; a writer creates the file (VectorIndex(path, dimensions))",
-                ));
+                )
+                .at(path));
             }
             let Some(d) = dims else {
                 return Err(Error::new(
                     ErrorKind::IndexNotFound,
                     format!("no index at {}", path.display()),
                     "pass dimensions to create one: VectorIndex(path, dimensions)",
-                ));
+                )
+                .at(path));
             };
             let parent =
                 path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -64,7 +79,8 @@ impl Index {
                     ErrorKind::InvalidPath,
                     format!("directory {} does not exist", parent.display()),
                     "create the directory first",
-                ));
+                )
+                .at(path));
             }
             file = Self::create(path, d, opts.cloned().unwrap_or_default())?;
         }
@@ -125,6 +141,7 @@ impl Index {
                            written, which applies the log; then readers can open it"
                         .into(),
                     errno: e.errno,
+                    path: Some(path.to_path_buf()),
                 })
             }
             Err(e) => Err(e),
@@ -150,7 +167,8 @@ impl Index {
                     path.display()
                 ),
                 "close the other writer first, or open with read_only=True to search",
-            ));
+            )
+            .at(path));
         }
         Ok(f)
     }

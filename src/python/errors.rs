@@ -61,6 +61,16 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let base = py.get_type::<ChassisError>();
     base.setattr("code", crate::error::INTERNAL_CODE)?;
+    // `OSError.__str__` writes "[Errno n] strerror: 'filename'" once `filename` is set, with
+    // `None` for what is unset: a Chassis error reads as its own message instead.
+    let str_fn = py.eval(
+        c"lambda self: f'[Errno {self.errno}] {self.strerror}' \
+          if isinstance(self, OSError) and self.errno is not None and self.strerror \
+          else BaseException.__str__(self)",
+        None,
+        None,
+    )?;
+    base.setattr("__str__", str_fn)?;
     m.add("ChassisError", &base)?;
     let mut made: Vec<(&str, Bound<'_, PyType>)> = Vec::new();
     let mut table = Vec::new();
@@ -109,6 +119,10 @@ pub fn to_py(e: Error) -> PyErr {
             },
             None => ChassisError::new_err(e.to_string()),
         };
+        // The file it is about, as Python's own OSErrors name it.
+        if let (Some(path), true) = (&e.path, e.kind.is_os_error()) {
+            let _ = err.value(py).setattr("filename", path.to_string_lossy().as_ref());
+        }
         // A missing file's `errno` is ENOENT, as Python's own FileNotFoundError has it; set as
         // an attribute so that the message reads as ours (with `strerror` unset, `str()` is it).
         if e.kind == ErrorKind::IndexNotFound {
