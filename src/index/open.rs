@@ -24,8 +24,13 @@ impl Index {
     ) -> Result<Index> {
         // An error about the file names it (Python's `OSError.filename`), unless it names
         // another file already (a log, a temporary sibling).
-        Self::open_inner(path, dims, opts, mode)
-            .map_err(|e| if e.path.is_none() && e.kind.is_os_error() { e.at(path) } else { e })
+        Self::open_inner(path, dims, opts, mode).map_err(|e| {
+            if e.path.is_none() && e.kind.is_os_error() {
+                e.at(path)
+            } else {
+                e
+            }
+        })
     }
 
     fn open_inner(
@@ -51,8 +56,7 @@ impl Index {
                 ErrorKind::InvalidPath,
                 format!("{} is a directory", path.display()),
                 "pass a file path inside it, such as \"vectors.chassis\"",
-            )
-            .at(path));
+            ));
         }
         let mut file = None;
         if !path.exists() {
@@ -61,16 +65,14 @@ impl Index {
                     ErrorKind::IndexNotFound,
                     format!("no index at {}", path.display()),
                     "check the path; a writer creates the file (VectorIndex(path, dimensions))",
-                )
-                .at(path));
+                ));
             }
             let Some(d) = dims else {
                 return Err(Error::new(
                     ErrorKind::IndexNotFound,
                     format!("no index at {}", path.display()),
                     "pass dimensions to create one: VectorIndex(path, dimensions)",
-                )
-                .at(path));
+                ));
             };
             let parent =
                 path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -79,8 +81,7 @@ impl Index {
                     ErrorKind::InvalidPath,
                     format!("directory {} does not exist", parent.display()),
                     "create the directory first",
-                )
-                .at(path));
+                ));
             }
             file = Self::create(path, d, opts.cloned().unwrap_or_default())?;
         }
