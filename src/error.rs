@@ -26,13 +26,14 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// Whether Python raises this kind as an `OSError` (`src/python/errors.rs`), which has a
-    /// `filename`.
+    /// Whether Python raises this kind as an `OSError` (`src/python/errors.rs`; `ReadOnlyError`
+    /// through `io.UnsupportedOperation`), which has a `filename`.
     pub fn is_os_error(self) -> bool {
         matches!(
             self,
             ErrorKind::IndexNotFound
                 | ErrorKind::IndexLocked
+                | ErrorKind::ReadOnly
                 | ErrorKind::CorruptIndex
                 | ErrorKind::IndexFull
                 | ErrorKind::InvalidPath

@@ -11,11 +11,13 @@ test_api_inputs.py.
 
 from __future__ import annotations
 
+import copy
 import errno
 import gc
 import io
 import os
 import pathlib
+import pickle
 from pathlib import Path
 
 import chassis
@@ -638,6 +640,10 @@ def test_missing_file_with_dimensions_none_is_index_not_found(index_path):
     assert e.value.filename == index_path  # as open() would say
     assert_has_help(e.value)
     assert not os.path.exists(index_path)
+    # A pickled error (Ray sends them so) or a copy keeps its class, message, errno and file.
+    for again in (pickle.loads(pickle.dumps(e.value)), copy.copy(e.value)):
+        assert type(again) is IndexNotFoundError
+        assert (str(again), again.errno, again.filename) == (str(e.value), errno.ENOENT, index_path)
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,8 @@ pub fn check_replaceable(dest: &Path, overwrite: bool) -> Result<()> {
                 dest.display()
             ),
             "close that writer first, or pass another path",
-        ));
+        )
+        .at(dest));
     }
     os::unlock(&file);
     let mut magic = [0u8; 8];

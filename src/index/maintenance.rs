@@ -42,7 +42,8 @@ impl Index {
                 ErrorKind::InvalidPath,
                 format!("cannot write an index to {:?}", dest.display().to_string()),
                 "pass a file path in an existing directory",
-            ));
+            )
+            .at(dest));
         }
         if let Some(me) = itself {
             if dest.exists() && copy::same_file(dest, me) {

@@ -3,7 +3,7 @@
 //! the integer `code` chassisdb gave it. And the warnings the core leaves for the user.
 
 use crate::error::{Error, ErrorKind};
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyOSError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
@@ -61,16 +61,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let base = py.get_type::<ChassisError>();
     base.setattr("code", crate::error::INTERNAL_CODE)?;
-    // `OSError.__str__` writes "[Errno n] strerror: 'filename'" once `filename` is set, with
-    // `None` for what is unset: a Chassis error reads as its own message instead.
-    let str_fn = py.eval(
-        c"lambda self: f'[Errno {self.errno}] {self.strerror}' \
-          if isinstance(self, OSError) and self.errno is not None and self.strerror \
-          else BaseException.__str__(self)",
-        None,
-        None,
-    )?;
-    base.setattr("__str__", str_fn)?;
     m.add("ChassisError", &base)?;
     let mut made: Vec<(&str, Bound<'_, PyType>)> = Vec::new();
     let mut table = Vec::new();
@@ -93,12 +83,39 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
             .get_type::<PyType>()
             .call1((*name, PyTuple::new(py, b)?, ns))?
             .cast_into::<PyType>()?;
+        if t.is_subclass_of::<PyOSError>()? {
+            os_error_methods(py, &t)?;
+        }
         m.add(*name, &t)?;
         table.push((*kind, t.clone().unbind()));
         made.push((name, t));
     }
     let _ = TYPES.set(py, table);
     Ok(())
+}
+
+/// An `OSError` class of ours: `str()` is its message (`OSError.__str__` writes "[Errno n]
+/// strerror: 'filename'" once `filename` is set, with `None` for what is unset), and a pickle
+/// or copy keeps `errno` and `filename` (`OSError.__reduce__` keeps them only with two or more
+/// args, and Ray sends errors pickled).
+fn os_error_methods(py: Python<'_>, t: &Bound<'_, PyType>) -> PyResult<()> {
+    let globals = PyDict::new(py);
+    globals.set_item("__builtins__", py.import("builtins")?)?;
+    let str_fn = py.eval(
+        c"lambda self: f'[Errno {self.errno}] {self.strerror}' \
+          if self.errno is not None and self.strerror \
+          else BaseException.__str__(self)",
+        Some(&globals),
+        None,
+    )?;
+    t.setattr("__str__", str_fn)?;
+    let reduce_fn = py.eval(
+        c"lambda self: (type(self), self.args, \
+          {**self.__dict__, 'errno': self.errno, 'filename': self.filename})",
+        Some(&globals),
+        None,
+    )?;
+    t.setattr("__reduce__", reduce_fn)
 }
 
 fn class_of(py: Python<'_>, kind: ErrorKind) -> Option<Bound<'_, PyType>> {
@@ -121,7 +138,7 @@ pub fn to_py(e: Error) -> PyErr {
         };
         // The file it is about, as Python's own OSErrors name it.
         if let (Some(path), true) = (&e.path, e.kind.is_os_error()) {
-            let _ = err.value(py).setattr("filename", path.to_string_lossy().as_ref());
+            let _ = err.value(py).setattr("filename", path.as_os_str());
         }
         // A missing file's `errno` is ENOENT, as Python's own FileNotFoundError has it; set as
         // an attribute so that the message reads as ours (with `strerror` unset, `str()` is it).
