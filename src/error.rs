@@ -26,21 +26,6 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// Whether Python raises this kind as an `OSError` (`src/python/errors.rs`; `ReadOnlyError`
-    /// through `io.UnsupportedOperation`), which has a `filename`.
-    pub fn is_os_error(self) -> bool {
-        matches!(
-            self,
-            ErrorKind::IndexNotFound
-                | ErrorKind::IndexLocked
-                | ErrorKind::ReadOnly
-                | ErrorKind::CorruptIndex
-                | ErrorKind::IndexFull
-                | ErrorKind::InvalidPath
-                | ErrorKind::Io
-        )
-    }
-
     /// The integer code of this kind: the `code` of its Python exception class and the status
     /// a C call returns (`include/chassis.h`). 12 is the base class (`ChassisError`,
     /// `CHASSIS_ERROR`: a fault inside the library); 0 is success in C. Interrupted has no

@@ -22,10 +22,10 @@ impl Index {
         opts: Option<&Options>,
         mode: Mode,
     ) -> Result<Index> {
-        // An error about the file names it (Python's `OSError.filename`), unless it names
-        // another file already (a log, a temporary sibling).
+        // An error names the index's file (Python's `OSError.filename`), unless it names
+        // another already (a log, a temporary sibling).
         Self::open_inner(path, dims, opts, mode).map_err(|e| {
-            if e.path.is_none() && e.kind.is_os_error() {
+            if e.path.is_none() {
                 e.at(path)
             } else {
                 e
@@ -142,7 +142,7 @@ impl Index {
                            written, which applies the log; then readers can open it"
                         .into(),
                     errno: e.errno,
-                    path: Some(path.to_path_buf()),
+                    path: None,
                 })
             }
             Err(e) => Err(e),

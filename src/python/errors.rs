@@ -136,9 +136,12 @@ pub fn to_py(e: Error) -> PyErr {
             },
             None => ChassisError::new_err(e.to_string()),
         };
-        // The file it is about, as Python's own OSErrors name it.
-        if let (Some(path), true) = (&e.path, e.kind.is_os_error()) {
-            let _ = err.value(py).setattr("filename", path.as_os_str());
+        // The file it is about, as Python's own OSErrors name it (other classes have no place
+        // for it).
+        if let Some(path) = &e.path {
+            if err.value(py).is_instance_of::<PyOSError>() {
+                let _ = err.value(py).setattr("filename", path.as_os_str());
+            }
         }
         // A missing file's `errno` is ENOENT, as Python's own FileNotFoundError has it; set as
         // an attribute so that the message reads as ours (with `strerror` unset, `str()` is it).
