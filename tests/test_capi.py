@@ -38,6 +38,11 @@ needs_c = pytest.mark.skipif(
 )
 
 
+def target_dir() -> Path:
+    """Cargo's target directory for this checkout (CARGO_TARGET_DIR, else target/)."""
+    return ROOT / Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+
+
 @pytest.fixture(scope="module")
 def capi_test(tmp_path_factory) -> Path:
     """tests/c/capi_test.c linked against a fresh debug build of the C library."""
@@ -46,8 +51,7 @@ def capi_test(tmp_path_factory) -> Path:
         cwd=ROOT,
         check=True,
     )
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    lib = (ROOT / target / "debug").resolve()
+    lib = (target_dir() / "debug").resolve()
     assert (lib / "libchassis.so").exists(), lib
     exe = tmp_path_factory.mktemp("capi") / "capi_test"
     subprocess.run(
@@ -161,10 +165,14 @@ def test_header_statuses_are_the_python_exception_codes():
 
 
 def make_install(tmp_path: Path) -> Path:
-    """`make install` of a debug build into a fresh prefix under `tmp_path`; the prefix."""
+    """`make install` of a debug build into a fresh prefix under `tmp_path`; the prefix.
+
+    Built in cargo's own target directory, where `capi_test` built the same dependencies in the
+    same profile: only the crate itself is compiled again (its library there then carries the
+    SONAME, which nothing linked against it by path minds)."""
     prefix = tmp_path / "prefix"
     subprocess.run(
-        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug"],
+        ["make", "install", f"PREFIX={prefix}", "PROFILE=debug", f"TARGET_DIR={target_dir()}"],
         cwd=ROOT,
         check=True,
         capture_output=True,
