@@ -71,7 +71,7 @@ RUNS: dict[str, str] = {
     "2026-12-02-bench_scale-peers-vm.json": "readme",
     "2026-12-05-bench_speed-all-vm.json": "docs",
     "2026-12-05-bench_speed-grouped-avx2-vm.json": "readme",
-    "2026-12-05-bench_filters-inlined-vm.json": "docs",
+    "2026-12-07-bench_filters-zen3-vm.json": "docs",
     "2026-12-06-bench_speed-zen2-blocks-vm.json": "readme",
     "2026-12-06-bench_scale-peers-zen2-vm.json": "readme",
     "2026-12-06-bench_churn-replace-minilm-steady-zen2-vm.json": "docs",
@@ -561,13 +561,15 @@ def _scale_docs(run: Run) -> list[str]:
 def _filters_docs(run: Run) -> list[str]:
     out = []
     engines = run.doc["args"]["engines"].split(",")
+    passes = run.doc["args"].get("passes", 1)
+    each = f" (each point the median of up to {passes} passes)" if passes > 1 else ""
     for dataset, result in run.doc["results"].items():
         unfiltered = bench_filters.at_95(result["unfiltered"])[0] if result["unfiltered"] else None
         out.append("")
         out += _wrap(
             f"{DATASET_NAMES.get(dataset, dataset)}, {result['rows']:,} rows, "
             f"{result['metric']}: QPS at recall@10 = 0.95 against the exact filtered truth, one "
-            f"thread (`< (r)`: 0.95 not reached, best recall r); chassis unfiltered on the same "
+            f"thread{each} (`< (r)`: 0.95 not reached, best recall r); chassis unfiltered on the same "
             f"index: {_bench.fmt(unfiltered)}. Plans: what chassis's queries took over the sweep."
         )
         out.append("")
