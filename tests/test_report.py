@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from chassis import _machine
 
@@ -229,6 +230,38 @@ def test_commands_parse_back_to_the_recorded_options(report):
 
 
 # ------------------------------------------------------------------ the files as committed
+def test_a_filter_sweep_point_is_the_median_of_its_passes(monkeypatch):
+    """Oracle: a scripted clock. Each pass of the fake engine takes a known time, so a point's
+    QPS must be the queries over the median of the passes it made, and the passes stop where
+    `REPEAT_WITHIN_S` and `SLOW_POINT_S` say."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_filters
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    now = [0.0]
+    monkeypatch.setattr(bench_filters.time, "perf_counter", lambda: now[0])
+    # ef 10: five short passes; ef 16: two that take a second together; ef 24: one slow pass,
+    # after which the sweep stops (ef 32 is never asked for).
+    durations = iter([0.010, 0.050, 0.012, 0.011, 0.013, 0.6, 0.7, 25.0])
+    found = np.tile(np.arange(10), (100, 1))
+    truth = found.copy()
+    truth[:, 0] = 99  # recall 0.9: the sweep does not stop for having found everything
+
+    class Fake:
+        name = "fake"
+
+        def __call__(self, queries, k, ef):
+            now[0] += next(durations)
+            return found
+
+    points = bench_filters.sweep(Fake(), found, truth, 10, [10, 16, 24, 32], passes=5)
+    assert [p["ef"] for p in points] == [10, 16, 24]
+    assert [p["passes"] for p in points] == [5, 2, 1]
+    for p, median in zip(points, [0.012, 0.65, 25.0]):
+        assert p["qps"] == pytest.approx(100 / median) and p["recall"] == pytest.approx(0.9)
+
+
 def _run_report(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args],
