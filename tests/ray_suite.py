@@ -231,6 +231,37 @@ def test_a_shard_killed_during_searches_restarts_and_the_searches_go_on(cluster,
     index.close()
 
 
+def test_reads_wait_for_a_shard_whose_restart_is_slow(cluster, tmp_path):
+    """Ray's own retries of a read are spent long before a slow restart (a large file, a
+    loaded node) ends: reads are asked again until `timeout`, and answer."""
+    data, queries = rows(1000, 16, 20), rows(20, 16, 21)
+    index = ShardedIndex(tmp_path, 16, shards=2, timeout=60)
+    index.add_batch(data)
+    index.flush()
+    want, _ = exact(data, np.arange(1000, dtype=np.uint64), queries, 5)
+    (FAULTS / "shard-start").write_text("4")
+    pid = ray.get(index.shard_actors()[1].where.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)  # Ray sees the death: the restart runs, the fault's pause in it
+    got, _ = index.search_batch(queries, 5, ef=1000)
+    _fired("shard-start")
+    assert np.array_equal(got, want)
+    assert len(index) == 1000 and 999 in index
+    # A restart longer than `timeout`: reported, with what to do, once the timeout is spent.
+    (FAULTS / "shard-start").write_text("8")
+    pid = ray.get(index.shard_actors()[1].where.remote())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    index.timeout = 2
+    with pytest.raises(ShardUnavailableError, match="help: retry"):
+        index.search_batch(queries, 5)
+    index.timeout = 60
+    got, _ = index.search_batch(queries, 5, ef=1000)
+    _fired("shard-start")
+    assert np.array_equal(got, want)
+    index.close()
+
+
 def _restarted(index: ShardedIndex, shard: int, old_pid: int) -> int:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -83,6 +83,9 @@ MANIFEST = "chassis-shards.json"
 NAMESPACE = "chassis"
 # Seconds a shard actor's name may stay taken after its actor ended.
 _NAME_WAIT = 10.0
+# The first pause, and the longest, before a read asks again an actor Ray is restarting.
+_RESTART_PAUSE = 0.1
+_RESTART_PAUSE_MAX = 2.0
 _NO_ID = np.uint64(2**64 - 1)
 # The column of `add_dataset`'s output that carries a batch's error (dropped before returning).
 _ERROR = "chassis_error"
@@ -136,6 +139,7 @@ class _Shard:
         writer: Any = None,
     ) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _fault("shard-start")  # a slow (re)start: reads must wait for it
         opts = IndexOptions(**options) if options else None
         self._open = (path, dimensions, opts)
         # A copy's state: which file of the writer, and its commit (None: no copy yet).
@@ -629,8 +633,14 @@ class _Reads:
         refs = [a.search_batch.remote(qref, k, skw) for a, (_, skw) in zip(firsts, calls)]
         parts, missing = [], []
         for (s, skw), first, ref in zip(calls, firsts, refs):
+            others = [a for a in [*s.replicas, s.actor] if a is not first]
             got = self._answer(
-                s, first, ref, lambda a, skw=skw: a.search_batch.remote(qref, k, skw), allow_partial
+                s,
+                [first, *others],
+                ref,
+                lambda a, skw=skw: a.search_batch.remote(qref, k, skw),
+                allow_partial,
+                "search_batch",
             )
             if got is None:
                 missing.append(s.number)
@@ -649,26 +659,39 @@ class _Reads:
             ids, dist = np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
         return PartialSearch(ids, dist, missing) if allow_partial else (ids, dist)
 
-    def _answer(self, s: _ShardInfo, first: Any, ref: Any, call: Any, partial: bool) -> Any:
-        """What `ref` (a call to `first`, one of shard `s`'s actors) returns; if `first`
-        cannot be reached, `call(actor)` on the shard's other actors in turn (its replicas,
-        then its writer). None when none can and `partial`; a shard's own error is raised
-        with the shard named."""
-        tried = [first]
+    def _answer(
+        self,
+        s: _ShardInfo,
+        actors: list[Any],
+        ref: Any,
+        call: Callable[[Any], Any],
+        partial: bool,
+        what: str,
+    ) -> Any:
+        """What `ref` (a call to `actors[0]`, one of shard `s`'s actors) returns; if that
+        actor cannot be reached, `call(actor)` on the next of `actors` in turn. An actor Ray
+        is restarting (its own task retries spent while the restart ran) is asked again, all
+        of `actors` in turn, after a pause, until `timeout`. None when none can be reached
+        and `partial`; a shard's own error is raised with the shard named."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        pause, at = _RESTART_PAUSE, 0
         while True:
             try:
                 return ray.get(ref, timeout=self.timeout)
             except ray.exceptions.RayTaskError as e:
-                raise self._shard_error(e, s.number, "search_batch") from None
-            except ray.exceptions.RayError as e:  # died, timed out, its node left
+                raise self._shard_error(e, s.number, what) from None
+            except ray.exceptions.RayError as e:  # died, timed out, its node left, restarting
                 last = e
-            others = [a for a in [*s.replicas, s.actor] if not any(a is t for t in tried)]
-            if not others:
+            at += 1
+            if at == len(actors) and isinstance(last, ray.exceptions.ActorUnavailableError):
+                if deadline is None or time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    pause, at = min(2 * pause, _RESTART_PAUSE_MAX), 0
+            if at == len(actors):
                 if partial:
                     return None
-                raise self._unavailable(s.number, "search_batch", last) from None
-            tried.append(others[0])
-            ref = call(others[0])
+                raise self._unavailable(s.number, what, last) from None
+            ref = call(actors[at])
 
     def search(
         self,
@@ -686,9 +709,18 @@ class _Reads:
         )
         return [SearchResult(int(i), float(d)) for i, d in zip(ids[0], dist[0]) if i != _NO_ID]
 
+    def _read(self, shards: list[_ShardInfo], method: str, *args: Any) -> list[Any]:
+        """`method(*args)` of each of `shards` (from `_point_reader`), in order; one that
+        Ray is restarting is asked again until `timeout` (`_answer`)."""
+        actors = [self._point_reader(s) for s in shards]
+        refs = [getattr(a, method).remote(*args) for a in actors]
+        return [
+            self._answer(s, [a], ref, lambda b: getattr(b, method).remote(*args), False, method)
+            for s, a, ref in zip(shards, actors, refs)
+        ]
+
     def __len__(self) -> int:
-        refs = [self._point_reader(s).length.remote() for s in self._shards]
-        return int(sum(self._get(refs, "len", None)))
+        return int(sum(self._read(self._shards, "length")))
 
     def __contains__(self, id: object) -> bool:
         # What is not an id (a bool among them) is not in it, as for `VectorIndex`.
@@ -700,18 +732,16 @@ class _Reads:
         ):
             return False
         s = self._shards[int(shard_of([id], len(self._shards))[0])]
-        ref = self._point_reader(s).contains.remote(int(id))
-        return bool(self._get([ref], "contains", [s.number])[0])
+        return bool(self._read([s], "contains", int(id))[0])
 
     def get(self, id: int) -> np.ndarray | None:
         """The stored vector of `id`, or None."""
         s = self._shards[int(shard_of([id], len(self._shards))[0])]
-        return self._get([self._point_reader(s).get.remote(int(id))], "get", [s.number])[0]
+        return self._read([s], "get", int(id))[0]
 
     def ids(self) -> np.ndarray:
         """Every live id, ascending."""
-        refs = [self._point_reader(s).ids.remote() for s in self._shards]
-        return np.sort(np.concatenate(self._get(refs, "ids", None)))
+        return np.sort(np.concatenate(self._read(self._shards, "ids")))
 
 
 class ShardedIndex(_Reads):
