@@ -167,17 +167,18 @@ def sweep(call: Filtered, queries, truth, k, efs, passes: int = 1) -> list[dict[
     average); the plans chassis took are those of the first pass."""
     points = []
     for ef in efs:
-        times: list[float] = []
-        while len(times) < max(passes, 1) and (not times or sum(times) < REPEAT_WITHIN_S):
-            before = chassis.search_plans()
+        before = chassis.search_plans()
+        start = time.perf_counter()
+        found = call(queries, k, ef)
+        times = [time.perf_counter() - start]
+        point: dict[str, Any] = {"ef": ef, "recall": recall(found, truth)}
+        if call.name.startswith("chassis"):
+            after = chassis.search_plans()
+            point["plans"] = {key: after[key] - before[key] for key in after}
+        while len(times) < passes and sum(times) < REPEAT_WITHIN_S:
             start = time.perf_counter()
-            found = call(queries, k, ef)
+            call(queries, k, ef)
             times.append(time.perf_counter() - start)
-            if len(times) == 1:
-                point = {"ef": ef, "recall": recall(found, truth)}
-                if call.name.startswith("chassis"):
-                    after = chassis.search_plans()
-                    point["plans"] = {key: after[key] - before[key] for key in after}
         point["qps"] = len(queries) / float(np.median(times))
         point["passes"] = len(times)
         points.append(point)
