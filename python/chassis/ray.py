@@ -674,10 +674,10 @@ class _Reads:
         of `actors` in turn, after a pause, until `timeout`. None when none can be reached
         and `partial`; a shard's own error is raised with the shard named."""
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        pause, at = _RESTART_PAUSE, 0
+        pause, at, wait = _RESTART_PAUSE, 0, self.timeout
         while True:
             try:
-                return ray.get(ref, timeout=self.timeout)
+                return ray.get(ref, timeout=wait)
             except ray.exceptions.RayTaskError as e:
                 raise self._shard_error(e, s.number, what) from None
             except ray.exceptions.RayError as e:  # died, timed out, its node left, restarting
@@ -687,6 +687,8 @@ class _Reads:
                 if deadline is None or time.monotonic() + pause < deadline:
                     time.sleep(pause)
                     pause, at = min(2 * pause, _RESTART_PAUSE_MAX), 0
+                    # Asked again within what is left of `timeout`, not a whole one more.
+                    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if at == len(actors):
                 if partial:
                     return None
@@ -709,18 +711,19 @@ class _Reads:
         )
         return [SearchResult(int(i), float(d)) for i, d in zip(ids[0], dist[0]) if i != _NO_ID]
 
-    def _read(self, shards: list[_ShardInfo], method: str, *args: Any) -> list[Any]:
+    def _read(self, shards: list[_ShardInfo], what: str, method: str, *args: Any) -> list[Any]:
         """`method(*args)` of each of `shards` (from `_point_reader`), in order; one that
-        Ray is restarting is asked again until `timeout` (`_answer`)."""
+        Ray is restarting is asked again until `timeout` (`_answer`). `what`: the call, as
+        an error names it."""
         actors = [self._point_reader(s) for s in shards]
         refs = [getattr(a, method).remote(*args) for a in actors]
         return [
-            self._answer(s, [a], ref, lambda b: getattr(b, method).remote(*args), False, method)
+            self._answer(s, [a], ref, lambda b: getattr(b, method).remote(*args), False, what)
             for s, a, ref in zip(shards, actors, refs)
         ]
 
     def __len__(self) -> int:
-        return int(sum(self._read(self._shards, "length")))
+        return int(sum(self._read(self._shards, "len", "length")))
 
     def __contains__(self, id: object) -> bool:
         # What is not an id (a bool among them) is not in it, as for `VectorIndex`.
@@ -732,16 +735,16 @@ class _Reads:
         ):
             return False
         s = self._shards[int(shard_of([id], len(self._shards))[0])]
-        return bool(self._read([s], "contains", int(id))[0])
+        return bool(self._read([s], "contains", "contains", int(id))[0])
 
     def get(self, id: int) -> np.ndarray | None:
         """The stored vector of `id`, or None."""
         s = self._shards[int(shard_of([id], len(self._shards))[0])]
-        return self._read([s], "get", int(id))[0]
+        return self._read([s], "get", "get", int(id))[0]
 
     def ids(self) -> np.ndarray:
         """Every live id, ascending."""
-        return np.sort(np.concatenate(self._read(self._shards, "ids")))
+        return np.sort(np.concatenate(self._read(self._shards, "ids", "ids")))
 
 
 class ShardedIndex(_Reads):
