@@ -86,6 +86,8 @@ _NAME_WAIT = 10.0
 # The first pause, and the longest, before a read asks again an actor Ray is restarting.
 _RESTART_PAUSE = 0.1
 _RESTART_PAUSE_MAX = 2.0
+# Seconds a read waits for an actor Ray is restarting when the handle has no `timeout`.
+_RESTART_WAIT = 120.0
 _NO_ID = np.uint64(2**64 - 1)
 # The column of `add_dataset`'s output that carries a batch's error (dropped before returning).
 _ERROR = "chassis_error"
@@ -628,7 +630,7 @@ class _Reads:
             if excl is not None:
                 skw["excluded"] = excl[excl_at == s.number]
             calls.append((s, skw))
-        turn = self._next_round()
+        turn, until = self._next_round(), self._until()
         firsts = [self._reader(s, turn) for s, _ in calls]
         refs = [a.search_batch.remote(qref, k, skw) for a, (_, skw) in zip(firsts, calls)]
         parts, missing = [], []
@@ -641,6 +643,7 @@ class _Reads:
                 lambda a, skw=skw: a.search_batch.remote(qref, k, skw),
                 allow_partial,
                 "search_batch",
+                until,
             )
             if got is None:
                 missing.append(s.number)
@@ -667,14 +670,15 @@ class _Reads:
         call: Callable[[Any], Any],
         partial: bool,
         what: str,
+        until: float,
     ) -> Any:
         """What `ref` (a call to `actors[0]`, one of shard `s`'s actors) returns; if that
-        actor cannot be reached, `call(actor)` on the next of `actors` in turn. An actor Ray
-        is restarting (its own task retries spent while the restart ran) is asked again, all
-        of `actors` in turn, after a pause, until `timeout`. None when none can be reached
-        and `partial`; a shard's own error is raised with the shard named."""
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        pause, at, wait = _RESTART_PAUSE, 0, self.timeout
+        actor cannot be reached, `call(actor)` on the next of `actors` in turn. Where one of
+        them was restarting (Ray's own retries of the call spent while the restart ran), all
+        are asked again after a pause, until the monotonic time `until` (`_until`). None when
+        none can be reached and `partial`; a shard's own error is raised with the shard
+        named."""
+        pause, at, wait, restarting = _RESTART_PAUSE, 0, self.timeout, False
         while True:
             try:
                 return ray.get(ref, timeout=wait)
@@ -682,18 +686,26 @@ class _Reads:
                 raise self._shard_error(e, s.number, what) from None
             except ray.exceptions.RayError as e:  # died, timed out, its node left, restarting
                 last = e
+                restarting |= isinstance(e, ray.exceptions.ActorUnavailableError)
             at += 1
-            if at == len(actors) and isinstance(last, ray.exceptions.ActorUnavailableError):
-                if deadline is None or time.monotonic() + pause < deadline:
-                    time.sleep(pause)
-                    pause, at = min(2 * pause, _RESTART_PAUSE_MAX), 0
-                    # Asked again within what is left of `timeout`, not a whole one more.
-                    wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            left = until - time.monotonic()
+            if at == len(actors) and restarting and left > 0:
+                time.sleep(min(pause, left))
+                pause, at, restarting = min(2 * pause, _RESTART_PAUSE_MAX), 0, False
+                # Asked again within what is left, not a whole `timeout` more.
+                if self.timeout is not None:
+                    wait = max(0.0, until - time.monotonic())
             if at == len(actors):
                 if partial:
                     return None
                 raise self._unavailable(s.number, what, last) from None
             ref = call(actors[at])
+
+    def _until(self) -> float:
+        """Until when a call's reads ask again the actors Ray is restarting: its `timeout`
+        from now, or `_RESTART_WAIT` without one (an actor that fails at every start would
+        be waited for without end)."""
+        return time.monotonic() + (_RESTART_WAIT if self.timeout is None else self.timeout)
 
     def search(
         self,
@@ -713,12 +725,16 @@ class _Reads:
 
     def _read(self, shards: list[_ShardInfo], what: str, method: str, *args: Any) -> list[Any]:
         """`method(*args)` of each of `shards` (from `_point_reader`), in order; one that
-        Ray is restarting is asked again until `timeout` (`_answer`). `what`: the call, as
+        Ray is restarting is asked again (`_answer`, `_until`). `what`: the call, as
         an error names it."""
-        actors = [self._point_reader(s) for s in shards]
+        actors, until = [self._point_reader(s) for s in shards], self._until()
         refs = [getattr(a, method).remote(*args) for a in actors]
+
+        def again(actor: Any) -> Any:
+            return getattr(actor, method).remote(*args)
+
         return [
-            self._answer(s, [a], ref, lambda b: getattr(b, method).remote(*args), False, what)
+            self._answer(s, [a], ref, again, False, what, until)
             for s, a, ref in zip(shards, actors, refs)
         ]
 
@@ -775,7 +791,8 @@ class ShardedIndex(_Reads):
     max_restarts : int, default -1
         Ray restarts of a shard actor that dies (-1: without limit).
     timeout : float, optional
-        Seconds to wait for a shard's answer before reporting it unavailable (None: wait).
+        Seconds to wait for a shard's answer before reporting it unavailable (None: wait;
+        for a shard Ray is restarting, two minutes at most).
     spread : bool, default False
         On local disks, each replica runs on another node than its shard's writer and keeps
         its own copy of the shard's file there, sent whole when it starts and then the
