@@ -499,7 +499,7 @@ class _ShardInfo:
     dirty: bool = False
     lost: bool = False
     #: Its rollback to the last flush did not answer: it may hold a later flush; it is taken
-    #: back before the next write (`ShardedIndex._settle`).
+    #: back before the next read or write (`ShardedIndex._settle`).
     unsure: bool = False
 
 
@@ -524,6 +524,10 @@ class _Reads:
 
     def _saw(self, s: _ShardInfo, life: str) -> None:
         """A search's answer from the writer of `s` in incarnation `life`."""
+
+    def _before_read(self, what: str) -> None:
+        """Called before each read: nothing here (`ShardedIndex` takes back a shard that may
+        hold a flush it gave up)."""
 
     def _next_round(self) -> int:
         self._round += 1
@@ -610,6 +614,7 @@ class _Reads:
         q = self._check_rows(queries)
         if not isinstance(k, int) or k < 1:
             raise chassis.InvalidArgumentError(f"k={k!r}\nhelp: pass k >= 1")
+        self._before_read("search_batch")
         kw: dict[str, Any] = {"ef": ef, "rerank": rerank, "threads": threads}
         n = len(self._shards)
         allow = None if allowed is None else _filter_ids(allowed)
@@ -727,6 +732,7 @@ class _Reads:
         """`method(*args)` of each of `shards` (from `_point_reader`), in order; one that
         Ray is restarting is asked again (`_answer`, `_until`). `what`: the call, as
         an error names it."""
+        self._before_read(what)
         actors, until = [self._point_reader(s) for s in shards], self._until()
         refs = [getattr(a, method).remote(*args) for a in actors]
 
@@ -1090,9 +1096,9 @@ class ShardedIndex(_Reads):
 
     def _note_states(self, wheres: list[dict[str, Any]]) -> None:
         """From each shard's last commit (`_Shard.where`): a shard at another epoch than the
-        manifest's is unsure (it is taken back before anything else is written); one at the
-        same epoch under another commit (a compaction, or a taking back) is recorded, as the
-        state a later flush is taken back to."""
+        manifest's is unsure (it is taken back before anything else is read or written); one
+        at the same epoch under another commit (a compaction, or a taking back) is recorded,
+        as the state a later flush is taken back to."""
         for s, w in zip(self._shards, wheres):
             if w["epoch"] != self._epoch:
                 s.unsure = True
@@ -1109,18 +1115,26 @@ class ShardedIndex(_Reads):
 
     def _settle(self, what: str) -> None:
         """Take every unsure shard back to the last sharded flush (a restarted shard may hold a
-        flush the others did not finish), before anything else is written."""
+        flush the others did not finish), before anything else is written or read. A shard
+        Ray is still restarting is waited for as a read waits (`_answer`); its own error (it
+        was taken over, its taking back failed) is raised as itself."""
+        until = self._until()
         for s in self._shards:
             if not s.unsure:
                 continue
-            try:
-                _, s.life = self._wait(s.actor.rollback.remote(self._fence, self._to(s)))
-            except ray.exceptions.RayError as e:
-                cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else None
-                if isinstance(cause, ChassisError):
-                    raise cause from None  # its own: refused (taken over), failed
-                raise self._unavailable(s.number, what, e) from None
+
+            def back(actor: Any, s: _ShardInfo = s) -> Any:
+                return actor.rollback.remote(self._fence, self._to(s))
+
+            _, s.life = self._answer(s, [s.actor], back(s.actor), back, False, what, until)
             s.unsure = s.lost = s.dirty = False
+
+    def _before_read(self, what: str) -> None:
+        # Reads see the last flush: a shard whose taking back after a failed flush did not
+        # answer (it was restarting) may hold the flush given up, so it is taken back first.
+        if any(s.unsure for s in self._shards):
+            with self._lock:
+                self._settle(what)
 
     def _each(self, method: str, *args: Any) -> list[Any]:
         """Call `method` on every shard's writer; results in shard order."""
@@ -1321,7 +1335,8 @@ class ShardedIndex(_Reads):
                 t.unsure = False
             except Exception:
                 # It died too, or cannot be reached: its restart reopens as of its own last
-                # flush, which may be the one given up; it is taken back before the next write.
+                # flush, which may be the one given up; it is taken back before the next read
+                # or write.
                 t.unsure = True
             t.dirty = t.lost = False
         if cause is not None:
