@@ -525,9 +525,11 @@ class _Reads:
     def _saw(self, s: _ShardInfo, life: str) -> None:
         """A search's answer from the writer of `s` in incarnation `life`."""
 
-    def _before_read(self, what: str) -> None:
-        """Called before each read: nothing here (`ShardedIndex` takes back a shard that may
-        hold a flush it gave up)."""
+    def _before_read(self, what: str, shards: list[_ShardInfo], partial: bool = False) -> set[int]:
+        """Called before a read of `shards`: the numbers of those to leave out (`partial`
+        only). Nothing here; `ShardedIndex` takes back a shard that may hold a flush it gave
+        up."""
+        return set()
 
     def _next_round(self) -> int:
         self._round += 1
@@ -614,7 +616,6 @@ class _Reads:
         q = self._check_rows(queries)
         if not isinstance(k, int) or k < 1:
             raise chassis.InvalidArgumentError(f"k={k!r}\nhelp: pass k >= 1")
-        self._before_read("search_batch")
         kw: dict[str, Any] = {"ef": ef, "rerank": rerank, "threads": threads}
         n = len(self._shards)
         allow = None if allowed is None else _filter_ids(allowed)
@@ -635,10 +636,13 @@ class _Reads:
             if excl is not None:
                 skw["excluded"] = excl[excl_at == s.number]
             calls.append((s, skw))
+        left_out = self._before_read("search_batch", [s for s, _ in calls], allow_partial)
+        missing = sorted(left_out)
+        calls = [(s, skw) for s, skw in calls if s.number not in left_out]
         turn, until = self._next_round(), self._until()
         firsts = [self._reader(s, turn) for s, _ in calls]
         refs = [a.search_batch.remote(qref, k, skw) for a, (_, skw) in zip(firsts, calls)]
-        parts, missing = [], []
+        parts = []
         for (s, skw), first, ref in zip(calls, firsts, refs):
             others = [a for a in [*s.replicas, s.actor] if a is not first]
             got = self._answer(
@@ -665,7 +669,7 @@ class _Reads:
             ids, dist = _merge(parts, k)
         else:
             ids, dist = np.full((len(q), k), _NO_ID), np.full((len(q), k), np.inf, np.float32)
-        return PartialSearch(ids, dist, missing) if allow_partial else (ids, dist)
+        return PartialSearch(ids, dist, sorted(missing)) if allow_partial else (ids, dist)
 
     def _answer(
         self,
@@ -732,7 +736,7 @@ class _Reads:
         """`method(*args)` of each of `shards` (from `_point_reader`), in order; one that
         Ray is restarting is asked again (`_answer`, `_until`). `what`: the call, as
         an error names it."""
-        self._before_read(what)
+        self._before_read(what, shards)
         actors, until = [self._point_reader(s) for s in shards], self._until()
         refs = [getattr(a, method).remote(*args) for a in actors]
 
@@ -1113,28 +1117,44 @@ class ShardedIndex(_Reads):
         """What `s` goes back to: its state in the last sharded flush."""
         return {"epoch": self._epoch, "seq": s.seq, "slots": s.slots}
 
-    def _settle(self, what: str) -> None:
-        """Take every unsure shard back to the last sharded flush (a restarted shard may hold a
-        flush the others did not finish), before anything else is written or read. A shard
-        Ray is still restarting is waited for as a read waits (`_answer`); its own error (it
-        was taken over, its taking back failed) is raised as itself."""
+    def _settle(self, what: str, shards: Iterable[_ShardInfo] | None = None) -> None:
+        """Take every unsure shard (of `shards`; None: all) back to the last sharded flush (a
+        restarted shard may hold a flush the others did not finish), before anything else is
+        written to it or read from it through this handle. A shard Ray is still restarting
+        is waited for as a read waits (`_answer`); its own `ChassisError` (it was taken over,
+        its taking back failed) is raised as itself, anything else as unavailable."""
         until = self._until()
-        for s in self._shards:
+        for s in self._shards if shards is None else shards:
             if not s.unsure:
                 continue
 
             def back(actor: Any, s: _ShardInfo = s) -> Any:
                 return actor.rollback.remote(self._fence, self._to(s))
 
-            _, s.life = self._answer(s, [s.actor], back(s.actor), back, False, what, until)
+            try:
+                _, s.life = self._answer(s, [s.actor], back(s.actor), back, False, what, until)
+            except ChassisError:
+                raise
+            except Exception as e:
+                raise self._unavailable(s.number, what, e) from None
             s.unsure = s.lost = s.dirty = False
 
-    def _before_read(self, what: str) -> None:
+    def _before_read(self, what: str, shards: list[_ShardInfo], partial: bool = False) -> set[int]:
         # Reads see the last flush: a shard whose taking back after a failed flush did not
         # answer (it was restarting) may hold the flush given up, so it is taken back first.
-        if any(s.unsure for s in self._shards):
+        # With `partial`, one that cannot be is left out (its number returned).
+        left_out: set[int] = set()
+        for s in shards:
+            if not s.unsure:
+                continue
             with self._lock:
-                self._settle(what)
+                try:
+                    self._settle(what, [s])
+                except ShardUnavailableError:
+                    if not partial:
+                        raise
+                    left_out.add(s.number)
+        return left_out
 
     def _each(self, method: str, *args: Any) -> list[Any]:
         """Call `method` on every shard's writer; results in shard order."""
@@ -1609,6 +1629,8 @@ class ShardedIndex(_Reads):
         discarded with them.
         """
         with self._lock:
+            # A shard that may hold a flush given up is taken back before rows reach it.
+            self._settle("add_dataset")
             counter = (
                 _Counter.options(num_cpus=0).remote(self._next_id) if id_column is None else None
             )
