@@ -88,6 +88,9 @@ _RESTART_PAUSE = 0.1
 _RESTART_PAUSE_MAX = 2.0
 # Seconds a read waits for an actor Ray is restarting when the handle has no `timeout`.
 _RESTART_WAIT = 120.0
+# Seconds the start of a handle's shard actors is waited for at least, whatever its `timeout`:
+# each is a new process, which a loaded node can take longer than a call to start.
+_START_WAIT = 120.0
 _NO_ID = np.uint64(2**64 - 1)
 # The column of `add_dataset`'s output that carries a batch's error (dropped before returning).
 _ERROR = "chassis_error"
@@ -546,13 +549,19 @@ class _Reads:
     def _check_rows(self, vectors: Any) -> np.ndarray:
         return _checked_rows(vectors, self.dimensions)
 
-    def _get(self, refs: list[Any], what: str, shards: list[int] | None) -> list[Any]:
+    def _get(
+        self, refs: list[Any], what: str, shards: list[int] | None, *, start: bool = False
+    ) -> list[Any]:
         """`ray.get` of calls to `shards` (None: all, in order), their errors made plain: a
-        shard's own exception re-raised with the shard named, an unreachable shard reported."""
+        shard's own exception re-raised with the shard named, an unreachable shard reported.
+        `start`: the first calls to new actors, waited for `_START_WAIT` at least."""
         if shards is None:
             shards = list(range(len(self._shards)))
+        wait = self.timeout
+        if start and wait is not None:
+            wait = max(wait, _START_WAIT)
         try:
-            return ray.get(refs, timeout=self.timeout)
+            return ray.get(refs, timeout=wait)
         except ray.exceptions.GetTimeoutError as e:
             raise self._unavailable(shards[0], what, e) from None
         except ray.exceptions.RayTaskError as e:
@@ -802,7 +811,8 @@ class ShardedIndex(_Reads):
         Ray restarts of a shard actor that dies (-1: without limit).
     timeout : float, optional
         Seconds to wait for a shard's answer before reporting it unavailable (None: wait;
-        for a shard Ray is restarting, two minutes at most).
+        for a shard Ray is restarting, two minutes at most). The first start of the shards'
+        actors, new processes, is waited for two minutes at least.
     spread : bool, default False
         On local disks, each replica runs on another node than its shard's writer and keeps
         its own copy of the shard's file there, sent whole when it starts and then the
@@ -1010,7 +1020,7 @@ class ShardedIndex(_Reads):
             self._find_shards()
         for s in self._shards:
             s.actor = self._new_actor(s, s.node_id, None)
-        wheres = self._each("where")
+        wheres = self._each("where", start=True)
         for s, w in zip(self._shards, wheres):
             s.node_id, s.host, s.life = w["node_id"], w["host"], w["life"]
         # The writers created the files; the readers follow them from their first flush.
@@ -1039,7 +1049,7 @@ class ShardedIndex(_Reads):
             s.actor = a if a is not None else self._new_actor(s, s.node_id, None)
         # A fence of the next generation: above anything the driver taken over from can
         # reach by its own rollbacks, so that its writes and rollbacks stay refused.
-        self._fence = ((max(self._each("fence_now")) >> 32) + 1) << 32
+        self._fence = ((max(self._each("fence_now", start=True)) >> 32) + 1) << 32
         for s, w in zip(self._shards, self._each("where")):
             s.node_id, s.host, s.life = w["node_id"], w["host"], w["life"]
             s.replicas = _find_replicas(self.root, s.number)
@@ -1060,8 +1070,9 @@ class ShardedIndex(_Reads):
             for n in alive
         ]
         # A node that just left may still be listed alive for a moment: its probe never runs,
-        # so the nodes that answer in time are the ones asked.
-        wait = self.timeout or 30.0
+        # so the nodes that answer in time are the ones asked. A probe may need a new worker
+        # process: given 30 s at least, as a start is (`_START_WAIT`).
+        wait = max(self.timeout or 0.0, 30.0)
         ready, _ = ray.wait(probes, num_returns=len(probes), timeout=wait)
         answers: list[tuple[str, str, list[bool]]] = []
         for n, ref in zip(alive, probes):
@@ -1156,10 +1167,11 @@ class ShardedIndex(_Reads):
                     left_out.add(s.number)
         return left_out
 
-    def _each(self, method: str, *args: Any) -> list[Any]:
-        """Call `method` on every shard's writer; results in shard order."""
+    def _each(self, method: str, *args: Any, start: bool = False) -> list[Any]:
+        """Call `method` on every shard's writer; results in shard order (`start`: see
+        `_get`)."""
         refs = [getattr(s.actor, method).remote(*args) for s in self._shards]
-        return self._get(refs, method, None)
+        return self._get(refs, method, None, start=start)
 
     # ---- writes
 
