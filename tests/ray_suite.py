@@ -221,14 +221,14 @@ def test_a_shard_killed_during_searches_restarts_and_the_searches_go_on(cluster,
     killer = _kill_later(index, 1, 0.3)
     deadline = time.monotonic() + 6
     n = 0
-    while time.monotonic() < deadline:
+    # Searches for 6 s, and at least 3 (a restart on a loaded machine can take most of that).
+    while time.monotonic() < deadline or n < 3:
         got = index.search_batch(queries, 10)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
         n += 1
     killer.join()
     after = ray.get(index.shard_actors()[1].where.remote())["pid"]
     assert after != before, "the shard was not restarted"
-    assert n >= 3
     index.close()
 
 
@@ -270,10 +270,39 @@ def test_a_first_start_slower_than_the_timeout_is_waited_for(cluster, tmp_path):
     (FAULTS / "shard-start").write_text("4")
     index = ShardedIndex(tmp_path, 8, shards=2, timeout=2)
     _fired("shard-start")
+    index.timeout = 60  # the rest is not what is tested: a loaded machine may be slow there
     index.add_batch(data)
     index.flush()
     got, _ = index.search_batch(queries, 5, ef=500)
     assert np.array_equal(got, exact(data, np.arange(500, dtype=np.uint64), queries, 5)[0])
+    index.close()
+
+
+def test_writes_after_a_slow_restart_fail_as_a_lost_shard(cluster, tmp_path):
+    """A shard killed holding unflushed rows, its restart slower than Ray's own retries: the
+    next add with ids (which first asks every shard which ids it holds) and the next flush
+    wait for it, and fail as a shard that lost its writes does, not as one out of reach:
+    `ShardFailedError`, every shard back at the last flush. Oracle: the ids of that flush."""
+    data = rows(400, 8, 24)
+    index = ShardedIndex(tmp_path, 8, shards=2, timeout=60)
+    index.add_batch(data[:200])
+    index.flush()
+    for write in ("add_batch", "flush"):
+        index.add_batch(data[200:300], ids=np.arange(200, 300))  # unflushed, in both shards
+        (FAULTS / "shard-start").write_text("4")
+        pid = ray.get(index.shard_actors()[1].where.remote())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)  # Ray sees the death: the restart runs, the fault's pause in it
+        with pytest.raises(ShardFailedError, match="shard 1 "):
+            if write == "add_batch":
+                index.add_batch(data[300:], ids=np.arange(300, 400))
+            else:
+                index.flush()
+        _fired("shard-start")
+        assert np.array_equal(np.sort(index.ids()), np.arange(200)), write
+    index.add_batch(data[200:], ids=np.arange(200, 400))
+    index.flush()
+    assert np.array_equal(np.sort(index.ids()), np.arange(400))
     index.close()
 
 
@@ -720,7 +749,7 @@ def test_a_write_the_driver_gave_up_on_is_refused_when_it_lands(cluster, tmp_pat
     (FAULTS / "shard-add").write_text("6")
     index.timeout = 2
     with pytest.raises(ShardFailedError):
-        index.add_batch(data[100:200], ids=np.arange(100, 200))
+        index.add_batch(data[100:200])  # ids 100 to 199, given: no `present` call to time out
     index.timeout = 60
     assert (FAULTS / "shard-add.fired").exists(), "the fault did not fire"
     time.sleep(8)  # the late write has woken, and been refused
@@ -1033,7 +1062,9 @@ def test_injected_faults_lose_and_duplicate_no_row(cluster, tmp_path):
     # holds exactly its share. CHASSIS_RAY_FAULT_ROUNDS sets how many rounds (CI runs a few).
     rounds = int(os.environ.get("CHASSIS_RAY_FAULT_ROUNDS", "7"))
     rng = np.random.default_rng(97)
-    index = ShardedIndex(tmp_path, 8, shards=3, timeout=3)
+    # A timeout of 3 s around the calls whose fault must outlast it; 60 s for the others,
+    # which a loaded machine can hold up for seconds.
+    index = ShardedIndex(tmp_path, 8, shards=3, timeout=60)
     committed: dict[int, np.ndarray] = {}
     next_id, fired, lost, extra = 0, {k[0]: 0 for k in FAULT_KINDS}, 0, 0
 
@@ -1056,7 +1087,9 @@ def test_injected_faults_lose_and_duplicate_no_row(cluster, tmp_path):
         try:
             if kind in ("add-dies", "add-late"):
                 arm(point, "5" if kind == "add-late" else "")
+            index.timeout = 3 if kind == "add-late" else 60
             index.add_batch(new, ids=ids)
+            index.timeout = 60
             want.update({int(i): v for i, v in zip(ids, new)})
             if kind == "killed-holding":
                 pid = ray.get(index.shard_actors()[r % 3].where.remote())["pid"]
@@ -1076,7 +1109,7 @@ def test_injected_faults_lose_and_duplicate_no_row(cluster, tmp_path):
                 ray.get([a.flush.remote(index._fence, index._epoch + 1) for a in actors[:2]])
                 index.close()
                 fired[kind] += 1
-                index = ShardedIndex.open(tmp_path, timeout=3)
+                index = ShardedIndex.open(tmp_path, timeout=60)
             else:
                 if kind in ("flush-raises", "flush-dies", "flushed-dies"):
                     arm(point, "raise" if kind == "flush-raises" else "")
@@ -1084,10 +1117,12 @@ def test_injected_faults_lose_and_duplicate_no_row(cluster, tmp_path):
                     # Its restart outlasts the timeout, so the rollback after the failed flush
                     # cannot reach it: it comes back holding the flush the index gave up.
                     arm("shard-start", "4")
+                    index.timeout = 3
                 index.flush()
                 committed = want
         except (ShardFailedError, ShardUnavailableError):
             pass
+        index.timeout = 60
         if point is not None and (FAULTS / (point + ".fired")).exists():
             (FAULTS / (point + ".fired")).unlink()
             fired[kind] += 1

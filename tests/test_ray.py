@@ -65,7 +65,7 @@ def test_ray_suite_on_a_local_cluster(tmp_path):
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=1500,
         )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)

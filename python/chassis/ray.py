@@ -81,8 +81,8 @@ MANIFEST = "chassis-shards.json"
 #: The Ray namespace of the shards' actors, which are named after the index's root
 #: (`_actor_name`), so that another driver finds them.
 NAMESPACE = "chassis"
-# Seconds a shard actor's name may stay taken after its actor ended.
-_NAME_WAIT = 10.0
+# Seconds a shard actor's name may stay taken after its actor ended (longer on a loaded node).
+_NAME_WAIT = 30.0
 # The first pause, and the longest, before a read asks again an actor Ray is restarting.
 _RESTART_PAUSE = 0.1
 _RESTART_PAUSE_MAX = 2.0
@@ -719,6 +719,26 @@ class _Reads:
                 raise self._unavailable(s.number, what, last) from None
             ref = call(actors[at])
 
+    def _ask(
+        self, shards: list[_ShardInfo], method: str, args: Callable[[_ShardInfo], tuple], what: str
+    ) -> list[Any]:
+        """`method(*args(s))` of each shard's writer, a read: the answers in order, a shard Ray
+        is restarting waited for as searches wait (`_answer`)."""
+        until = self._until()
+        refs = [getattr(s.actor, method).remote(*args(s)) for s in shards]
+        return [
+            self._answer(
+                s,
+                [s.actor],
+                ref,
+                lambda a, s=s: getattr(a, method).remote(*args(s)),
+                False,
+                what,
+                until,
+            )
+            for s, ref in zip(shards, refs)
+        ]
+
     def _until(self) -> float:
         """Until when a call's reads ask again the actors Ray is restarting: its `timeout`
         from now, or `_RESTART_WAIT` without one (an actor that fails at every start would
@@ -916,7 +936,7 @@ class ShardedIndex(_Reads):
             self._epoch = 0
             self.root.mkdir(parents=True, exist_ok=True)
             self._start(replicas, create=True)
-            self._record(self._each("state"))
+            self._record(self._each("state", start=True))
             self._write_manifest()
 
     @classmethod
@@ -1203,16 +1223,17 @@ class ShardedIndex(_Reads):
                 arr = self._check_ids(ids, n)
             parts = self._by_shard(arr)
             if ids is not None:
-                # Ids in use anywhere: each shard asked about its own.
-                refs = [
-                    self._shards[i].actor.present.remote(arr[rows], self._fence)
-                    for i, rows in parts
-                ]
-                used = [
-                    u
-                    for found in self._get(refs, "add_batch", [i for i, _ in parts])
-                    for u in found
-                ]
+                # Ids in use anywhere: each shard asked about its own, once it holds the last
+                # flush (a shard left unsure may hold rows of a flush given up).
+                self._before_write("add_batch")
+                rows_of = dict(parts)
+                answers = self._ask(
+                    [self._shards[i] for i, _ in parts],
+                    "present",
+                    lambda s: (arr[rows_of[s.number]], self._fence),
+                    "add_batch",
+                )
+                used = [u for found in answers for u in found]
                 if used:
                     raise chassis.IdInUseError(
                         f"id {used[0]} is already in the index\nhelp: pass ids not in use "
@@ -1284,10 +1305,7 @@ class ShardedIndex(_Reads):
         `undo` names rows to delete again (an add), `restore` the ids of an upsert, whose
         results are the vectors to put back.
         """
-        lost = [s for s in self._shards if s.lost]
-        if lost:
-            raise self._back_to_last_flush(lost[0], what)
-        self._settle(what)
+        self._before_write(what)
         refs = [getattr(self._shards[i].actor, m).remote(*a) for i, m, a in calls]
         results: list[Any] = []
         failed: list[tuple[int, BaseException]] = []
@@ -1343,6 +1361,14 @@ class ShardedIndex(_Reads):
         if isinstance(cause, Exception):
             cause.add_note(f"(in shard {i} of {self.root}, {what})")
         raise cause from None
+
+    def _before_write(self, what: str) -> None:
+        """A shard that lost its unflushed writes fails the write (every shard taken back to
+        the last flush); unsure shards are taken back before anything reaches them."""
+        lost = [s for s in self._shards if s.lost]
+        if lost:
+            raise self._back_to_last_flush(lost[0], what)
+        self._settle(what)
 
     def _wait(self, ref: Any) -> Any:
         try:
@@ -1405,7 +1431,7 @@ class ShardedIndex(_Reads):
     def _flush_locked(self) -> None:
         # A shard that restarted while holding unflushed writes is found before anything
         # is committed, so that no shard commits a batch another one lost.
-        wheres = self._get([s.actor.where.remote() for s in self._shards], "flush", None)
+        wheres = self._ask(self._shards, "where", lambda s: (), "flush")
         for s, w in zip(self._shards, wheres):
             if w["life"] != s.life:
                 s.lost = s.lost or s.dirty
@@ -1451,12 +1477,18 @@ class ShardedIndex(_Reads):
         reached catches up when it restarts, from a whole copy)."""
         if not self._copies():
             return
-        replicas = [r for s in self._shards for r in s.replicas]
-        refs = [r.sync.remote(s.actor) for s in self._shards for r in s.replicas]
-        for r, ref in zip(replicas, refs):
+        pairs = [(s, r) for s in self._shards for r in s.replicas]
+        refs = [r.sync.remote(s.actor) for s, r in pairs]
+        until = self._until()
+        for (s, r), ref in zip(pairs, refs):
             try:
-                self._wait(ref)
-            except ray.exceptions.RayError:
+                # A replica Ray is restarting is waited for, as reads wait.
+                fed = self._answer(
+                    s, [r], ref, lambda a, s=s: a.sync.remote(s.actor), True, "flush", until
+                )
+            except Exception:
+                fed = None
+            if fed is None:
                 # Not left serving an old flush: Ray starts it again, from a whole copy.
                 ray.kill(r, no_restart=False)
 
