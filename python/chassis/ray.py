@@ -720,11 +720,16 @@ class _Reads:
             ref = call(actors[at])
 
     def _ask(
-        self, shards: list[_ShardInfo], method: str, args: Callable[[_ShardInfo], tuple], what: str
+        self,
+        shards: list[_ShardInfo],
+        method: str,
+        args: Callable[[_ShardInfo], tuple],
+        what: str,
+        until: float | None = None,
     ) -> list[Any]:
-        """`method(*args(s))` of each shard's writer, a read: the answers in order, a shard Ray
-        is restarting waited for as searches wait (`_answer`)."""
-        until = self._until()
+        """`method(*args(s))` of each shard's writer: the answers in order, a shard Ray is
+        restarting waited for as searches wait (`_answer`), until `until` (default: `_until`)."""
+        until = self._until() if until is None else until
         refs = [getattr(s.actor, method).remote(*args(s)) for s in shards]
         return [
             self._answer(
@@ -1158,12 +1163,10 @@ class ShardedIndex(_Reads):
         for s in self._shards if shards is None else shards:
             if not s.unsure:
                 continue
-
-            def back(actor: Any, s: _ShardInfo = s) -> Any:
-                return actor.rollback.remote(self._fence, self._to(s))
-
             try:
-                _, s.life = self._answer(s, [s.actor], back(s.actor), back, False, what, until)
+                ((_, s.life),) = self._ask(
+                    [s], "rollback", lambda s: (self._fence, self._to(s)), what, until
+                )
             except ChassisError:
                 raise
             except Exception as e:
