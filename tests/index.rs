@@ -458,3 +458,64 @@ fn offsets_and_references_past_the_end_are_refused_not_wrapped() {
         assert!(st.upper_checked(u64::MAX, 1).is_none());
     }
 }
+
+/// A thread's minor page faults so far (Linux's per-thread count).
+#[cfg(target_os = "linux")]
+fn thread_faults() -> i64 {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut u), 0);
+        u.ru_minflt
+    }
+}
+
+/// After a full commit wrote the header pages back, a batch of deletes takes their write
+/// faults ahead, on another thread: the pages with 4 given slots or more, and only those.
+/// Oracle: this thread's fault count while it writes each header word back unchanged, with a
+/// page given one slot as the control (a filesystem that does not write-protect pages after
+/// writeback makes the control write take no fault: nothing to see there, the test says so).
+#[cfg(target_os = "linux")]
+#[test]
+fn header_pages_a_batch_delete_writes_take_their_faults_ahead() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let v: Vec<u32> = release.split(['.', '-']).take(2).map(|x| x.parse().unwrap_or(0)).collect();
+    if (v[0], v[1]) < (5, 14) {
+        println!("skipped: Linux {release} has no MADV_POPULATE_WRITE (5.14)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.chassis");
+    let (n, d) = (4096, 8);
+    let idx = Index::open(&p, Some(d), None, Mode::Write).unwrap();
+    idx.add_batch(&rand_vecs(n, d, 7), n, None, Some(2), &Control::default()).unwrap();
+    idx.flush().unwrap();
+    let st = std::sync::Arc::clone(&idx.snap().st);
+    let page = |s: u32| st.header(s).as_ptr() as usize / 4096;
+    // 8 slots on each page of slots 0..1024 (given), one slot on each page of 2048..3072.
+    let given: Vec<u32> = (0..1024).step_by(16).collect();
+    let control: Vec<u32> = (2048..3072).step_by(128).collect();
+    assert!(given.iter().all(|&s| control.iter().all(|&c| page(c) != page(s))));
+    let before: Vec<u64> = (0..n as u32).map(|s| st.header(s)[2].load(Relaxed)).collect();
+    let mut slots = given.clone();
+    slots.extend(&control);
+    let h = std::sync::Arc::clone(&st).prefault_headers_beside(slots).expect("a thread");
+    h.join().unwrap();
+    let after: Vec<u64> = (0..n as u32).map(|s| st.header(s)[2].load(Relaxed)).collect();
+    assert_eq!(before, after, "taking faults changed no byte");
+    let rewrite = |slots: &[u32]| {
+        let f = thread_faults();
+        for &s in slots {
+            let w = &st.header(s)[2];
+            w.store(w.load(Relaxed), Relaxed);
+        }
+        thread_faults() - f
+    };
+    let control_faults = rewrite(&control);
+    if control_faults == 0 {
+        println!("skipped: this filesystem leaves written-back pages writable");
+        return;
+    }
+    assert!(control_faults >= control.len() as i64 / 2, "{control_faults} faults");
+    assert_eq!(rewrite(&given), 0, "the given pages were made writable ahead");
+}

@@ -15,6 +15,9 @@ pub const TAIL_MAX: u64 = 256;
 const _: () = assert!(TAIL_MAX <= format::MAX_TAIL);
 /// The largest batch stored as the tail instead of linked in the call.
 const DEFER_MAX: u64 = TAIL_MAX / 4;
+/// Batch deletes of this many rows or more take their header pages' write faults on a second
+/// thread (`Storage::prefault_headers_beside`): below it, starting the thread costs more.
+const PREFAULT_MIN: usize = 1024;
 
 /// `CHASSIS_DEFER_LINK=0`: every add links before it returns, with no tail (to measure what
 /// the tail gives).
@@ -694,6 +697,7 @@ impl Index {
         // Each id whose slot holds it, visible: (slot, its marker, id), then out of the map;
         // an id given twice leaves it once (the batch-delete record). Kept snapshots are told
         // before the map lets go of their rows (a lookup of theirs tries the map first).
+        let mut faults = None;
         let gone: Vec<(u32, u64, u64)> = self.with_ids_mut(snap, |m| {
             // The slots first, then their headers, each fetched `AHEAD` reads early: a batch's
             // headers are random reads, and waiting for each was most of a delete's time.
@@ -701,6 +705,13 @@ impl Index {
             let found: Vec<(u32, u64)> = (ids.iter())
                 .filter_map(|&id| m.get(id).filter(|&s| (s as u64) < snap.slots).map(|s| (s, id)))
                 .collect();
+            // After a commit wrote the header pages back, each traps at its first write: a
+            // thousand ids or more take those faults on a second thread while this one checks
+            // their headers (the batch-delete record).
+            if found.len() >= PREFAULT_MIN {
+                let (st, slots) = (Arc::clone(st), found.iter().map(|f| f.0).collect::<Vec<_>>());
+                faults = st.prefault_headers_beside(slots);
+            }
             let mut gone = Vec::with_capacity(found.len());
             for (i, &(s, id)) in found.iter().enumerate() {
                 if let Some(&(next, _)) = found.get(i + AHEAD) {
@@ -729,6 +740,10 @@ impl Index {
         let mut behind = FastMap::default();
         for &(s, old, _) in &gone {
             st.header(s)[2].store(self.delete_word(w, st, s, old, &mut behind), Release);
+        }
+        // Joined, so that no page is made writable after the call (a flush may be next).
+        if let Some(f) = faults {
+            let _ = f.join();
         }
         w.live -= gone.len() as u64;
         w.deletes += gone.len() as u64;

@@ -8,7 +8,8 @@
 //! | `mod.rs`     | what every system shares: the populate mode, huge-page accounting read    |
 //! |              | from /proc/self/smaps, notices for the user; the system's own re-exported |
 //! | `unix.rs`    | Linux and macOS: libc (2 MiB-aligned mmap, madvise, mincore, fallocate,   |
-//! |              | statvfs), pread/pwrite, (device, inode) identity, std's `flock` lock      |
+//! |              | statvfs), pread/pwrite, (device, inode) identity, std's `flock` lock, a  |
+//! |              | helper thread kept off the caller's CPU                                   |
 //! | `windows.rs` | Windows: memmap2 mappings, no memory advice, `GetDiskFreeSpaceExW`, a     |
 //! |              | lock on one byte far past the data, (volume, file id) identity            |
 //! | `sigbus.rs`  | Unix: a SIGBUS in an index's mapping (its file shrank underneath) caught, |
@@ -29,6 +30,8 @@
 //!   advice;
 //!   `warm` reads nothing in (`populate` does nothing, `populate_mode` is `Nothing`, as
 //!   ADR-0019 says), though its thread still steps through the ranges and counts them.
+//!   `populate_write` does nothing (a batch of deletes takes its faults as it writes), and
+//!   `spawn_elsewhere` leaves the thread where Windows places it.
 //! - `resident` is 0 (no `mincore`); the huge-page byte counts are None (no smaps).
 //! - `preallocate` and `punch_hole` do nothing: a file grown by `set_len` is not sparse on
 //!   NTFS, so its blocks are allocated (or the growth fails on a full disk) when it grows, a
@@ -99,11 +102,16 @@ impl Watch {
 /// short of memory prefetch their next pages with it (`index::residency`).
 pub const WILL_NEED: bool = cfg!(target_os = "linux");
 
+/// Whether `populate_write` can take a range's write faults at once (Linux 5.14+; elsewhere
+/// it does nothing, and a batch of deletes spawns no thread for it).
+pub const POPULATE_WRITE: bool = cfg!(target_os = "linux");
+
 pub use sys::{
     advise_huge, advise_normal, advise_random, advise_sequential, errno, fadvise_willneed, file_id,
     free_space, memory_available, page_size, path_id, physical_memory, pin_byte, pinned_by_other,
-    populate, preallocate, punch_hole, read_exact_at, release_shared, resident, sync_dir,
-    sync_file, try_lock_exclusive, unlock, wine_version, write_all_at, AlignedMap, FileId, ENOSPC,
+    populate, populate_write, preallocate, punch_hole, read_exact_at, release_shared, resident,
+    spawn_elsewhere, sync_dir, sync_file, try_lock_exclusive, unlock, wine_version, write_all_at,
+    AlignedMap, FileId, ENOSPC,
 };
 
 /// Read into `buf` from `offset` until it is full or the file ends (an interrupted read is
@@ -353,5 +361,39 @@ mod tests {
         assert_eq!(a.len(), 3 << 20);
         // SAFETY: a live anonymous store of 3 MiB, zeroed.
         assert_eq!(unsafe { a.as_ptr().add((3 << 20) - 1).read() }, 0);
+    }
+
+    /// The helper runs its closure (joined, its result seen), and on Linux off the CPU the
+    /// caller was on when more than one is allowed. Oracle: the helper's own affinity mask.
+    #[test]
+    fn spawn_elsewhere_runs_beside_the_caller() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        #[cfg(target_os = "linux")]
+        let allowed = {
+            // SAFETY: sched_getaffinity fills the zeroed bit set it is given.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set), 0);
+                libc::CPU_COUNT(&set)
+            }
+        };
+        let h = spawn_elsewhere(move || {
+            #[cfg(target_os = "linux")]
+            // SAFETY: as above, for this thread.
+            let mine = unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                assert_eq!(libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set), 0);
+                libc::CPU_COUNT(&set)
+            };
+            #[cfg(not(target_os = "linux"))]
+            let mine = 0;
+            tx.send(mine).unwrap();
+        })
+        .expect("a thread");
+        h.join().unwrap();
+        let mine = rx.recv().unwrap();
+        #[cfg(target_os = "linux")]
+        assert_eq!(mine, if allowed > 1 { allowed - 1 } else { allowed }, "of {allowed} CPUs");
+        let _ = mine;
     }
 }

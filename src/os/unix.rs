@@ -321,6 +321,61 @@ pub fn advise_huge(p: *const u8, len: usize, on: bool) -> bool {
 }
 
 const MADV_POPULATE_READ: libc::c_int = 22;
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Take the write faults of `[p, p + len)` (page-aligned `p`, a shared writable mapping) in one
+/// call (Linux 5.14+), as writing a byte of each page would; false where the system cannot.
+pub fn populate_write(p: *const u8, len: usize) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        static REFUSED: AtomicBool = AtomicBool::new(false);
+        if REFUSED.load(Relaxed) {
+            return false;
+        }
+        // SAFETY: advice about a range inside a live writable mapping of this process; it
+        // changes no byte of it.
+        let r = unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_POPULATE_WRITE) };
+        if r != 0 {
+            let e = io::Error::last_os_error().raw_os_error();
+            if e == Some(libc::EINVAL) || e == Some(libc::ENOSYS) || e == Some(libc::EPERM) {
+                REFUSED.store(true, Relaxed); // a kernel before 5.14: for good
+            }
+        }
+        r == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (p, len);
+        false
+    }
+}
+
+/// Run `f` on a thread of its own, kept off the CPU this thread runs on, where the process may
+/// use another (Linux): a new thread may otherwise be queued behind its parent on the parent's
+/// CPU and start only once the work it was to overlap is done (seen on a 2-CPU VM). None when
+/// the system gives no thread.
+pub fn spawn_elsewhere(f: impl FnOnce() + Send + 'static) -> Option<std::thread::JoinHandle<()>> {
+    let t = std::thread::Builder::new().name("chassis-helper".into()).spawn(f).ok()?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::thread::JoinHandleExt;
+        // SAFETY: plain calls on a zeroed cpu_set_t (a bit set) and on the live thread `t`
+        // (joined or detached only by the caller, later); a failure leaves it where it is.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let here = libc::sched_getcpu();
+            let size = size_of::<libc::cpu_set_t>();
+            if here >= 0 && libc::sched_getaffinity(0, size, &mut set) == 0 {
+                libc::CPU_CLR(here as usize, &mut set);
+                if libc::CPU_COUNT(&set) > 0 {
+                    libc::pthread_setaffinity_np(t.as_pthread_t(), size, &set);
+                }
+            }
+        }
+    }
+    Some(t)
+}
 
 /// Read `[p, p + len)` of a file mapping into memory (page-aligned `p`).
 pub fn populate(p: *const u8, len: usize) {

@@ -356,6 +356,18 @@ pub fn populate(p: *const u8, len: usize) {
     let _ = (p, len);
 }
 
+/// Run `f` on a thread of its own (where the system places it). None when the system gives no
+/// thread.
+pub fn spawn_elsewhere(f: impl FnOnce() + Send + 'static) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("chassis-helper".into()).spawn(f).ok()
+}
+
+/// Nothing (no such advice): the writes take their faults one by one.
+pub fn populate_write(p: *const u8, len: usize) -> bool {
+    let _ = (p, len);
+    false
+}
+
 /// Nothing.
 pub fn fadvise_willneed(file: &File, offset: u64, len: usize) {
     let _ = (file, offset, len);

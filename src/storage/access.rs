@@ -4,6 +4,7 @@
 use super::{Segment, Storage};
 use crate::format::{self, SLOT_HEADER};
 use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::Arc;
 
 impl Storage {
     /// The mapped segment holding `slot`, and the slot's place in it. Checked in release
@@ -123,6 +124,73 @@ impl Storage {
         unsafe {
             &*(seg.map.as_ptr().add((seg.layout.headers + local * SLOT_HEADER as u64) as usize)
                 as *const [AtomicU64; 4])
+        }
+    }
+
+    /// Take the write faults of the header pages `slots` (any order) will be written on, on a
+    /// thread of its own (`os::spawn_elsewhere`), while the caller goes on; a page is taken
+    /// only if 4 of the slots or more lie on it, so that few pages are made dirty that no write
+    /// changes (each is written back at the next commit). None where nothing is started: an
+    /// in-memory store, a system without `populate_write`, or no thread given.
+    pub fn prefault_headers_beside(
+        self: Arc<Self>,
+        slots: Vec<u32>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        if !crate::os::POPULATE_WRITE || self.is_memory() || !self.writable {
+            return None;
+        }
+        crate::os::spawn_elsewhere(move || self.prefault_headers(&slots))
+    }
+
+    /// `prefault_headers_beside`'s work: per segment, each page's count of slots, then each run
+    /// of pages with 4 or more in one call.
+    fn prefault_headers(&self, slots: &[u32]) {
+        let page = crate::os::page_size() as u64;
+        // Per mapped segment, its header pages' counts (made as slots come).
+        let mut counts: Vec<Vec<u16>> = Vec::new();
+        for &s in slots {
+            let (k, local) = self.geo.locate(s as u64);
+            let Some(seg) = self.segments.get(k).and_then(std::sync::OnceLock::get) else {
+                continue;
+            };
+            if counts.len() <= k {
+                counts.resize_with(k + 1, Vec::new);
+            }
+            let c = &mut counts[k];
+            if c.is_empty() {
+                let first = seg.layout.headers / page;
+                let end =
+                    (seg.layout.headers + seg.layout.slots * SLOT_HEADER as u64).div_ceil(page);
+                c.resize((end - first) as usize, 0);
+            }
+            let p = ((seg.layout.headers + local * SLOT_HEADER as u64) / page
+                - seg.layout.headers / page) as usize;
+            c[p] = c[p].saturating_add(1);
+        }
+        for (k, c) in counts.iter().enumerate() {
+            let Some(seg) = self.segments.get(k).and_then(std::sync::OnceLock::get) else {
+                continue;
+            };
+            let first = seg.layout.headers / page;
+            let mut p = 0;
+            while p < c.len() {
+                if c[p] < 4 {
+                    p += 1;
+                    continue;
+                }
+                let run = p;
+                while p < c.len() && c[p] >= 4 {
+                    p += 1;
+                }
+                let start = (first + run as u64) * page;
+                let end = ((first + p as u64) * page).min(seg.map.len() as u64);
+                // SAFETY: [start, end) lies inside the segment's mapping (pages of its header
+                // area, cut at the mapping's end); the call takes faults and changes no byte.
+                crate::os::populate_write(
+                    unsafe { seg.map.as_ptr().add(start as usize) },
+                    (end - start) as usize,
+                );
+            }
         }
     }
 

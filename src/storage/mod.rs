@@ -5,7 +5,8 @@
 //! |-------------|---------------------------------------------------------------------------|
 //! | `mod.rs`    | [`Storage`]: opening, mapping regions, allocating slots and heap lists,     |
 //! |             | header I/O and sync                                                        |
-//! | `access.rs` | slot -> vector, slot header and list references (the hot accessors)        |
+//! | `access.rs` | slot -> vector, slot header and list references (the hot accessors); the |
+//! |             | header pages' write faults taken ahead of a batch of deletes               |
 //! | `lists.rs`  | reading and writing a node's neighbor lists through those references       |
 //! | `pins.rs`   | readers' pins on the commits they search, so a writer knows what is unseen |
 //! | `ranges.rs` | address and file ranges (memory policies, backup) and bytes by file offset |
