@@ -120,8 +120,9 @@ impl Index {
             ),
             _ => commit::commit(&snap.st, &mut u.log, 1 - writer.copy, &next).map(|()| {
                 // Everything is durable through the index file: the redo log's records are
-                // stale (a checkpoint).
-                u.redo.reset()
+                // stale (a checkpoint), and the pages written back are clean.
+                u.redo.reset();
+                writer.headers_clean = true;
             }),
         };
         if let Err(failed) = result {

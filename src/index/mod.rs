@@ -317,6 +317,11 @@ struct Writer {
     /// A commit failed: what the disk holds is one of two commits, the page cache is not to
     /// be trusted, and nothing more is written (not even by rollback or close).
     poisoned: Option<Poison>,
+    /// The slot headers' pages may be clean (written back, or not mapped yet): no large batch
+    /// of deletes wrote to them since the open or the last commit through the index file. The
+    /// next one takes their faults on a second thread; after a small commit they are still
+    /// writable, and the thread would only cost its start (the batch-delete record).
+    headers_clean: bool,
 }
 
 impl Writer {

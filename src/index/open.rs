@@ -430,6 +430,7 @@ impl Index {
                 reuse: reuse::Reuse::new(committed.reused),
                 quantizer: committed.quantizer,
                 poisoned: None,
+                headers_clean: true,
                 committed,
             }),
             view: RwLock::new(Arc::new(snap)),

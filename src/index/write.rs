@@ -707,8 +707,8 @@ impl Index {
                 .collect();
             // After a commit wrote the header pages back, each traps at its first write: a
             // thousand ids or more take those faults on a second thread while this one checks
-            // their headers (the batch-delete record).
-            if found.len() >= PREFAULT_MIN {
+            // their headers, unless a batch did since (the batch-delete record).
+            if found.len() >= PREFAULT_MIN && w.headers_clean {
                 let (st, slots) = (Arc::clone(st), found.iter().map(|f| f.0).collect::<Vec<_>>());
                 faults = st.prefault_headers_beside(slots);
             }
@@ -744,6 +744,7 @@ impl Index {
         // Joined, so that no page is made writable after the call (a flush may be next).
         if let Some(f) = faults {
             let _ = f.join();
+            w.headers_clean = false;
         }
         w.live -= gone.len() as u64;
         w.deletes += gone.len() as u64;
