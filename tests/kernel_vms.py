@@ -2,7 +2,7 @@
 """Run the kernel-marked tests under real Debian kernels, each booted in a small VM.
 
     python tests/kernel_vms.py [--setup] [--kernels 5.10,6.1,6.12] [--marker EXPR]
-                               [-k EXPR] [--timeout S] [TESTS ...]
+                               [-k EXPR] [--timeout S] [--jobs N] [TESTS ...]
 
 Why: Chassis's memory policies depend on the kernel (``MADV_POPULATE_READ`` from Linux 5.14,
 ``MADV_HUGEPAGE`` only where transparent huge pages are built in, the THP mode), and
@@ -44,6 +44,7 @@ scalar ones, and these tests are about the OS kernel, not the distance kernels.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -418,6 +419,12 @@ def tail(path: Path, n: int = 40) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
+# The process groups of the VMs running (several at once with --jobs): ended by main when it
+# is stopped, since only the main thread sees Ctrl-C or SIGTERM.
+RUNNING: set[int] = set()
+RUNNING_LOCK = threading.Lock()
+
+
 def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: list[str]) -> Result:
     res = Result(kernel)
     out = cache_dir() / "runs" / kernel.release
@@ -477,6 +484,8 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
+    with RUNNING_LOCK:
+        RUNNING.add(proc.pid)
     timed_out = False
     try:
         rc = proc.wait(timeout=args.timeout)
@@ -497,6 +506,9 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
         raise
+    finally:
+        with RUNNING_LOCK:
+            RUNNING.discard(proc.pid)
     reader.join(timeout=10)
     console.close()
     scratch.unlink(missing_ok=True)
@@ -601,6 +613,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds per VM, boot included (default 420, or CHASSIS_VM_TIMEOUT)",
     )
     ap.add_argument(
+        "--jobs",
+        type=int,
+        default=int(os.environ.get("CHASSIS_VM_JOBS", 1)),
+        help="VMs booted at once, one CPU each (default 1, or CHASSIS_VM_JOBS)",
+    )
+    ap.add_argument(
         "--memory",
         default=os.environ.get("CHASSIS_VM_MEMORY", "2G"),
         help="guest memory (default 2G)",
@@ -644,17 +662,30 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     vng = None if args.fetch_only else find_vng()
     t_all = time.monotonic()
+    ready: list[tuple[DebianKernel, Path]] = []
     for label in labels:
         kernel = KERNELS[label]
         try:
-            vmlinuz = unpack(kernel, fetch(kernel, mirror))
+            ready.append((kernel, unpack(kernel, fetch(kernel, mirror))))
         except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
             results.append(Result(kernel, False, f"kernel {kernel.release}: NOT FETCHED ({e})"))
-            continue
-        if vng is not None:
-            results.append(run_vm(kernel, vmlinuz, vng, args, pytest_args))
-            if results[-1].details:
-                print(results[-1].details, flush=True)
+    if vng is not None and ready:
+        # Each VM in a thread of its own (up to --jobs at once), its result printed in order.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            runs = [pool.submit(run_vm, k, v, vng, args, pytest_args) for k, v in ready]
+            try:
+                for run in runs:
+                    results.append(run.result())
+                    if results[-1].details:
+                        print(results[-1].details, flush=True)
+            except BaseException:  # Ctrl-C or SIGTERM: no VM left running, none started
+                for run in runs:
+                    run.cancel()
+                with RUNNING_LOCK:
+                    for pid in RUNNING:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(pid, 9)
+                raise
     if args.fetch_only:
         failed = [r for r in results if not r.ok]
         for r in failed:
