@@ -423,6 +423,7 @@ def tail(path: Path, n: int = 40) -> str:
 # is stopped, since only the main thread sees Ctrl-C or SIGTERM.
 RUNNING: set[int] = set()
 RUNNING_LOCK = threading.Lock()
+STOPPING = False
 
 
 def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: list[str]) -> Result:
@@ -459,6 +460,13 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
     t0, t0_wall = time.monotonic(), time.time()
     marks: dict[str, float] = {}
     console = open(out / "console.log", "w")
+    # Started under the lock, and not at all once main is stopping (it kills what is running).
+    RUNNING_LOCK.acquire()
+    if STOPPING:
+        RUNNING_LOCK.release()
+        console.close()
+        res.line = f"kernel {kernel.release}: NOT STARTED (the run was stopped)"
+        return res
     proc = subprocess.Popen(
         cmd,
         cwd=REPO,
@@ -471,6 +479,8 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
         ),
         start_new_session=True,  # its own process group: a timeout ends vng and QEMU together
     )
+    RUNNING.add(proc.pid)
+    RUNNING_LOCK.release()
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -484,8 +494,6 @@ def run_vm(kernel: DebianKernel, vmlinuz: Path, vng: str, args, pytest_args: lis
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    with RUNNING_LOCK:
-        RUNNING.add(proc.pid)
     timed_out = False
     try:
         rc = proc.wait(timeout=args.timeout)
@@ -679,9 +687,11 @@ def main(argv: list[str] | None = None) -> int:
                     if results[-1].details:
                         print(results[-1].details, flush=True)
             except BaseException:  # Ctrl-C or SIGTERM: no VM left running, none started
+                global STOPPING
                 for run in runs:
                     run.cancel()
                 with RUNNING_LOCK:
+                    STOPPING = True
                     for pid in RUNNING:
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(pid, 9)

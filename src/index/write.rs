@@ -741,9 +741,9 @@ impl Index {
         for &(s, old, _) in &gone {
             st.header(s)[2].store(self.delete_word(w, st, s, old, &mut behind), Release);
         }
-        // Joined, so that no page is made writable after the call (a flush may be next).
-        if let Some(f) = faults {
-            let _ = f.join();
+        // Joined here (dropped), so that no page is made writable after the call.
+        if let Some(f) = faults.take() {
+            drop(f);
             w.headers_clean = false;
         }
         w.live -= gone.len() as u64;

@@ -109,9 +109,9 @@ pub const POPULATE_WRITE: bool = cfg!(target_os = "linux");
 pub use sys::{
     advise_huge, advise_normal, advise_random, advise_sequential, errno, fadvise_willneed, file_id,
     free_space, memory_available, page_size, path_id, physical_memory, pin_byte, pinned_by_other,
-    populate, populate_write, preallocate, punch_hole, read_exact_at, release_shared, resident,
-    spawn_elsewhere, sync_dir, sync_file, try_lock_exclusive, unlock, wine_version, write_all_at,
-    AlignedMap, FileId, ENOSPC,
+    populate, populate_write, populate_write_refused, preallocate, punch_hole, read_exact_at,
+    release_shared, resident, spawn_elsewhere, sync_dir, sync_file, try_lock_exclusive, unlock,
+    wine_version, write_all_at, AlignedMap, FileId, ENOSPC,
 };
 
 /// Read into `buf` from `offset` until it is full or the file ends (an interrupted read is
@@ -368,6 +368,8 @@ mod tests {
     #[test]
     fn spawn_elsewhere_runs_beside_the_caller() {
         let (tx, rx) = std::sync::mpsc::channel();
+        // The helper reads its mask once told that spawn_elsewhere returned (its CPU set by then).
+        let (go, wait) = std::sync::mpsc::channel::<()>();
         #[cfg(target_os = "linux")]
         let allowed = {
             // SAFETY: sched_getaffinity fills the zeroed bit set it is given.
@@ -378,6 +380,7 @@ mod tests {
             }
         };
         let h = spawn_elsewhere(move || {
+            wait.recv().unwrap();
             #[cfg(target_os = "linux")]
             // SAFETY: as above, for this thread.
             let mine = unsafe {
@@ -390,6 +393,7 @@ mod tests {
             tx.send(mine).unwrap();
         })
         .expect("a thread");
+        go.send(()).unwrap();
         h.join().unwrap();
         let mine = rx.recv().unwrap();
         #[cfg(target_os = "linux")]

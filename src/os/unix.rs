@@ -321,16 +321,24 @@ pub fn advise_huge(p: *const u8, len: usize, on: bool) -> bool {
 }
 
 const MADV_POPULATE_READ: libc::c_int = 22;
+#[cfg(target_os = "linux")]
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+/// The system refused `MADV_POPULATE_WRITE` once (a kernel before 5.14): not asked again.
+static POPULATE_WRITE_REFUSED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `populate_write` was refused (it then does nothing, and a thread for it is wasted).
+pub fn populate_write_refused() -> bool {
+    POPULATE_WRITE_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Take the write faults of `[p, p + len)` (page-aligned `p`, a shared writable mapping) in one
 /// call (Linux 5.14+), as writing a byte of each page would; false where the system cannot.
 pub fn populate_write(p: *const u8, len: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
-        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-        static REFUSED: AtomicBool = AtomicBool::new(false);
-        if REFUSED.load(Relaxed) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if POPULATE_WRITE_REFUSED.load(Relaxed) {
             return false;
         }
         // SAFETY: advice about a range inside a live writable mapping of this process; it
@@ -339,7 +347,7 @@ pub fn populate_write(p: *const u8, len: usize) -> bool {
         if r != 0 {
             let e = io::Error::last_os_error().raw_os_error();
             if e == Some(libc::EINVAL) || e == Some(libc::ENOSYS) || e == Some(libc::EPERM) {
-                REFUSED.store(true, Relaxed); // a kernel before 5.14: for good
+                POPULATE_WRITE_REFUSED.store(true, Relaxed); // a kernel before 5.14: for good
             }
         }
         r == 0

@@ -6,6 +6,19 @@ use crate::format::{self, SLOT_HEADER};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 
+/// The thread of `Storage::prefault_headers_beside`, joined when this is dropped, on every
+/// way out of the caller: no page is made writable after the call that started it.
+pub struct Prefault(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Prefault {
+    fn drop(&mut self) {
+        // A panic there took no fault more: nothing to report.
+        if let Some(t) = self.0.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl Storage {
     /// The mapped segment holding `slot`, and the slot's place in it. Checked in release
     /// builds too: a slot beyond the mapped segments panics instead of reading outside them
@@ -132,14 +145,15 @@ impl Storage {
     /// only if 4 of the slots or more lie on it, so that few pages are made dirty that no write
     /// changes (each is written back at the next commit). None where nothing is started: an
     /// in-memory store, a system without `populate_write`, or no thread given.
-    pub fn prefault_headers_beside(
-        self: Arc<Self>,
-        slots: Vec<u32>,
-    ) -> Option<std::thread::JoinHandle<()>> {
-        if !crate::os::POPULATE_WRITE || self.is_memory() || !self.writable {
+    pub fn prefault_headers_beside(self: Arc<Self>, slots: Vec<u32>) -> Option<Prefault> {
+        if !crate::os::POPULATE_WRITE
+            || crate::os::populate_write_refused()
+            || self.is_memory()
+            || !self.writable
+        {
             return None;
         }
-        crate::os::spawn_elsewhere(move || self.prefault_headers(&slots))
+        crate::os::spawn_elsewhere(move || self.prefault_headers(&slots)).map(|t| Prefault(Some(t)))
     }
 
     /// `prefault_headers_beside`'s work: per segment, each page's count of slots, then each run

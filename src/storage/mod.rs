@@ -45,7 +45,7 @@ mod ranges;
 mod rows;
 mod shadow;
 
-pub use access::Area;
+pub use access::{Area, Prefault};
 pub use pins::{Older, Pin, Pins};
 pub use ranges::{SequentialScan, Written};
 pub use rows::{ChunkRows, RowTable};
