@@ -742,8 +742,7 @@ impl Index {
             st.header(s)[2].store(self.delete_word(w, st, s, old, &mut behind), Release);
         }
         // Joined here (dropped), so that no page is made writable after the call.
-        if let Some(f) = faults.take() {
-            drop(f);
+        if faults.take().is_some() {
             w.headers_clean = false;
         }
         w.live -= gone.len() as u64;

@@ -102,10 +102,6 @@ impl Watch {
 /// short of memory prefetch their next pages with it (`index::residency`).
 pub const WILL_NEED: bool = cfg!(target_os = "linux");
 
-/// Whether `populate_write` can take a range's write faults at once (Linux 5.14+; elsewhere
-/// it does nothing, and a batch of deletes spawns no thread for it).
-pub const POPULATE_WRITE: bool = cfg!(target_os = "linux");
-
 pub use sys::{
     advise_huge, advise_normal, advise_random, advise_sequential, errno, fadvise_willneed, file_id,
     free_space, memory_available, page_size, path_id, physical_memory, pin_byte, pinned_by_other,

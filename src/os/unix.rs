@@ -327,9 +327,10 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 static POPULATE_WRITE_REFUSED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Whether `populate_write` was refused (it then does nothing, and a thread for it is wasted).
+/// Whether `populate_write` does nothing here (not Linux, or a kernel before 5.14 refused it
+/// once): a thread started for it would be wasted.
 pub fn populate_write_refused() -> bool {
-    POPULATE_WRITE_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
+    !cfg!(target_os = "linux") || POPULATE_WRITE_REFUSED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Take the write faults of `[p, p + len)` (page-aligned `p`, a shared writable mapping) in one

@@ -146,11 +146,7 @@ impl Storage {
     /// changes (each is written back at the next commit). None where nothing is started: an
     /// in-memory store, a system without `populate_write`, or no thread given.
     pub fn prefault_headers_beside(self: Arc<Self>, slots: Vec<u32>) -> Option<Prefault> {
-        if !crate::os::POPULATE_WRITE
-            || crate::os::populate_write_refused()
-            || self.is_memory()
-            || !self.writable
-        {
+        if crate::os::populate_write_refused() || self.is_memory() || !self.writable {
             return None;
         }
         crate::os::spawn_elsewhere(move || self.prefault_headers(&slots)).map(|t| Prefault(Some(t)))
