@@ -1,8 +1,8 @@
 //! Criterion microbenchmark: nanoseconds per distance of each kernel level this CPU has, against
 //! the kernel's bound.
 //!
-//!     cargo bench --bench distance                 # every level, dims 128 / 384 / 960
-//!     cargo bench --bench distance -- avx512/l2_f32/384
+//!     cargo bench --features bench --bench distance   # every level, dims 128 / 384 / 960
+//!     cargo bench --features bench --bench distance -- avx512/l2_f32/384
 //!
 //! Two settings per kernel and length:
 //! - `hot`: the same stored vector again and again (in L1): the arithmetic alone. The bound is

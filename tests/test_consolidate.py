@@ -2,11 +2,13 @@
 
 Oracles: brute-force k-NN in NumPy over the rows that should be live; the distances searches
 compute (`_search_counters`) before and after; `check()`'s reachability walk; the file
-reopened in a fresh process; a child killed (SIGKILL) while it consolidates.
+reopened in a fresh process; a child killed (SIGKILL) while it consolidates; the level-0
+lists read from the file as docs/format.md lays them out.
 """
 
 from __future__ import annotations
 
+import struct
 import sys
 import time
 import warnings
@@ -90,6 +92,71 @@ def test_after_consolidating_searches_skip_deleted_rows_and_find_the_live(index_
     report = idx.check()
     assert report.ok, report
     idx.close()
+
+
+def level0(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(id, delete marker, entry count, entries) of every committed slot, read from the file
+    as docs/format.md lays it out (the current header copy; no codes, float32 vectors)."""
+    b = Path(path).read_bytes()
+    copies = [o for o in (0, 65536) if b[o : o + 8] == b"CHASSIS\x1a"]
+    head = max(copies, key=lambda o: struct.unpack_from("<Q", b, o + 16)[0])
+    (dims,) = struct.unpack_from("<I", b, head + 24)
+    (m,) = struct.unpack_from("<I", b, head + 32)
+    (slots,) = struct.unpack_from("<Q", b, head + 48)
+    (regions,) = struct.unpack_from("<I", b, head + 88)
+    up = lambda x, a: -(-x // a) * a  # noqa: E731
+    stride, words = up(dims * 4, 64), 2 + 2 * m
+    segments = [
+        off
+        for kind, _, off, _ in (
+            struct.unpack_from("<IIQQ", b, head + 128 + 24 * i) for i in range(regions)
+        )
+        if kind == 1
+    ]
+    parts, first = [], 0
+    for k, off in enumerate(segments):
+        n = 1024 << k
+        take = min(n, slots - first)
+        if take <= 0:
+            break
+        headers = up(n * stride, 4096)
+        records = up(headers + n * 32, 4096)
+        h = np.frombuffer(b, np.uint64, take * 4, off + headers).reshape(take, 4)
+        r = np.frombuffer(b, np.uint32, take * words, off + records).reshape(take, words)
+        parts.append((h[:, 0], h[:, 2], r[:, 0] & 0xFFFF, r[:, 2:]))
+        first += take
+    return tuple(np.concatenate(c) for c in zip(*parts))
+
+
+def test_relinked_lists_hold_at_least_m_entries_where_candidates_allow(filled):
+    # A list that held a deleted node keeps its live entries and takes the deleted nodes'
+    # live neighbors in their place, filled to at least M (half of level 0's capacity) where
+    # there are that many: lists left short made churned indexes find less per ef.
+    idx, _ = filled
+    m = 8
+    gone = np.random.default_rng(5).choice(N, N // 5, replace=False)
+    idx.delete_batch(gone)
+    idx.flush()
+    ids, marks, counts, lists = level0(idx.path)
+    dead = marks != 0
+    assert set(ids[dead].tolist()) == set(gone.tolist())
+    assert (counts < m).sum() > 0, "no short list to fill: the data does not test the rule"
+    expect = {}
+    for p in np.nonzero(~dead)[0]:
+        mine = lists[p, : counts[p]]
+        if not dead[mine].any():
+            continue
+        kept = set(mine[~dead[mine]].tolist())
+        cands = {int(x) for d in mine[dead[mine]] for x in lists[d, : counts[d]] if not dead[x]}
+        expect[p] = min(m, len(kept) + len(cands - kept - {p}))
+    assert len(expect) > N // 2
+    idx.consolidate()
+    idx.flush()
+    _, _, after, after_lists = level0(idx.path)
+    short = [(p, int(after[p]), e) for p, e in expect.items() if after[p] < e]
+    assert not short, f"{len(short)} re-linked lists below M where candidates allowed: {short[:5]}"
+    for p in expect:
+        assert not dead[after_lists[p, : after[p]]].any(), "a deleted node left in a list"
 
 
 def test_consolidating_cuts_the_distances_a_search_computes(filled):

@@ -93,6 +93,37 @@ print(json.dumps({"kernel": chassis.cpu_info()["kernel"], "ids": ids.tolist(),
 """
 
 
+@pytest.fixture(scope="module")
+def grouped_index(tmp_path_factory):
+    """One index per shape, built once and searched at every kernel level: the levels are
+    compared on the same file, and under emulation (.ci/cross) the build, most of the time,
+    is not repeated per level."""
+    built = {}
+
+    def get(dims, precision, metric):
+        if (dims, precision, metric) not in built:
+            rng = np.random.default_rng(dims)
+            centres = rng.standard_normal((25, dims)).astype(np.float32)
+            data = centres[rng.integers(0, 25, 2500)] + 0.3 * rng.standard_normal((2500, dims))
+            queries = centres[rng.integers(0, 25, 60)] + 0.3 * rng.standard_normal((60, dims))
+            folder = tmp_path_factory.mktemp(f"grouped-{dims}-{precision}-{metric}")
+            path = folder / "g.chassis"
+            opts = chassis.IndexOptions(metric=metric, precision=precision, ef_construction=80)
+            with chassis.VectorIndex(path, dims, opts) as ix:
+                ix.add_batch(data.astype(np.float32))
+                ix.flush()
+            np.save(folder / "q.npy", queries.astype(np.float32))
+            built[dims, precision, metric] = (
+                path,
+                folder / "q.npy",
+                data.astype(np.float32),
+                queries.astype(np.float32),
+            )
+        return built[dims, precision, metric]
+
+    return get
+
+
 @pytest.mark.parametrize("level", chassis.cpu_info()["kernels_available"])
 @pytest.mark.parametrize(
     "dims,precision,metric",
@@ -104,31 +135,17 @@ print(json.dumps({"kernel": chassis.cpu_info()["kernel"], "ids": ids.tolist(),
     ],
 )
 def test_grouped_distances_give_the_same_search_bit_for_bit(
-    tmp_path, level, dims, precision, metric
+    grouped_index, level, dims, precision, metric
 ):
     # Searches over long vectors compute a node's neighbors' distances four at a time; forced on
     # for every length and off for all (CHASSIS_GROUP_MIN_BYTES in fresh processes), the same
     # graph must give the same ids and the same distance bits, and good answers.
-    rng = np.random.default_rng(dims)
-    centres = rng.standard_normal((25, dims)).astype(np.float32)
-    data = (centres[rng.integers(0, 25, 2500)] + 0.3 * rng.standard_normal((2500, dims))).astype(
-        np.float32
-    )
-    queries = (centres[rng.integers(0, 25, 60)] + 0.3 * rng.standard_normal((60, dims))).astype(
-        np.float32
-    )
-    path = tmp_path / "g.chassis"
-    with chassis.VectorIndex(
-        path, dims, chassis.IndexOptions(metric=metric, precision=precision, ef_construction=80)
-    ) as ix:
-        ix.add_batch(data)
-        ix.flush()
-    np.save(tmp_path / "q.npy", queries)
+    path, queries_file, data, queries = grouped_index(dims, precision, metric)
     outs = {}
     for group in ("0", str(1 << 30)):
         env = dict(os.environ, CHASSIS_KERNEL=level, CHASSIS_GROUP_MIN_BYTES=group)
         r = subprocess.run(
-            [sys.executable, "-c", GROUP_CHILD, str(path), str(tmp_path / "q.npy")],
+            [sys.executable, "-c", GROUP_CHILD, str(path), str(queries_file)],
             env=env,
             capture_output=True,
             text=True,

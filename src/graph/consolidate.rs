@@ -75,11 +75,15 @@ impl<'a> Graph<'a> {
         let mut out: Vec<u32> =
             self.select_after(&stay, fixed, keep, sc).iter().map(|c| c.1).collect();
         if crate::tuning::get().relink_fill.unwrap_or(true) {
-            // As many entries as before, the nearest candidates the heuristic passed over
-            // next (HNSW's "keep pruned connections"): on clustered data the heuristic lets
-            // few in beside the entries that stay, and lists thinned round after round.
+            // As many entries as before and at least half the capacity (M at layer 0), the
+            // nearest candidates the heuristic passed over next (HNSW's "keep pruned
+            // connections"): on clustered data the heuristic lets few in beside the entries
+            // that stay, and lists thinned round after round; lists left short made a churned
+            // index compute fewer distances per ef than a fresh build, for less recall (the
+            // consolidation record: filled to half, it finds more for fewer).
+            let fill = keep.max(cap / 2);
             for &(_, c) in &weighed {
-                if out.len() >= keep {
+                if out.len() >= fill {
                     break;
                 }
                 if !out.contains(&c) {
