@@ -24,7 +24,7 @@
 //! | `CHASSIS_RELINK_KEEP`          | `0`: a consolidation weighs a list's live entries anew   |
 //! |                                | with the candidates, instead of keeping them             |
 //! | `CHASSIS_RELINK_FILL`          | `0`: a consolidated list keeps only what the heuristic  |
-//! |                                | lets in, not as many entries as it had                   |
+//! |                                | lets in, not as many entries as it had nor half its room |
 //! | `CHASSIS_PREFETCH_PAGES`       | `0`: no `WILLNEED` advice short of memory (also read as |
 //! |                                | `CHASSIS_NAME_PAGES`, its old name)                      |
 //! | `CHASSIS_REDO`                 | `0`: commits go through the index file, no redo log      |
