@@ -8,7 +8,6 @@ lists read from the file as docs/format.md lays them out.
 
 from __future__ import annotations
 
-import struct
 import sys
 import time
 import warnings
@@ -27,6 +26,7 @@ from conftest import (
     vecs,
     wait_for,
 )
+from file_layout import align_up, current_header
 
 N, D = 4000, 16
 
@@ -94,34 +94,19 @@ def test_after_consolidating_searches_skip_deleted_rows_and_find_the_live(index_
     idx.close()
 
 
-def level0(path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def level0(path, dims: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(id, delete marker, entry count, entries) of every committed slot, read from the file
-    as docs/format.md lays it out (the current header copy; no codes, float32 vectors of 64
-    bytes or more: shorter ones take the next power of two)."""
+    as docs/format.md lays it out (no codes; float32 vectors of 64 bytes or more)."""
     b = Path(path).read_bytes()
-    copies = [o for o in (0, 65536) if b[o : o + 8] == b"CHASSIS\x1a"]
-    head = max(copies, key=lambda o: struct.unpack_from("<Q", b, o + 16)[0])
-    (dims,) = struct.unpack_from("<I", b, head + 24)
-    (m,) = struct.unpack_from("<I", b, head + 32)
-    (slots,) = struct.unpack_from("<Q", b, head + 48)
-    (regions,) = struct.unpack_from("<I", b, head + 88)
-    up = lambda x, a: -(-x // a) * a  # noqa: E731
-    stride, words = up(dims * 4, 64), 2 + 2 * m
-    segments = [
-        off
-        for kind, _, off, _ in (
-            struct.unpack_from("<IIQQ", b, head + 128 + 24 * i) for i in range(regions)
-        )
-        if kind == 1
-    ]
+    head = current_header(b)
+    stride, words = align_up(dims * 4, 64), 2 + 2 * m
     parts, first = [], 0
-    for k, off in enumerate(segments):
-        n = 1024 << k
-        take = min(n, slots - first)
+    for k, (_, _, off, _) in enumerate(r for r in head.regions if r[0] == 1):
+        n, take = 1024 << k, min(1024 << k, head.slots - first)
         if take <= 0:
             break
-        headers = up(n * stride, 4096)
-        records = up(headers + n * 32, 4096)
+        headers = align_up(n * stride, 4096)
+        records = align_up(headers + n * 32, 4096)
         h = np.frombuffer(b, np.uint64, take * 4, off + headers).reshape(take, 4)
         r = np.frombuffer(b, np.uint32, take * words, off + records).reshape(take, words)
         parts.append((h[:, 0], h[:, 2], r[:, 0] & 0xFFFF, r[:, 2:]))
@@ -138,7 +123,7 @@ def test_relinked_lists_hold_at_least_m_entries_where_candidates_allow(filled):
     gone = np.random.default_rng(5).choice(N, N // 5, replace=False)
     idx.delete_batch(gone)
     idx.flush()
-    ids, marks, counts, lists = level0(idx.path)
+    ids, marks, counts, lists = level0(idx.path, D, m)
     dead = marks != 0
     assert set(ids[dead].tolist()) == set(gone.tolist())
     expect = {}
@@ -153,7 +138,7 @@ def test_relinked_lists_hold_at_least_m_entries_where_candidates_allow(filled):
     assert any(counts[p] < e for p, e in expect.items()), "no short list to fill: nothing tested"
     idx.consolidate()
     idx.flush()
-    _, _, after, after_lists = level0(idx.path)
+    _, _, after, after_lists = level0(idx.path, D, m)
     short = [(p, int(after[p]), e) for p, e in expect.items() if after[p] < e]
     assert not short, f"{len(short)} re-linked lists below M where candidates allowed: {short[:5]}"
     for p in expect:

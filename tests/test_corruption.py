@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,63 +46,16 @@ from conftest import (
     describe_returncode,
     run_python,
 )
+from file_layout import HEADER_COPY, Header, align_up, parse_header
 
 N, DIMS, M = 3000, 16, 16
 DELETED = [5, 1500, 2500]
 USER_VERSION = 9
-HEADER_COPY = 64 * 1024
 DATA_START = 128 * 1024
 STRIDE = 64  # 16 x f32 = 64 bytes
 L0_WORDS = 2 + 2 * M  # 34 u32 words = 136 bytes
 UPPER_WORDS = 2 + M
 NO_UPPER = 2**64 - 1
-
-
-def align_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
-# --------------------------------------------------------------------------- the layout
-@dataclass
-class Header:
-    copy: int
-    version: int
-    body: int
-    seq: int
-    slots: int
-    live: int
-    next_id: int
-    entry: int
-    top: int
-    user_version: int
-    regions: list = field(default_factory=list)  # (kind, used, offset, length)
-    quantization: int = 0  # byte 30 (version 2): 1 = int8 codes, 2 = int4
-    quantizer: int = 0  # bytes 96..104: file offset of the quantizer region in effect
-
-
-def parse_header(b: bytes, copy: int) -> Header:
-    o = copy * HEADER_COPY
-    magic, version, body, seq = struct.unpack_from("<8sIIQ", b, o)
-    assert magic == b"CHASSIS\x1a"
-    slots, live, next_id, entry, top, uv, nreg = struct.unpack_from("<QQQIIQI", b, o + 48)
-    regions = [struct.unpack_from("<IIQQ", b, o + 128 + 24 * r) for r in range(nreg)]
-    quantization = b[o + 30]
-    quantizer = struct.unpack_from("<Q", b, o + 96)[0]
-    return Header(
-        copy,
-        version,
-        body,
-        seq,
-        slots,
-        live,
-        next_id,
-        entry,
-        top,
-        uv,
-        regions,
-        quantization,
-        quantizer,
-    )
 
 
 class Layout:
