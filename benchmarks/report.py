@@ -65,7 +65,6 @@ except ImportError as exc:
 # README's table for its benchmark, one row per CPU, and its tables in docs/benchmarks.md) or
 # "docs" (docs/benchmarks.md only).
 RUNS: dict[str, str] = {
-    "2026-12-01-bench_speed-after-split-vm.json": "readme",
     "2026-12-03-bench_speed-int8-vm.json": "readme",
     "2026-12-04-bench_speed-int4-vm.json": "docs",
     "2026-12-02-bench_scale-peers-vm.json": "readme",
@@ -80,6 +79,7 @@ RUNS: dict[str, str] = {
     "2026-12-06-bench_churn-upsert-clustered-zen2-vm.json": "docs",
     "2026-12-07-bench_speed-zen3-vm.json": "docs",
     "2026-12-07-bench_churn-replace-minilm-fill-zen3-vm.json": "docs",
+    "2026-12-08-bench_speed-emerald-rapids-vm.json": "readme",
 }
 
 RESULTS = HERE / "results"
