@@ -58,3 +58,63 @@ def parse_header(b: bytes, copy: int) -> Header:
 def current_header(b: bytes) -> Header:
     """The copy with the higher commit sequence number (checksums not checked)."""
     return max((parse_header(b, c) for c in (0, 1)), key=lambda h: h.seq)
+
+
+class Layout:
+    """Offsets of one slot's code, vector, header and level-0 record, and of upper lists, in
+    an index of `dims` float32 dimensions and `m` links per upper layer (2 * m at level 0)."""
+
+    def __init__(self, h: Header, dims: int, m: int):
+        self.h = h
+        self.stride = align_up(dims * 4, 64)
+        self.l0_words = 2 + 2 * m
+        self.upper_words = 2 + m
+        self.segments = [r for r in h.regions if r[0] == 1]
+        self.heaps = [r for r in h.regions if r[0] == 2]
+        # 8-bit codes (or 4-bit), each in a 64-byte row at the dimensions the tests use: a
+        # codes area ahead of the vectors
+        self.codes = h.quantization in (1, 2)
+        self.code_stride = 64 if self.codes else 0
+
+    @staticmethod
+    def locate(slot: int) -> tuple[int, int]:
+        """(segment, index in it): segment k holds 1024 << k slots (the cap is far away here)."""
+        k, first = 0, 0
+        while slot >= first + (1024 << k):
+            first += 1024 << k
+            k += 1
+        return k, slot - first
+
+    def areas(self, k: int) -> tuple[int, int, int, int]:
+        """Segment k's file offset and its vectors', headers' and level-0 records' offsets in
+        it: [codes | vectors | headers | l0], the codes area empty without codes."""
+        off, n = self.segments[k][2], 1024 << k
+        vectors = align_up(n * self.code_stride, 4096)
+        headers = align_up(vectors + n * self.stride, 4096)
+        l0 = align_up(headers + n * 32, 4096)
+        return off, vectors, headers, l0
+
+    def _seg(self, slot: int):
+        k, i = self.locate(slot)
+        return (i, *self.areas(k))
+
+    def code(self, slot: int) -> int:
+        assert self.codes
+        i, off, _, _, _ = self._seg(slot)
+        return off + i * self.code_stride
+
+    def vector(self, slot: int) -> int:
+        i, off, vectors, _, _ = self._seg(slot)
+        return off + vectors + i * self.stride
+
+    def slot_header(self, slot: int) -> int:
+        i, off, _, headers, _ = self._seg(slot)
+        return off + headers + i * 32
+
+    def l0(self, slot: int) -> int:
+        i, off, _, _, l0 = self._seg(slot)
+        return off + l0 + i * self.l0_words * 4
+
+    def upper_list(self, ref: int, layer: int) -> int:
+        chunk, byte = ref >> 40, ref & ((1 << 40) - 1)
+        return self.heaps[chunk][2] + byte + (layer - 1) * self.upper_words * 4

@@ -26,7 +26,7 @@ from conftest import (
     vecs,
     wait_for,
 )
-from file_layout import align_up, current_header
+from file_layout import Layout, current_header
 
 N, D = 4000, 16
 
@@ -96,17 +96,16 @@ def test_after_consolidating_searches_skip_deleted_rows_and_find_the_live(index_
 
 def level0(path, dims: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(id, delete marker, entry count, entries) of every committed slot, read from the file
-    as docs/format.md lays it out (no codes; float32 vectors of 64 bytes or more)."""
+    as docs/format.md lays it out (no codes)."""
     b = Path(path).read_bytes()
-    head = current_header(b)
-    stride, words = align_up(dims * 4, 64), 2 + 2 * m
+    layout = Layout(current_header(b), dims, m)
+    slots, words = layout.h.slots, layout.l0_words
     parts, first = [], 0
-    for k, (_, _, off, _) in enumerate(r for r in head.regions if r[0] == 1):
-        n, take = 1024 << k, min(1024 << k, head.slots - first)
+    for k in range(len(layout.segments)):
+        take = min(1024 << k, slots - first)
         if take <= 0:
             break
-        headers = align_up(n * stride, 4096)
-        records = align_up(headers + n * 32, 4096)
+        off, _, headers, records = layout.areas(k)
         h = np.frombuffer(b, np.uint64, take * 4, off + headers).reshape(take, 4)
         r = np.frombuffer(b, np.uint32, take * words, off + records).reshape(take, words)
         parts.append((h[:, 0], h[:, 2], r[:, 0] & 0xFFFF, r[:, 2:]))

@@ -46,68 +46,13 @@ from conftest import (
     describe_returncode,
     run_python,
 )
-from file_layout import HEADER_COPY, Header, align_up, parse_header
+from file_layout import HEADER_COPY, Layout, parse_header
 
 N, DIMS, M = 3000, 16, 16
 DELETED = [5, 1500, 2500]
 USER_VERSION = 9
 DATA_START = 128 * 1024
-STRIDE = 64  # 16 x f32 = 64 bytes
-L0_WORDS = 2 + 2 * M  # 34 u32 words = 136 bytes
-UPPER_WORDS = 2 + M
 NO_UPPER = 2**64 - 1
-
-
-class Layout:
-    """Offsets of one slot's code, vector, header and level-0 record, and of upper lists."""
-
-    def __init__(self, h: Header):
-        self.h = h
-        self.segments = [r for r in h.regions if r[0] == 1]
-        self.heaps = [r for r in h.regions if r[0] == 2]
-        # 8-bit codes (or 4-bit: 32 bytes at these dimensions, in the same 64-byte rows): a
-        # codes area ahead of the vectors
-        self.codes = h.quantization in (1, 2)
-        self.code_stride = 64 if self.codes else 0
-
-    @staticmethod
-    def locate(slot: int) -> tuple[int, int]:
-        k, first = 0, 0
-        while slot >= first + (1024 << k):  # the doubling segments (cap is far away here)
-            first += 1024 << k
-            k += 1
-        return k, slot - first
-
-    def _seg(self, slot: int):
-        k, i = self.locate(slot)
-        _, _, off, _ = self.segments[k]
-        n = 1024 << k
-        # [codes | vectors | headers | l0]; the codes area is empty without codes
-        vectors = align_up(n * self.code_stride, 4096)
-        headers = align_up(vectors + n * STRIDE, 4096)
-        l0 = align_up(headers + n * 32, 4096)
-        return off, i, vectors, headers, l0
-
-    def code(self, slot: int) -> int:
-        assert self.codes
-        off, i, _, _, _ = self._seg(slot)
-        return off + i * self.code_stride
-
-    def vector(self, slot: int) -> int:
-        off, i, vectors, _, _ = self._seg(slot)
-        return off + vectors + i * STRIDE
-
-    def slot_header(self, slot: int) -> int:
-        off, i, _, headers, _ = self._seg(slot)
-        return off + headers + i * 32
-
-    def l0(self, slot: int) -> int:
-        off, i, _, _, l0 = self._seg(slot)
-        return off + l0 + i * L0_WORDS * 4
-
-    def upper_list(self, ref: int, layer: int) -> int:
-        chunk, byte = ref >> 40, ref & ((1 << 40) - 1)
-        return self.heaps[chunk][2] + byte + (layer - 1) * UPPER_WORDS * 4
 
 
 # --------------------------------------------------------------------------- the pristine index
@@ -133,7 +78,7 @@ def pristine(tmp_path_factory, request):
     h0, h1 = parse_header(b, 0), parse_header(b, 1)
     cur, old = (h0, h1) if h0.seq > h1.seq else (h1, h0)
     assert cur.seq == old.seq + 1
-    layout = Layout(cur)
+    layout = Layout(cur, DIMS, M)
     id_of = [struct.unpack_from("<Q", b, layout.slot_header(s))[0] for s in range(N)]
     live_ids = [i for i in range(N) if i not in DELETED]
     states = {
