@@ -79,7 +79,7 @@ RUNS: dict[str, str] = {
     "2026-12-06-bench_churn-upsert-clustered-zen2-vm.json": "docs",
     "2026-12-07-bench_speed-zen3-vm.json": "docs",
     "2026-12-07-bench_churn-replace-minilm-fill-zen3-vm.json": "docs",
-    "2026-12-08-bench_speed-emerald-rapids-vm.json": "readme",
+    "2026-12-08-bench_speed-emerald-rapids-upper-vm.json": "readme",
 }
 
 RESULTS = HERE / "results"

@@ -25,6 +25,8 @@
 //! |                                | with the candidates, instead of keeping them             |
 //! | `CHASSIS_RELINK_FILL`          | `0`: a consolidated list keeps only what the heuristic  |
 //! |                                | lets in, not as many entries as it had nor half its room |
+//! | `CHASSIS_UPPER_CANDIDATES`     | `0`: a new node of level 1 or more chooses its layer-0   |
+//! |                                | list from layer 0's candidates alone, not layer 1's too  |
 //! | `CHASSIS_PREFETCH_PAGES`       | `0`: no `WILLNEED` advice short of memory (also read as |
 //! |                                | `CHASSIS_NAME_PAGES`, its old name)                      |
 //! | `CHASSIS_REDO`                 | `0`: commits go through the index file, no redo log      |
@@ -51,6 +53,7 @@ pub struct Tuning {
     pub reuse_locality: Option<bool>,
     pub relink_keep: Option<bool>,
     pub relink_fill: Option<bool>,
+    pub upper_candidates: Option<bool>,
     pub prefetch_pages: Option<bool>,
     pub redo: Option<bool>,
     pub boot_id: Option<Vec<u8>>,
@@ -92,6 +95,7 @@ impl Tuning {
             reuse_locality: off("CHASSIS_REUSE_LOCALITY"),
             relink_keep: off("CHASSIS_RELINK_KEEP"),
             relink_fill: off("CHASSIS_RELINK_FILL"),
+            upper_candidates: off("CHASSIS_UPPER_CANDIDATES"),
             prefetch_pages: off("CHASSIS_PREFETCH_PAGES").or_else(|| off("CHASSIS_NAME_PAGES")),
             redo: off("CHASSIS_REDO"),
             boot_id: var("CHASSIS_BOOT_ID").map(|v| v.into_encoded_bytes()),
@@ -133,6 +137,7 @@ mod tests {
             ("CHASSIS_REUSE_LOCALITY", "0"),
             ("CHASSIS_RELINK_KEEP", "0"),
             ("CHASSIS_RELINK_FILL", "0"),
+            ("CHASSIS_UPPER_CANDIDATES", "0"),
         ]);
         assert_eq!(t.kernel.as_deref(), Some("avx2"));
         assert_eq!(t.half_copy, Some(false));
@@ -142,7 +147,7 @@ mod tests {
         assert_eq!((t.defer_link, t.redo), (Some(false), Some(true)));
         assert_eq!((t.consolidate, t.reuse_slots), (Some(false), Some(false)));
         assert_eq!((t.reuse_locality, t.relink_keep), (Some(false), Some(false)));
-        assert_eq!(t.relink_fill, Some(false));
+        assert_eq!((t.relink_fill, t.upper_candidates), (Some(false), Some(false)));
     }
 
     #[test]

@@ -199,6 +199,8 @@ impl<'a> Graph<'a> {
     ) -> Result<()> {
         let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
         let mut eps = vec![(cd, cur)];
+        // Layer 1's candidates, offered again on layer 0 (`upper_candidates`).
+        let mut upper: Vec<(f32, u32)> = Vec::new();
         for layer in (0..=level.min(max_level)).rev() {
             self.search_layer(q, eps.iter().copied(), ef_construction, layer, false, sc, &|s| {
                 s != slot
@@ -212,6 +214,16 @@ impl<'a> Graph<'a> {
             } else {
                 &raw
             };
+            let offered: Vec<(f32, u32)>;
+            let cands = if layer == 0 && !upper.is_empty() {
+                offered = with_upper(cands, &upper);
+                &offered
+            } else {
+                cands
+            };
+            if layer == 1 && upper_candidates() {
+                upper = cands.to_vec();
+            }
             // A new node keeps as many neighbors as its lists hold (2M on layer 0, as faiss
             // does; hnswlib keeps M there): higher recall at a given ef for a few more
             // distances (measured: `docs/design/search-path.md`).
@@ -631,4 +643,23 @@ impl<'l, 'a, H: Fn(&[u32]) -> Result<()> + Sync> Repairer<'l, 'a, H> {
         }
         Ok(let_go)
     }
+}
+
+/// Whether a node of level 1 or more offers its layer-1 candidates to its layer-0 list too
+/// (`CHASSIS_UPPER_CANDIDATES=0` turns it off, for measuring). They lie farther apart than
+/// layer 0's, and the heuristic keeps those in directions layer 0's nearest do not cover: the
+/// long edges that rows added into a populated graph lack, and consolidation cannot make
+/// (the consolidation record, "Long edges from layer 1").
+fn upper_candidates() -> bool {
+    crate::tuning::get().upper_candidates.unwrap_or(true)
+}
+
+/// `cands` (nearest first) with the entries of `upper` it lacks, nearest first.
+fn with_upper(cands: &[(f32, u32)], upper: &[(f32, u32)]) -> Vec<(f32, u32)> {
+    let mut have: Vec<u32> = cands.iter().map(|c| c.1).collect();
+    have.sort_unstable();
+    let mut all = cands.to_vec();
+    all.extend(upper.iter().filter(|u| have.binary_search(&u.1).is_err()));
+    all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    all
 }
