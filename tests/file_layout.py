@@ -7,6 +7,7 @@ import struct
 from dataclasses import dataclass, field
 
 HEADER_COPY = 64 * 1024
+NO_UPPER = 2**64 - 1  # a slot header's upper-lists reference for a node of level 0
 
 
 def align_up(x: int, a: int) -> int:
@@ -65,6 +66,9 @@ class Layout:
     an index of `dims` float32 dimensions and `m` links per upper layer (2 * m at level 0)."""
 
     def __init__(self, h: Header, dims: int, m: int):
+        # Vectors of 64 bytes or more, and codes in one 64-byte row: what the tests use; the
+        # strides of docs/format.md for other sizes are not written here.
+        assert dims * 4 >= 64 and (h.quantization not in (1, 2) or dims <= 64), dims
         self.h = h
         self.stride = align_up(dims * 4, 64)
         self.l0_words = 2 + 2 * m

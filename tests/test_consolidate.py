@@ -26,7 +26,7 @@ from conftest import (
     vecs,
     wait_for,
 )
-from file_layout import Layout, current_header
+from file_layout import NO_UPPER, Layout, current_header
 
 N, D = 4000, 16
 
@@ -96,8 +96,8 @@ def test_after_consolidating_searches_skip_deleted_rows_and_find_the_live(index_
 
 def level0(path, dims: int, m: int) -> tuple[np.ndarray, ...]:
     """(id, delete marker, entry count, entries, upper lists' reference) of every committed
-    slot, read from the file as docs/format.md lays it out (no codes). The reference is
-    all ones for a node of level 0."""
+    slot, read from the file as docs/format.md lays it out (an index without codes). The
+    reference is NO_UPPER for a node of level 0."""
     b = Path(path).read_bytes()
     layout = Layout(current_header(b), dims, m)
     slots, words = layout.h.slots, layout.l0_words
@@ -145,31 +145,44 @@ def test_relinked_lists_hold_at_least_m_entries_where_candidates_allow(filled):
         assert not dead[after_lists[p, : after[p]]].any(), "a deleted node left in a list"
 
 
-def test_nodes_of_upper_levels_take_long_edges_on_level_0(index_path):
+BUILD = r"""
+import sys, chassis, numpy as np
+data = np.load(sys.argv[2])
+opts = chassis.IndexOptions(max_connections=int(sys.argv[3]))
+with chassis.VectorIndex(sys.argv[1], data.shape[1], opts) as idx:
+    idx.add_batch(data)
+    idx.flush()
+"""
+
+
+def test_nodes_of_upper_levels_take_long_edges_on_level_0(tmp_path):
     # Rows added into a populated graph find only their near neighbors on layer 0, and
     # consolidation re-links among those: a clustered set lost its edges between clusters
     # under churn. A node of level 1 or more also offers its layer-1 candidates, which lie
     # farther apart, to its level-0 list. Oracle: the clusters the rows were drawn from, and
-    # each node's level and level-0 list read from the file.
+    # each node's level and level-0 list read from the file; the same build with the switch
+    # off (CHASSIS_UPPER_CANDIDATES=0) as the control.
     rng = np.random.default_rng(3)
     clusters, per, m = 20, 200, 8
     centers = rng.normal(size=(clusters, D)).astype(np.float32) * 10
     labels = rng.permutation(np.repeat(np.arange(clusters), per))
     data = centers[labels] + rng.normal(size=(len(labels), D)).astype(np.float32) * 0.3
-    with chassis.VectorIndex(index_path, D, chassis.IndexOptions(max_connections=m)) as idx:
-        idx.add_batch(data)
-        idx.flush()
-    ids, _, counts, lists, upper = level0(index_path, D, m)
-    label = labels[ids.astype(np.int64)]
-    across = np.array([(label[lists[s, : counts[s]]] != label[s]).any() for s in range(len(ids))])
-    high = upper != np.uint64(2**64 - 1)
-    assert 200 < high.sum() < len(ids) // 2
-    # Measured: 0.44-0.45 of the upper nodes against 0.20-0.22 of the others (without the
-    # layer-1 candidates, both 0.20-0.22).
-    assert across[high].mean() >= 1.5 * across[~high].mean(), (
-        across[high].mean(),
-        across[~high].mean(),
-    )
+    np.save(tmp_path / "rows.npy", data)
+    shares = {}
+    for name, env in (("on", {}), ("off", {"CHASSIS_UPPER_CANDIDATES": "0"})):
+        path = tmp_path / f"{name}.chassis"
+        assert_child_ok(run_python(BUILD, path, tmp_path / "rows.npy", m, env=env), name)
+        ids, _, counts, lists, upper = level0(path, D, m)
+        label = labels[ids.astype(np.int64)]
+        across = [(label[lists[s, : counts[s]]] != label[s]).any() for s in range(len(ids))]
+        across, high = np.array(across), upper != np.uint64(NO_UPPER)
+        assert 200 < high.sum() < len(ids) // 2
+        # (upper-level nodes with an edge into another cluster, the others)
+        shares[name] = (across[high].mean(), across[~high].mean())
+    # Measured: 0.44-0.45 against 0.20-0.22 with the layer-1 candidates, 0.20-0.22 for both
+    # without them.
+    assert shares["on"][0] >= 1.5 * shares["on"][1], shares
+    assert shares["off"][0] < 1.2 * shares["off"][1], shares
 
 
 def test_consolidating_cuts_the_distances_a_search_computes(filled):

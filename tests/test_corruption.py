@@ -46,13 +46,12 @@ from conftest import (
     describe_returncode,
     run_python,
 )
-from file_layout import HEADER_COPY, Layout, parse_header
+from file_layout import HEADER_COPY, NO_UPPER, Layout, parse_header
 
 N, DIMS, M = 3000, 16, 16
 DELETED = [5, 1500, 2500]
 USER_VERSION = 9
 DATA_START = 128 * 1024
-NO_UPPER = 2**64 - 1
 
 
 # --------------------------------------------------------------------------- the pristine index

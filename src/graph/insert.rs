@@ -199,7 +199,9 @@ impl<'a> Graph<'a> {
     ) -> Result<()> {
         let (cd, cur) = self.descend(q, ep, max_level, level + 1, self.limit, sc, None);
         let mut eps = vec![(cd, cur)];
-        // Layer 1's candidates, offered again on layer 0 (`upper_candidates`).
+        // Layer 1's candidates, offered again on layer 0 (`upper_candidates`): all of them
+        // start the layer-0 search, so those it offers are the ones that fell out of its
+        // nearest, the farther ones. None while the graph has no layer 1 yet.
         let mut upper: Vec<(f32, u32)> = Vec::new();
         for layer in (0..=level.min(max_level)).rev() {
             self.search_layer(q, eps.iter().copied(), ef_construction, layer, false, sc, &|s| {
