@@ -29,6 +29,9 @@ class Header:
     regions: list = field(default_factory=list)  # (kind, used, offset, length)
     quantization: int = 0  # byte 30 (version 2): 1 = int8 codes, 2 = int4
     quantizer: int = 0  # bytes 96..104: file offset of the quantizer region in effect
+    dims: int = 0  # bytes 24..28
+    precision: int = 1  # byte 29: 1 full (f32), 2 half (f16), 3 int8 codes only
+    m: int = 0  # bytes 32..36: max_connections
 
 
 def parse_header(b: bytes, copy: int) -> Header:
@@ -39,6 +42,11 @@ def parse_header(b: bytes, copy: int) -> Header:
     regions = [struct.unpack_from("<IIQQ", b, o + 128 + 24 * r) for r in range(nreg)]
     quantization = b[o + 30]
     quantizer = struct.unpack_from("<Q", b, o + 96)[0]
+    (dims,), precision, (m,) = (
+        struct.unpack_from("<I", b, o + 24),
+        b[o + 29],
+        struct.unpack_from("<I", b, o + 32),
+    )
     return Header(
         copy,
         version,
@@ -53,6 +61,9 @@ def parse_header(b: bytes, copy: int) -> Header:
         regions,
         quantization,
         quantizer,
+        dims,
+        precision,
+        m,
     )
 
 
@@ -63,16 +74,19 @@ def current_header(b: bytes) -> Header:
 
 class Layout:
     """Offsets of one slot's code, vector, header and level-0 record, and of upper lists, in
-    an index of `dims` float32 dimensions and `m` links per upper layer (2 * m at level 0)."""
+    the index whose header is `h` (its dimensions, precision and M)."""
 
-    def __init__(self, h: Header, dims: int, m: int):
-        # Vectors of 64 bytes or more, and codes in one 64-byte row: what the tests use; the
-        # strides of docs/format.md for other sizes are not written here.
-        assert dims * 4 >= 64 and (h.quantization not in (1, 2) or dims <= 64), dims
+    def __init__(self, h: Header):
+        # Full or half precision, and codes in one 64-byte row (at most 64 dimensions): what
+        # the tests use. Codes only, and the codes' padding to 2 MiB once a segment's vectors
+        # fill that much, are not written here.
+        assert h.precision in (1, 2) and (h.quantization not in (1, 2) or h.dims <= 64), h
         self.h = h
-        self.stride = align_up(dims * 4, 64)
-        self.l0_words = 2 + 2 * m
-        self.upper_words = 2 + m
+        size = h.dims * (4 if h.precision == 1 else 2)
+        # Rounded up to 64 bytes; a vector under 64 bytes takes the next power of two.
+        self.stride = align_up(size, 64) if size >= 64 else max(4, 1 << (size - 1).bit_length())
+        self.l0_words = 2 + 2 * h.m
+        self.upper_words = 2 + h.m
         self.segments = [r for r in h.regions if r[0] == 1]
         self.heaps = [r for r in h.regions if r[0] == 2]
         # 8-bit codes (or 4-bit), each in a 64-byte row at the dimensions the tests use: a

@@ -94,12 +94,12 @@ def test_after_consolidating_searches_skip_deleted_rows_and_find_the_live(index_
     idx.close()
 
 
-def level0(path, dims: int, m: int) -> tuple[np.ndarray, ...]:
+def level0(path) -> tuple[np.ndarray, ...]:
     """(id, delete marker, entry count, entries, upper lists' reference) of every committed
     slot, read from the file as docs/format.md lays it out (an index without codes). The
     reference is NO_UPPER for a node of level 0."""
     b = Path(path).read_bytes()
-    layout = Layout(current_header(b), dims, m)
+    layout = Layout(current_header(b))
     slots, words = layout.h.slots, layout.l0_words
     parts, first = [], 0
     for k in range(len(layout.segments)):
@@ -123,7 +123,7 @@ def test_relinked_lists_hold_at_least_m_entries_where_candidates_allow(filled):
     gone = np.random.default_rng(5).choice(N, N // 5, replace=False)
     idx.delete_batch(gone)
     idx.flush()
-    ids, marks, counts, lists, _ = level0(idx.path, D, m)
+    ids, marks, counts, lists, _ = level0(idx.path)
     dead = marks != 0
     assert set(ids[dead].tolist()) == set(gone.tolist())
     expect = {}
@@ -138,7 +138,7 @@ def test_relinked_lists_hold_at_least_m_entries_where_candidates_allow(filled):
     assert any(counts[p] < e for p, e in expect.items()), "no short list to fill: nothing tested"
     idx.consolidate()
     idx.flush()
-    _, _, after, after_lists, _ = level0(idx.path, D, m)
+    _, _, after, after_lists, _ = level0(idx.path)
     short = [(p, int(after[p]), e) for p, e in expect.items() if after[p] < e]
     assert not short, f"{len(short)} re-linked lists below M where candidates allowed: {short[:5]}"
     for p in expect:
@@ -172,7 +172,7 @@ def test_nodes_of_upper_levels_take_long_edges_on_level_0(tmp_path):
     for name, env in (("on", {}), ("off", {"CHASSIS_UPPER_CANDIDATES": "0"})):
         path = tmp_path / f"{name}.chassis"
         assert_child_ok(run_python(BUILD, path, tmp_path / "rows.npy", m, env=env), name)
-        ids, _, counts, lists, upper = level0(path, D, m)
+        ids, _, counts, lists, upper = level0(path)
         label = labels[ids.astype(np.int64)]
         across = [(label[lists[s, : counts[s]]] != label[s]).any() for s in range(len(ids))]
         across, high = np.array(across), upper != np.uint64(NO_UPPER)

@@ -77,7 +77,7 @@ def pristine(tmp_path_factory, request):
     h0, h1 = parse_header(b, 0), parse_header(b, 1)
     cur, old = (h0, h1) if h0.seq > h1.seq else (h1, h0)
     assert cur.seq == old.seq + 1
-    layout = Layout(cur, DIMS, M)
+    layout = Layout(cur)
     id_of = [struct.unpack_from("<Q", b, layout.slot_header(s))[0] for s in range(N)]
     live_ids = [i for i in range(N) if i not in DELETED]
     states = {
